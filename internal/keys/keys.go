@@ -1,0 +1,169 @@
+// Package keys owns Cortado's order-preserving encoding of typed key parts and
+// the layout of every key in a storage node's Pebble keyspace.
+//
+// Invariant: for two tuples of key parts a and b of the same types,
+// bytes.Compare(Encode(a), Encode(b)) has the sign of the tuple comparison,
+// and an encoded prefix of a tuple is a byte prefix of the encoded tuple, so a
+// collection (all documents under a leading key) is one contiguous key range.
+package keys
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Type is the type of one key part.
+type Type string
+
+// Key part types.
+const (
+	String Type = "string"
+	Long   Type = "long"
+	Int    Type = "int"
+)
+
+// Tags start each encoded part so that a decoder knows its type and so that
+// the end-of-key marker sorts before any part.
+const (
+	tagString byte = 0x10
+	tagLong   byte = 0x20
+)
+
+// ErrCorrupt is returned when decoding bytes that were not produced by Encode.
+var ErrCorrupt = errors.New("keys: corrupt encoded key")
+
+// Part is one typed key part value: a string or an int64.
+type Part struct {
+	Str   string
+	Int   int64
+	IsInt bool
+}
+
+// S returns a string part.
+func S(s string) Part { return Part{Str: s} }
+
+// I returns an integer part.
+func I(i int64) Part { return Part{Int: i, IsInt: true} }
+
+// String renders the part as it appears in a URL path segment.
+func (p Part) String() string {
+	if p.IsInt {
+		return strconv.FormatInt(p.Int, 10)
+	}
+	return p.Str
+}
+
+// Parse reads a part of type t from its text form.
+func Parse(t Type, s string) (Part, error) {
+	switch t {
+	case Long, Int:
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return Part{}, fmt.Errorf("%q is not a %s", s, t)
+		}
+		if t == Int && (v < math.MinInt32 || v > math.MaxInt32) {
+			return Part{}, fmt.Errorf("%q is out of range for int", s)
+		}
+		return I(v), nil
+	case String, "":
+		return S(s), nil
+	}
+	return Part{}, fmt.Errorf("unknown key type %q", t)
+}
+
+// AppendPart appends the order-preserving encoding of p to dst.
+//
+// Strings: tag, bytes with 0x00 escaped as 0x00 0xFF, then terminator 0x00 0x01.
+// Integers: tag, 8 bytes big-endian with the sign bit flipped.
+func AppendPart(dst []byte, p Part) []byte {
+	if p.IsInt {
+		dst = append(dst, tagLong)
+		return binary.BigEndian.AppendUint64(dst, uint64(p.Int)^(1<<63))
+	}
+	dst = append(dst, tagString)
+	for i := 0; i < len(p.Str); i++ {
+		c := p.Str[i]
+		if c == 0 {
+			dst = append(dst, 0, 0xFF)
+			continue
+		}
+		dst = append(dst, c)
+	}
+	return append(dst, 0, 1)
+}
+
+// Encode encodes a tuple of parts.
+func Encode(parts []Part) []byte { return AppendParts(nil, parts) }
+
+// AppendParts appends the encoding of every part in order.
+func AppendParts(dst []byte, parts []Part) []byte {
+	for _, p := range parts {
+		dst = AppendPart(dst, p)
+	}
+	return dst
+}
+
+// Decode decodes a whole encoded tuple.
+func Decode(b []byte) ([]Part, error) {
+	var parts []Part
+	for len(b) > 0 {
+		p, n, err := DecodePart(b)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+		b = b[n:]
+	}
+	return parts, nil
+}
+
+// DecodePart decodes the first part of b and returns it with its encoded length.
+func DecodePart(b []byte) (Part, int, error) {
+	if len(b) == 0 {
+		return Part{}, 0, ErrCorrupt
+	}
+	switch b[0] {
+	case tagLong:
+		if len(b) < 9 {
+			return Part{}, 0, ErrCorrupt
+		}
+		return I(int64(binary.BigEndian.Uint64(b[1:9]) ^ (1 << 63))), 9, nil
+	case tagString:
+		var out []byte
+		for i := 1; i < len(b); i++ {
+			if b[i] != 0 {
+				out = append(out, b[i])
+				continue
+			}
+			if i+1 >= len(b) {
+				return Part{}, 0, ErrCorrupt
+			}
+			switch b[i+1] {
+			case 0xFF:
+				out = append(out, 0)
+				i++
+			case 1:
+				return S(string(out)), i + 2, nil
+			default:
+				return Part{}, 0, ErrCorrupt
+			}
+		}
+	}
+	return Part{}, 0, ErrCorrupt
+}
+
+// PrefixEnd returns the smallest key greater than every key with the given
+// prefix, or nil when there is none (the prefix is all 0xFF).
+func PrefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}

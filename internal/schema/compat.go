@@ -1,0 +1,192 @@
+package schema
+
+import (
+	"slices"
+
+	"github.com/hamba/avro/v2"
+)
+
+// CheckEvolution decides whether next may follow prev as a table's schema:
+// documents written with either must be readable with the other (Avro's
+// resolution rules, both directions). The error is a *FieldError naming the
+// first offending field.
+func CheckEvolution(prev, next avro.Schema) error {
+	if err := Compatible(next, prev); err != nil {
+		fe := err.(*FieldError)
+		return &FieldError{Path: fe.Path, Reason: "new version cannot read documents of the previous version: " + fe.Reason}
+	}
+	// Old readers of new data: a numeric promotion is allowed, read back
+	// by narrowing each value (see Plan).
+	c := compatChecker{seen: map[[2]string]bool{}, narrowing: true}
+	if fe := c.check(prev, next, ""); fe != nil {
+		return &FieldError{Path: fe.Path, Reason: "previous version cannot read documents of the new version: " + fe.Reason}
+	}
+	return nil
+}
+
+// Compatible reports whether data written with writer can be read with
+// reader under Avro's rules, as a *FieldError naming the field that cannot
+// be resolved.
+func Compatible(reader, writer avro.Schema) error {
+	return compatible(reader, writer, false)
+}
+
+func compatible(reader, writer avro.Schema, narrowing bool) error {
+	c := compatChecker{seen: map[[2]string]bool{}, narrowing: narrowing}
+	if fe := c.check(reader, writer, ""); fe != nil {
+		return fe
+	}
+	return nil
+}
+
+type compatChecker struct {
+	// seen breaks recursion through named types: a pair under check is
+	// assumed compatible, as Avro's own algorithm does.
+	seen map[[2]string]bool
+	// narrowing also accepts a reader numeric type that the writer's
+	// type was promoted from (long written, int read).
+	narrowing bool
+}
+
+// narrowable reports whether values of writer numeric type w can be read as
+// the narrower r when each value fits.
+func narrowable(w, r avro.Type) bool {
+	return promotable(r, w) && w != avro.String && w != avro.Bytes
+}
+
+func promotable(w, r avro.Type) bool {
+	switch w {
+	case avro.Int:
+		return r == avro.Long || r == avro.Float || r == avro.Double
+	case avro.Long:
+		return r == avro.Float || r == avro.Double
+	case avro.Float:
+		return r == avro.Double
+	case avro.String:
+		return r == avro.Bytes
+	case avro.Bytes:
+		return r == avro.String
+	}
+	return false
+}
+
+func namesMatch(r, w avro.NamedSchema) bool {
+	return r.FullName() == w.FullName() || r.Name() == w.Name() ||
+		slices.Contains(r.Aliases(), w.FullName()) || slices.Contains(r.Aliases(), w.Name())
+}
+
+func (c *compatChecker) check(reader, writer avro.Schema, path string) *FieldError {
+	reader, writer = deref(reader), deref(writer)
+	if wu, ok := writer.(*avro.UnionSchema); ok {
+		// Every branch the writer may have chosen must be readable.
+		for _, b := range wu.Types() {
+			if fe := c.check(reader, b, path); fe != nil {
+				return fe
+			}
+		}
+		return nil
+	}
+	if ru, ok := reader.(*avro.UnionSchema); ok {
+		if unionBranchFor(ru, writer) < 0 {
+			return fieldErr(path, "union %s has no branch for %s", ru.String(), branchName(writer))
+		}
+		return c.check(ru.Types()[unionBranchFor(ru, writer)], writer, path)
+	}
+	if reader.Type() != writer.Type() {
+		if promotable(writer.Type(), reader.Type()) || (c.narrowing && narrowable(writer.Type(), reader.Type())) {
+			return nil
+		}
+		return fieldErr(path, "type changed from %s to %s", writer.Type(), reader.Type())
+	}
+	switch r := reader.(type) {
+	case *avro.ArraySchema:
+		return c.check(r.Items(), writer.(*avro.ArraySchema).Items(), path)
+	case *avro.MapSchema:
+		return c.check(r.Values(), writer.(*avro.MapSchema).Values(), path)
+	case *avro.FixedSchema:
+		w := writer.(*avro.FixedSchema)
+		if !namesMatch(r, w) {
+			return fieldErr(path, "fixed %s renamed to %s without alias", w.FullName(), r.FullName())
+		}
+		if r.Size() != w.Size() {
+			return fieldErr(path, "fixed size changed from %d to %d", w.Size(), r.Size())
+		}
+	case *avro.EnumSchema:
+		w := writer.(*avro.EnumSchema)
+		if !namesMatch(r, w) {
+			return fieldErr(path, "enum %s renamed to %s without alias", w.FullName(), r.FullName())
+		}
+		if r.HasDefault() {
+			return nil
+		}
+		for _, sym := range w.Symbols() {
+			if !slices.Contains(r.Symbols(), sym) {
+				return fieldErr(path, "enum symbol %s removed and the enum has no default", sym)
+			}
+		}
+	case *avro.RecordSchema:
+		w := writer.(*avro.RecordSchema)
+		if !namesMatch(r, w) {
+			return fieldErr(path, "record %s renamed to %s without alias", w.FullName(), r.FullName())
+		}
+		key := [2]string{r.FullName(), w.FullName() + "|" + path}
+		if c.seen[key] {
+			return nil
+		}
+		c.seen[key] = true
+		for _, rf := range r.Fields() {
+			wf := writerField(w, rf)
+			if wf == nil {
+				if !rf.HasDefault() {
+					return fieldErr(join(path, rf.Name()), "field is missing on one side and has no default")
+				}
+				continue
+			}
+			if fe := c.check(rf.Type(), wf.Type(), join(path, rf.Name())); fe != nil {
+				return fe
+			}
+		}
+	}
+	return nil
+}
+
+// writerField finds the writer field a reader field reads: same name, or a
+// writer field named by one of the reader field's aliases.
+func writerField(w *avro.RecordSchema, rf *avro.Field) *avro.Field {
+	for _, wf := range w.Fields() {
+		if wf.Name() == rf.Name() {
+			return wf
+		}
+	}
+	for _, wf := range w.Fields() {
+		if slices.Contains(rf.Aliases(), wf.Name()) {
+			return wf
+		}
+	}
+	return nil
+}
+
+// unionBranchFor picks the reader union branch that reads a (non-union)
+// writer type: the first branch of the same type (and name, for named
+// types), else the first branch the writer type promotes to. -1 if none.
+func unionBranchFor(ru *avro.UnionSchema, writer avro.Schema) int {
+	writer = deref(writer)
+	for i, b := range ru.Types() {
+		b = deref(b)
+		if b.Type() != writer.Type() {
+			continue
+		}
+		rn, rok := b.(avro.NamedSchema)
+		wn, wok := writer.(avro.NamedSchema)
+		if rok && wok && !namesMatch(rn, wn) {
+			continue
+		}
+		return i
+	}
+	for i, b := range ru.Types() {
+		if promotable(writer.Type(), deref(b).Type()) {
+			return i
+		}
+	}
+	return -1
+}

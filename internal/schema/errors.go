@@ -1,0 +1,28 @@
+package schema
+
+import "fmt"
+
+// FieldError says which field of a document or schema is at fault. Path is a
+// dot path from the document root ("" for the root itself).
+type FieldError struct {
+	Path   string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	if e.Path == "" {
+		return e.Reason
+	}
+	return fmt.Sprintf("field %s: %s", e.Path, e.Reason)
+}
+
+func fieldErr(path, format string, args ...any) *FieldError {
+	return &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)}
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}

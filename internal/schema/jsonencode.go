@@ -1,0 +1,289 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/hamba/avro/v2"
+)
+
+// DecodeJSON parses a JSON document keeping numbers exact (json.Number).
+func DecodeJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return nil, &FieldError{Reason: "malformed JSON: trailing data after the document"}
+	}
+	return v, nil
+}
+
+// EncodeJSON validates a JSON value (as produced by DecodeJSON) against s and
+// appends its Avro binary encoding to dst. A wrong type, a missing required
+// field or an unknown field yields a *FieldError naming the field; see
+// JSONWriter for the JSON form.
+func EncodeJSON(dst []byte, s avro.Schema, v any) ([]byte, error) {
+	return encodeValue(dst, s, v, "")
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case json.Number, float64, int, int64:
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func encodeValue(dst []byte, s avro.Schema, v any, path string) ([]byte, error) {
+	s = deref(s)
+	switch s := s.(type) {
+	case *avro.RecordSchema:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return dst, fieldErr(path, "expected an object (record %s), got %s", s.Name(), typeName(v))
+		}
+		for name := range obj {
+			if !slices.ContainsFunc(s.Fields(), func(f *avro.Field) bool { return f.Name() == name }) {
+				return dst, fieldErr(join(path, name), "unknown field (not in record %s)", s.Name())
+			}
+		}
+		for _, f := range s.Fields() {
+			fv, present := obj[f.Name()]
+			if !present {
+				if !f.HasDefault() {
+					return dst, fieldErr(join(path, f.Name()), "missing required field")
+				}
+				def, err := encodeDefault(f)
+				if err != nil {
+					return dst, fieldErr(join(path, f.Name()), "default: %v", err)
+				}
+				dst = append(dst, def...)
+				continue
+			}
+			var err error
+			if dst, err = encodeValue(dst, f.Type(), fv, join(path, f.Name())); err != nil {
+				return dst, err
+			}
+		}
+		return dst, nil
+	case *avro.ArraySchema:
+		arr, ok := v.([]any)
+		if !ok {
+			return dst, fieldErr(path, "expected an array, got %s", typeName(v))
+		}
+		if len(arr) > 0 {
+			dst = appendLong(dst, int64(len(arr)))
+			for i, item := range arr {
+				var err error
+				if dst, err = encodeValue(dst, s.Items(), item, path+"["+strconv.Itoa(i)+"]"); err != nil {
+					return dst, err
+				}
+			}
+		}
+		return appendLong(dst, 0), nil
+	case *avro.MapSchema:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return dst, fieldErr(path, "expected an object (map), got %s", typeName(v))
+		}
+		if len(obj) > 0 {
+			// Sorted keys make equal documents encode to equal bytes,
+			// and so to equal ETags.
+			names := make([]string, 0, len(obj))
+			for k := range obj {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			dst = appendLong(dst, int64(len(names)))
+			for _, k := range names {
+				dst = appendBytes(dst, []byte(k))
+				var err error
+				if dst, err = encodeValue(dst, s.Values(), obj[k], join(path, k)); err != nil {
+					return dst, err
+				}
+			}
+		}
+		return appendLong(dst, 0), nil
+	case *avro.UnionSchema:
+		return encodeUnion(dst, s, v, path)
+	case *avro.EnumSchema:
+		sym, ok := v.(string)
+		if !ok {
+			return dst, fieldErr(path, "expected an enum symbol string, got %s", typeName(v))
+		}
+		i := slices.Index(s.Symbols(), sym)
+		if i < 0 {
+			return dst, fieldErr(path, "%q is not a symbol of enum %s", sym, s.Name())
+		}
+		return appendLong(dst, int64(i)), nil
+	case *avro.FixedSchema:
+		b, err := decodeBase64(v, path)
+		if err != nil {
+			return dst, err
+		}
+		if len(b) != s.Size() {
+			return dst, fieldErr(path, "fixed %s takes %d bytes, got %d", s.Name(), s.Size(), len(b))
+		}
+		return append(dst, b...), nil
+	}
+	return encodePrimitive(dst, s.Type(), v, path)
+}
+
+func encodeUnion(dst []byte, u *avro.UnionSchema, v any, path string) ([]byte, error) {
+	types := u.Types()
+	if nullIdx, valIdx, ok := nullableBranch(u); ok {
+		if v == nil {
+			return appendLong(dst, int64(nullIdx)), nil
+		}
+		return encodeValue(appendLong(dst, int64(valIdx)), types[valIdx], v, path)
+	}
+	if v == nil {
+		for i, t := range types {
+			if t.Type() == avro.Null {
+				return appendLong(dst, int64(i)), nil
+			}
+		}
+		return dst, fieldErr(path, "null is not allowed by union %s", u.String())
+	}
+	obj, ok := v.(map[string]any)
+	if ok && len(obj) == 1 {
+		for name, inner := range obj {
+			for i, t := range types {
+				if branchName(t) == name || string(deref(t).Type()) == name {
+					return encodeValue(appendLong(dst, int64(i)), t, inner, path)
+				}
+			}
+		}
+	}
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = branchName(t)
+	}
+	return dst, fieldErr(path, `a union value must be {"<branch>": value} with branch one of %v`, names)
+}
+
+func encodePrimitive(dst []byte, t avro.Type, v any, path string) ([]byte, error) {
+	switch t {
+	case avro.Null:
+		if v != nil {
+			return dst, fieldErr(path, "expected null, got %s", typeName(v))
+		}
+		return dst, nil
+	case avro.Boolean:
+		b, ok := v.(bool)
+		if !ok {
+			return dst, fieldErr(path, "expected a boolean, got %s", typeName(v))
+		}
+		if b {
+			return append(dst, 1), nil
+		}
+		return append(dst, 0), nil
+	case avro.Int, avro.Long:
+		n, err := toInt(v)
+		if err != nil {
+			return dst, fieldErr(path, "expected an integer (%s), got %s", t, describe(v))
+		}
+		if t == avro.Int && (n < math.MinInt32 || n > math.MaxInt32) {
+			return dst, fieldErr(path, "%d is out of range for int", n)
+		}
+		return appendLong(dst, n), nil
+	case avro.Float, avro.Double:
+		f, err := toFloat(v)
+		if err != nil {
+			return dst, fieldErr(path, "expected a number (%s), got %s", t, describe(v))
+		}
+		if t == avro.Float {
+			return appendFloat(dst, float32(f)), nil
+		}
+		return appendDouble(dst, f), nil
+	case avro.String:
+		str, ok := v.(string)
+		if !ok {
+			return dst, fieldErr(path, "expected a string, got %s", typeName(v))
+		}
+		return appendBytes(dst, []byte(str)), nil
+	case avro.Bytes:
+		b, err := decodeBase64(v, path)
+		if err != nil {
+			return dst, err
+		}
+		return appendBytes(dst, b), nil
+	}
+	return dst, fieldErr(path, "unsupported type %s", t)
+}
+
+func describe(v any) string {
+	if n, ok := v.(json.Number); ok {
+		return "number " + n.String()
+	}
+	return typeName(v)
+}
+
+func toInt(v any) (int64, error) {
+	switch n := v.(type) {
+	case json.Number:
+		return strconv.ParseInt(n.String(), 10, 64)
+	case int64:
+		return n, nil
+	case int:
+		return int64(n), nil
+	case float64:
+		if n == math.Trunc(n) && math.Abs(n) < 1<<53 {
+			return int64(n), nil
+		}
+	}
+	return 0, fmt.Errorf("not an integer")
+}
+
+func toFloat(v any) (float64, error) {
+	switch n := v.(type) {
+	case json.Number:
+		return strconv.ParseFloat(n.String(), 64)
+	case float64:
+		return n, nil
+	case int64:
+		return float64(n), nil
+	case int:
+		return float64(n), nil
+	case string:
+		switch n {
+		case "NaN":
+			return math.NaN(), nil
+		case "Infinity":
+			return math.Inf(1), nil
+		case "-Infinity":
+			return math.Inf(-1), nil
+		}
+	}
+	return 0, fmt.Errorf("not a number")
+}
+
+func decodeBase64(v any, path string) ([]byte, error) {
+	s, ok := v.(string)
+	if !ok {
+		return nil, fieldErr(path, "expected a base64 string, got %s", typeName(v))
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fieldErr(path, "invalid base64: %v", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,245 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"testing"
+
+	"github.com/hamba/avro/v2"
+)
+
+func mustVersion(t testing.TB, n int, file string) *Version {
+	t.Helper()
+	text, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewVersion(n, string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func profileTable(t testing.TB) *Table {
+	return &Table{Database: "d", Name: "Profile", Key: []KeyPart{{Name: "id", Type: "string"}},
+		Versions: []*Version{
+			mustVersion(t, 1, "testdata/profile_v1.avsc"),
+			mustVersion(t, 2, "testdata/profile_v2.avsc"),
+			mustVersion(t, 3, "testdata/profile_v3.avsc"),
+		}}
+}
+
+func encodeFile(t testing.TB, s avro.Schema, file string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := DecodeJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := EncodeJSON(nil, s, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func jsonEqual(t *testing.T, got []byte, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, got)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	tbl := profileTable(t)
+	v1 := tbl.Version(1)
+	b := encodeFile(t, v1.Schema, "testdata/profile.json")
+	// The bytes must be what hamba's own encoder accepts as valid Avro.
+	var generic any
+	if err := avro.Unmarshal(v1.Schema, b, &generic); err != nil {
+		t.Fatalf("hamba cannot decode our encoding: %v", err)
+	}
+	out, err := v1.JSON.Append(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile("testdata/profile.json")
+	jsonEqual(t, out, string(want))
+	// Field order is the schema's.
+	if !bytes.HasPrefix(out, []byte(`{"firstName":`)) {
+		t.Fatalf("field order lost: %s", out)
+	}
+}
+
+// TestEvolution reads version-1 bytes as versions 2 and 3, and checks the
+// plan against hamba's Resolve + decode of the same bytes.
+func TestEvolution(t *testing.T) {
+	tbl := profileTable(t)
+	b1 := encodeFile(t, tbl.Version(1).Schema, "testdata/profile.json")
+	plans := NewPlans(16)
+	for _, rv := range []int{2, 3} {
+		p, err := plans.Plan(tbl, 1, rv, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.Apply(nil, b1)
+		if err != nil {
+			t.Fatalf("v1→v%d: %v", rv, err)
+		}
+		reader := tbl.Version(rv).Schema
+		resolved, err := avro.NewSchemaCompatibility().Resolve(reader, tbl.Version(1).Schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref, ours any
+		if err := avro.Unmarshal(resolved, b1, &ref); err != nil {
+			t.Fatal(err)
+		}
+		if err := avro.Unmarshal(reader, out, &ours); err != nil {
+			t.Fatalf("plan output is not valid v%d Avro: %v", rv, err)
+		}
+		if !reflect.DeepEqual(ref, ours) {
+			t.Fatalf("v1→v%d differs from hamba:\nours %v\nref  %v", rv, ours, ref)
+		}
+	}
+	// Version 3 view of a version 1 document: nickname dropped, age
+	// promoted, connections and tags defaulted.
+	p, _ := plans.Plan(tbl, 1, 3, []string{"age", "connections", "tags", "lastName"})
+	out, err := p.Apply(nil, b1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := plans.Reader(tbl, 3, []string{"age", "connections", "tags", "lastName"})
+	j, _ := js.JSON.Append(nil, out)
+	jsonEqual(t, j, `{"lastName":"Lovelace <&>","age":36,"connections":0,"tags":[]}`)
+	// And down: version 3 bytes read as version 1: nickname gets its
+	// default, the promoted age narrows back to int.
+	p13, _ := plans.Plan(tbl, 1, 3, nil)
+	b3, _ := p13.Apply(nil, b1)
+	p31, err := plans.Plan(tbl, 3, 1, []string{"nickname", "age"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = p31.Apply(nil, b3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ = plans.Reader(tbl, 1, []string{"nickname", "age"})
+	j, _ = js.JSON.Append(nil, out)
+	jsonEqual(t, j, `{"age":36,"nickname":"none"}`)
+	// A long that no longer fits an int fails, naming the field.
+	big := encodeFile(t, tbl.Version(3).Schema, "testdata/profile_v3_bigage.json")
+	if _, err := p31.Apply(nil, big); err == nil || err.(*FieldError).Path != "age" {
+		t.Fatalf("narrowing an out-of-range long: %v", err)
+	}
+}
+
+func TestIdentityPlanCopies(t *testing.T) {
+	tbl := profileTable(t)
+	p, err := NewPlan(tbl.Version(1).Schema, tbl.Version(1).Schema)
+	if err != nil || !p.Identity() {
+		t.Fatalf("same schema should give an identity plan: %v", err)
+	}
+}
+
+func TestValidationNamesField(t *testing.T) {
+	v1 := profileTable(t).Version(1)
+	base, _ := os.ReadFile("testdata/profile.json")
+	cases := []struct {
+		name, patch, path string
+	}{
+		{"wrong type", `{"age":"old"}`, "age"},
+		{"int overflow", `{"age":3000000000}`, "age"},
+		{"fraction for int", `{"age":1.5}`, "age"},
+		{"unknown field", `{"shoeSize":44}`, "shoeSize"},
+		{"nested wrong type", `{"positions":{"p1":{"title":1,"company":"c","years":1}}}`, "positions.p1.title"},
+		{"nested missing", `{"education":[{"degree":"BA"}]}`, "education[0].school"},
+		{"bad enum", `{"status":"GONE"}`, "status"},
+		{"bad base64", `{"avatar":"!!"}`, "avatar"},
+		{"bare general union", `{"extra":5}`, "extra"},
+		{"null for required", `{"lastName":null}`, "lastName"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var doc, patch map[string]any
+			json.Unmarshal(base, &doc)
+			json.Unmarshal([]byte(tc.patch), &patch)
+			for k, v := range patch {
+				doc[k] = v
+			}
+			raw, _ := json.Marshal(doc)
+			v, err := DecodeJSON(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = EncodeJSON(nil, v1.Schema, v)
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Path != tc.path {
+				t.Fatalf("want error at %s, got %v", tc.path, err)
+			}
+		})
+	}
+	var doc map[string]any
+	json.Unmarshal(base, &doc)
+	delete(doc, "lastName")
+	raw, _ := json.Marshal(doc)
+	v, _ := DecodeJSON(raw)
+	if _, err := EncodeJSON(nil, v1.Schema, v); err == nil || err.(*FieldError).Path != "lastName" {
+		t.Fatalf("missing required field: %v", err)
+	}
+	if _, err := DecodeJSON([]byte(`{"a":`)); err == nil {
+		t.Fatal("malformed JSON accepted")
+	}
+}
+
+func TestCheckEvolution(t *testing.T) {
+	tbl := profileTable(t)
+	for i := 1; i < 3; i++ {
+		if err := CheckEvolution(tbl.Version(i).Schema, tbl.Version(i+1).Schema); err != nil {
+			t.Fatalf("v%d→v%d: %v", i, i+1, err)
+		}
+	}
+	bad := []struct{ text, path string }{
+		// New required field without default.
+		{`{"type":"record","name":"Profile","namespace":"demo","fields":[{"name":"lastName","type":"string"},{"name":"x","type":"int"}]}`, "x"},
+		// Type narrowed.
+		{`{"type":"record","name":"Profile","namespace":"demo","fields":[{"name":"lastName","type":"int"}]}`, "lastName"},
+	}
+	prev := mustParse(t, `{"type":"record","name":"Profile","namespace":"demo","fields":[{"name":"lastName","type":"string"}]}`)
+	for _, b := range bad {
+		err := CheckEvolution(prev, mustParse(t, b.text))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Path != b.path {
+			t.Fatalf("want refusal naming %s, got %v", b.path, err)
+		}
+	}
+	// Removing a required field (no default) breaks old readers.
+	old := mustParse(t, `{"type":"record","name":"R","fields":[{"name":"a","type":"int"},{"name":"b","type":"int"}]}`)
+	next := mustParse(t, `{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}`)
+	if err := CheckEvolution(old, next); err == nil || err.(*FieldError).Path != "b" {
+		t.Fatalf("removing a required field: %v", err)
+	}
+}
+
+func mustParse(t testing.TB, text string) avro.Schema {
+	t.Helper()
+	s, err := Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,239 @@
+package schema
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/hamba/avro/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// Database is a database definition: the unit of partitioning.
+type Database struct {
+	Name string `json:"name"`
+	// Partitioning is "hash" (the only function in this version).
+	Partitioning string `json:"partitioning"`
+	// Partitions is the number of partitions (default 64).
+	Partitions int `json:"partitions"`
+	// Replicas is the number of copies of each partition (default 1 on
+	// one node; used by the cluster manager).
+	Replicas int `json:"replicas"`
+	// Replication is "semi-sync" (default) or "async".
+	Replication string `json:"replication"`
+}
+
+// KeyPart is one part of a table's primary key. The first part of every
+// table is the partition key.
+type KeyPart struct {
+	Name          string    `json:"name"`
+	Type          keys.Type `json:"type"`
+	AutoIncrement bool      `json:"autoIncrement,omitempty"`
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,127}$`)
+
+// ValidName reports whether s may name a database, table or key part.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+// Normalize fills defaults and checks a database definition.
+func (d *Database) Normalize() error {
+	if !ValidName(d.Name) {
+		return fmt.Errorf("database name %q must match %s", d.Name, namePattern)
+	}
+	if d.Partitioning == "" {
+		d.Partitioning = "hash"
+	}
+	if d.Partitioning != "hash" {
+		return fmt.Errorf("partitioning %q is not supported (use hash)", d.Partitioning)
+	}
+	if d.Partitions == 0 {
+		d.Partitions = 64
+	}
+	if d.Partitions < 1 || d.Partitions > 4096 {
+		return fmt.Errorf("partitions must be between 1 and 4096, got %d", d.Partitions)
+	}
+	if d.Replicas == 0 {
+		d.Replicas = 1
+	}
+	if d.Replicas < 1 || d.Replicas > 7 {
+		return fmt.Errorf("replicas must be between 1 and 7, got %d", d.Replicas)
+	}
+	if d.Replication == "" {
+		d.Replication = "semi-sync"
+	}
+	if d.Replication != "semi-sync" && d.Replication != "async" {
+		return fmt.Errorf("replication must be semi-sync or async, got %q", d.Replication)
+	}
+	return nil
+}
+
+// ValidateKey checks a table's key definition.
+func ValidateKey(key []KeyPart) error {
+	if len(key) == 0 {
+		return fmt.Errorf("a table needs at least one key part")
+	}
+	if len(key) > 8 {
+		return fmt.Errorf("a table has at most 8 key parts, got %d", len(key))
+	}
+	seen := map[string]bool{}
+	for i := range key {
+		k := &key[i]
+		if !ValidName(k.Name) {
+			return fmt.Errorf("key part name %q must match %s", k.Name, namePattern)
+		}
+		if seen[k.Name] {
+			return fmt.Errorf("key part %s appears twice", k.Name)
+		}
+		seen[k.Name] = true
+		if k.Type == "" {
+			k.Type = keys.String
+		}
+		if k.Type != keys.String && k.Type != keys.Long && k.Type != keys.Int {
+			return fmt.Errorf("key part %s: type must be string, long or int, got %q", k.Name, k.Type)
+		}
+		if k.AutoIncrement {
+			if i != len(key)-1 || i == 0 {
+				return fmt.Errorf("key part %s: only the last key part of a key with two or more parts may auto-increment", k.Name)
+			}
+			if k.Type == keys.String {
+				return fmt.Errorf("key part %s: an auto-increment key part must be long or int", k.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// Version is one registered document schema version of a table.
+type Version struct {
+	Number int
+	// Text is the schema exactly as registered; plan caches key on it
+	// because canonical forms drop defaults.
+	Text   string
+	Schema avro.Schema
+	JSON   *JSONWriter
+}
+
+// NewVersion parses a version's schema text. The top level must be a record.
+func NewVersion(number int, text string) (*Version, error) {
+	s, err := Parse(text)
+	if err != nil {
+		return nil, err
+	}
+	if s.Type() != avro.Record {
+		return nil, fmt.Errorf("a document schema must be a record, got %s", s.Type())
+	}
+	if err := checkDefaults(s, ""); err != nil {
+		return nil, err
+	}
+	return &Version{Number: number, Text: text, Schema: s, JSON: NewJSONWriter(s)}, nil
+}
+
+// checkDefaults makes sure every default encodes, so that resolution never
+// fails at read time on a bad default.
+func checkDefaults(s avro.Schema, path string) error {
+	seen := map[string]bool{}
+	var walk func(s avro.Schema, path string) error
+	walk = func(s avro.Schema, path string) error {
+		switch s := deref(s).(type) {
+		case *avro.RecordSchema:
+			if seen[s.FullName()] {
+				return nil
+			}
+			seen[s.FullName()] = true
+			for _, f := range s.Fields() {
+				p := join(path, f.Name())
+				if f.HasDefault() {
+					if _, err := encodeDefault(f); err != nil {
+						return fieldErr(p, "default does not match the field type: %v", err)
+					}
+				}
+				if err := walk(f.Type(), p); err != nil {
+					return err
+				}
+			}
+		case *avro.ArraySchema:
+			return walk(s.Items(), path)
+		case *avro.MapSchema:
+			return walk(s.Values(), path)
+		case *avro.UnionSchema:
+			for _, b := range s.Types() {
+				if err := walk(b, path); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(s, path)
+}
+
+// Table is a table definition with all its schema versions.
+type Table struct {
+	Database string
+	Name     string
+	Key      []KeyPart
+	Versions []*Version // Versions[i].Number == i+1
+}
+
+// Latest returns the newest version.
+func (t *Table) Latest() *Version { return t.Versions[len(t.Versions)-1] }
+
+// Version returns version n, or nil.
+func (t *Table) Version(n int) *Version {
+	if n < 1 || n > len(t.Versions) {
+		return nil
+	}
+	return t.Versions[n-1]
+}
+
+// ParseKey parses key parts from their text form. It accepts a prefix of
+// the key (a collection); more parts than the key has is an error.
+func (t *Table) ParseKey(texts []string) ([]keys.Part, error) {
+	if len(texts) > len(t.Key) {
+		return nil, fmt.Errorf("table %s has %d key parts (%s), got %d", t.Name, len(t.Key), t.keyNames(), len(texts))
+	}
+	parts := make([]keys.Part, len(texts))
+	for i, s := range texts {
+		p, err := keys.Parse(t.Key[i].Type, s)
+		if err != nil {
+			return nil, fmt.Errorf("key part %s: %w", t.Key[i].Name, err)
+		}
+		parts[i] = p
+	}
+	return parts, nil
+}
+
+func (t *Table) keyNames() string {
+	names := make([]string, len(t.Key))
+	for i, k := range t.Key {
+		names[i] = k.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// AutoIncrement reports whether the table's last key part auto-increments.
+func (t *Table) AutoIncrement() bool { return t.Key[len(t.Key)-1].AutoIncrement }
+
+// KeyJSON renders key parts as a JSON array of strings and numbers.
+func KeyJSON(parts []keys.Part) json.RawMessage {
+	var b []byte
+	b = append(b, '[')
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if p.IsInt {
+			b = fmt.Appendf(b, "%d", p.Int)
+		} else {
+			b = appendJSONString(b, p.Str)
+		}
+	}
+	return append(b, ']')
+}
+
+// SameKey reports whether two key definitions are identical.
+func SameKey(a, b []KeyPart) bool { return slices.Equal(a, b) }
