@@ -1,0 +1,116 @@
+// Package coord owns Cortado's connection to etcd, its coordination
+// service: starting an embedded single-member etcd for `cortado serve` and
+// tests, and opening clients to an external etcd cluster. It never stores
+// Cortado data itself; the registry and cluster manager do, through the
+// clients it hands out.
+package coord
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// EmbeddedOptions configures an in-process etcd.
+type EmbeddedOptions struct {
+	// Dir holds etcd's data (WAL and snapshots).
+	Dir string
+	// ClientURL is where etcd listens for clients (default
+	// http://127.0.0.1:2379).
+	ClientURL string
+	// PeerURL is where etcd listens for peers (default
+	// http://127.0.0.1:2380). A single member never gets peer traffic,
+	// but etcd needs the address.
+	PeerURL string
+}
+
+// Embedded is a running in-process etcd.
+type Embedded struct {
+	etcd *embed.Etcd
+	// Endpoint is the client URL to connect to.
+	Endpoint string
+}
+
+// StartEmbedded starts a single-member etcd and waits until it serves.
+func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
+	if opts.ClientURL == "" {
+		opts.ClientURL = "http://127.0.0.1:2379"
+	}
+	if opts.PeerURL == "" {
+		opts.PeerURL = "http://127.0.0.1:2380"
+	}
+	cu, err := url.Parse(opts.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client url: %w", err)
+	}
+	pu, err := url.Parse(opts.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("etcd peer url: %w", err)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "cortado"
+	cfg.Dir = filepath.Clean(opts.Dir)
+	cfg.ListenClientUrls = []url.URL{*cu}
+	cfg.AdvertiseClientUrls = []url.URL{*cu}
+	cfg.ListenPeerUrls = []url.URL{*pu}
+	cfg.AdvertisePeerUrls = []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd in %s: %w", opts.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd in %s not ready after 30s", opts.Dir)
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	return &Embedded{etcd: e, Endpoint: cu.String()}, nil
+}
+
+// Close stops etcd and waits for it.
+func (e *Embedded) Close() { e.etcd.Close() }
+
+// Connect opens a client to endpoints.
+func Connect(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Context:     ctx,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: %w", endpoints, err)
+	}
+	// Fail fast when nothing answers, instead of on first use.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Get(sctx, "/cortado/ping"); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd %v does not answer: %w", endpoints, err)
+	}
+	return cli, nil
+}
+
+// FreeLoopbackURL returns an http URL on a loopback port that was free a
+// moment ago, for tests and for embedded mode.
+func FreeLoopbackURL() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String(), nil
+}

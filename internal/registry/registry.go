@@ -1,0 +1,326 @@
+// Package registry owns the schema registry: database definitions and the
+// versioned schemas of every table, kept in etcd and mirrored in memory by a
+// watch so that every router and storage node sees the same versions.
+//
+// Versions are immutable and numbered from 1 without gaps; a version is
+// only written after schema.CheckEvolution accepted it against the one
+// before, and the write is an etcd transaction that fails if another
+// registrar took the number first.
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// Errors the API maps to statuses.
+var (
+	ErrNoDatabase     = errors.New("no such database")
+	ErrNoTable        = errors.New("no such table")
+	ErrNoVersion      = errors.New("no such schema version")
+	ErrDatabaseExists = errors.New("database exists with another definition")
+	ErrKeyChanged     = errors.New("a table's key cannot change")
+)
+
+// InvalidError wraps a definition or schema the registry refuses as
+// malformed (400).
+type InvalidError struct{ Err error }
+
+func (e *InvalidError) Error() string { return e.Err.Error() }
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+// IncompatibleError is returned for a schema version that does not evolve
+// from the previous one (409). Field names the offending field.
+type IncompatibleError struct {
+	Table   string
+	Version int
+	*schema.FieldError
+}
+
+func (e *IncompatibleError) Error() string {
+	return fmt.Sprintf("table %s: version %d is incompatible with version %d: %s", e.Table, e.Version, e.Version-1, e.FieldError.Error())
+}
+
+// Registry is the etcd-backed schema registry with an in-memory mirror.
+type Registry struct {
+	cli    *clientv3.Client
+	prefix string
+	log    *slog.Logger
+
+	mu     sync.RWMutex
+	dbs    map[string]*schema.Database
+	tables map[string]map[string]*schema.Table
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type storedVersion struct {
+	Key    []schema.KeyPart `json:"key"`
+	Schema string           `json:"schema"`
+}
+
+// Open loads the registry under prefix (e.g. "/cortado") and keeps it in
+// sync with a watch until Close.
+func Open(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Logger) (*Registry, error) {
+	r := &Registry{
+		cli: cli, prefix: strings.TrimSuffix(prefix, "/") + "/schemata/", log: log,
+		dbs: map[string]*schema.Database{}, tables: map[string]map[string]*schema.Table{},
+		done: make(chan struct{}),
+	}
+	resp, err := cli.Get(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("load schema registry: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		if err := r.apply(string(kv.Key), kv.Value); err != nil {
+			return nil, fmt.Errorf("load schema registry: %s: %w", kv.Key, err)
+		}
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.watch(wctx, resp.Header.Revision+1)
+	return r, nil
+}
+
+// Close stops the watch.
+func (r *Registry) Close() {
+	r.cancel()
+	<-r.done
+}
+
+func (r *Registry) watch(ctx context.Context, rev int64) {
+	defer close(r.done)
+	for ctx.Err() == nil {
+		wc := r.cli.Watch(clientv3.WithRequireLeader(ctx), r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+		for wr := range wc {
+			if wr.Err() != nil {
+				r.log.Warn("schema registry watch", "err", wr.Err())
+				break
+			}
+			for _, ev := range wr.Events {
+				rev = ev.Kv.ModRevision + 1
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				if err := r.apply(string(ev.Kv.Key), ev.Kv.Value); err != nil {
+					r.log.Error("schema registry: bad entry", "key", string(ev.Kv.Key), "err", err)
+				}
+			}
+		}
+	}
+}
+
+// apply adds one etcd entry to the mirror. It is idempotent.
+func (r *Registry) apply(key string, value []byte) error {
+	rest := strings.TrimPrefix(key, r.prefix)
+	parts := strings.Split(rest, "/")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case len(parts) == 2 && parts[0] == "db":
+		var d schema.Database
+		if err := json.Unmarshal(value, &d); err != nil {
+			return err
+		}
+		r.dbs[d.Name] = &d
+		if r.tables[d.Name] == nil {
+			r.tables[d.Name] = map[string]*schema.Table{}
+		}
+	case len(parts) == 4 && parts[0] == "table":
+		db, name := parts[1], parts[2]
+		n, err := strconv.Atoi(parts[3])
+		if err != nil {
+			return err
+		}
+		var sv storedVersion
+		if err := json.Unmarshal(value, &sv); err != nil {
+			return err
+		}
+		if r.tables[db] == nil {
+			r.tables[db] = map[string]*schema.Table{}
+		}
+		t := r.tables[db][name]
+		if t == nil {
+			t = &schema.Table{Database: db, Name: name, Key: sv.Key}
+		}
+		if n != len(t.Versions)+1 {
+			return nil // already known (or out of order: the load sorts keys)
+		}
+		v, err := schema.NewVersion(n, sv.Schema)
+		if err != nil {
+			return err
+		}
+		// Tables are replaced, never mutated, so readers holding the old
+		// *Table keep a consistent view.
+		nt := &schema.Table{Database: db, Name: name, Key: t.Key, Versions: append(t.Versions[:len(t.Versions):len(t.Versions)], v)}
+		r.tables[db][name] = nt
+	}
+	return nil
+}
+
+func (r *Registry) dbKey(name string) string { return r.prefix + "db/" + name }
+
+func (r *Registry) versionKey(db, table string, n int) string {
+	return fmt.Sprintf("%stable/%s/%s/%08d", r.prefix, db, table, n)
+}
+
+// CreateDatabase creates a database. Creating one that exists with the same
+// definition is not an error (created is false); another definition is
+// ErrDatabaseExists.
+func (r *Registry) CreateDatabase(ctx context.Context, d schema.Database) (db *schema.Database, created bool, err error) {
+	if err := d.Normalize(); err != nil {
+		return nil, false, &InvalidError{err}
+	}
+	val, _ := json.Marshal(d)
+	key := r.dbKey(d.Name)
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val))).
+		Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return nil, false, fmt.Errorf("create database %s: %w", d.Name, err)
+	}
+	if !resp.Succeeded {
+		var existing schema.Database
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 1 && json.Unmarshal(kvs[0].Value, &existing) == nil && existing == d {
+			return &existing, false, nil
+		}
+		return &existing, false, fmt.Errorf("database %s: %w", d.Name, ErrDatabaseExists)
+	}
+	if err := r.apply(key, val); err != nil {
+		return nil, false, err
+	}
+	return &d, true, nil
+}
+
+// Database returns a database definition.
+func (r *Registry) Database(name string) (*schema.Database, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	d, ok := r.dbs[name]
+	if !ok {
+		return nil, fmt.Errorf("database %s: %w", name, ErrNoDatabase)
+	}
+	return d, nil
+}
+
+// Databases lists all databases by name.
+func (r *Registry) Databases() []*schema.Database {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*schema.Database, 0, len(r.dbs))
+	for _, d := range r.dbs {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Table returns a table with all its versions.
+func (r *Registry) Table(db, name string) (*schema.Table, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if _, ok := r.dbs[db]; !ok {
+		return nil, fmt.Errorf("database %s: %w", db, ErrNoDatabase)
+	}
+	t, ok := r.tables[db][name]
+	if !ok {
+		return nil, fmt.Errorf("table %s.%s: %w", db, name, ErrNoTable)
+	}
+	return t, nil
+}
+
+// Tables lists a database's tables by name.
+func (r *Registry) Tables(db string) []*schema.Table {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*schema.Table, 0, len(r.tables[db]))
+	for _, t := range r.tables[db] {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// RegisterVersion registers text as the next schema version of a table,
+// creating the table (with key) at version 1. key may be nil after version
+// 1; when given it must equal the table's key. Registering the same text
+// as the latest version returns that version with created false.
+func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []schema.KeyPart, text string) (version int, created bool, err error) {
+	if _, err := r.Database(db); err != nil {
+		return 0, false, err
+	}
+	if !schema.ValidName(table) {
+		return 0, false, &InvalidError{fmt.Errorf("table name %q must be a letter followed by letters, digits or _", table)}
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		t, _ := r.Table(db, table)
+		next := 1
+		if t != nil {
+			next = len(t.Versions) + 1
+			if key != nil && !schema.SameKey(key, t.Key) {
+				return 0, false, fmt.Errorf("table %s: %w", table, ErrKeyChanged)
+			}
+			key = t.Key
+			if t.Latest().Text == text {
+				return t.Latest().Number, false, nil
+			}
+		} else if err := schema.ValidateKey(key); err != nil {
+			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
+		}
+		v, err := schema.NewVersion(next, text)
+		if err != nil {
+			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
+		}
+		if t != nil {
+			if err := schema.CheckEvolution(t.Latest().Schema, v.Schema); err != nil {
+				return 0, false, &IncompatibleError{Table: table, Version: next, FieldError: err.(*schema.FieldError)}
+			}
+		}
+		val, _ := json.Marshal(storedVersion{Key: key, Schema: text})
+		k := r.versionKey(db, table, next)
+		resp, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, string(val))).Commit()
+		if err != nil {
+			return 0, false, fmt.Errorf("register %s.%s version %d: %w", db, table, next, err)
+		}
+		if resp.Succeeded {
+			if err := r.apply(k, val); err != nil {
+				return 0, false, err
+			}
+			return next, true, nil
+		}
+		// Someone registered this number first; catch up and re-check.
+		if err := r.reloadTable(ctx, db, table); err != nil {
+			return 0, false, err
+		}
+	}
+	return 0, false, fmt.Errorf("register %s.%s: too much contention", db, table)
+}
+
+func (r *Registry) reloadTable(ctx context.Context, db, table string) error {
+	resp, err := r.cli.Get(ctx, fmt.Sprintf("%stable/%s/%s/", r.prefix, db, table), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return err
+	}
+	for _, kv := range resp.Kvs {
+		if err := r.apply(string(kv.Key), kv.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}

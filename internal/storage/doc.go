@@ -1,0 +1,12 @@
+// Package storage owns a storage node's Pebble instance: the partitioned
+// keyspace (every key starts with the partition, see package keys), document
+// rows with their header, the per-partition commit log, and SCN assignment.
+//
+// Invariants:
+//   - One commit of a partition is one Pebble batch that holds the document
+//     rows, the commit-log entry and the partition's new SCN, written with
+//     fsync before Update returns; a crash leaves all of it or none of it.
+//   - Commits of one partition are serialized and take consecutive
+//     sequence numbers; all events of a commit share its SCN.
+//   - A document row is never read without checking its CRC.
+package storage

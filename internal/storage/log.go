@@ -1,0 +1,128 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+)
+
+// Op is the kind of change an event records.
+type Op byte
+
+// Event kinds.
+const (
+	OpInsert Op = 'i'
+	OpUpdate Op = 'u'
+	OpDelete Op = 'd'
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	}
+	return "unknown"
+}
+
+// Event is one document change inside a commit: what the change stream and
+// replicas consume.
+type Event struct {
+	Op    Op
+	Table string
+	// Key is the encoded key (keys.Encode) of the document.
+	Key []byte
+	// Version and Value are the post-image (absent for deletes).
+	Version int
+	Value   []byte
+	// PrevVersion and PrevValue are the pre-image (absent for inserts).
+	PrevVersion int
+	PrevValue   []byte
+}
+
+// Commit is one entry of a partition's commit log: every event of one
+// transaction, under one SCN.
+type Commit struct {
+	SCN       SCN
+	Timestamp time.Time
+	Events    []Event
+}
+
+var errCorruptLog = errors.New("storage: corrupt commit log entry")
+
+func encodeCommit(c *Commit) []byte {
+	b := binary.AppendVarint(nil, c.Timestamp.UnixNano())
+	b = binary.AppendUvarint(b, uint64(len(c.Events)))
+	for _, e := range c.Events {
+		b = append(b, byte(e.Op))
+		b = appendBytes(b, []byte(e.Table))
+		b = appendBytes(b, e.Key)
+		b = binary.AppendUvarint(b, uint64(e.Version))
+		b = appendBytes(b, e.Value)
+		b = binary.AppendUvarint(b, uint64(e.PrevVersion))
+		b = appendBytes(b, e.PrevValue)
+	}
+	return b
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+type logReader struct {
+	b   []byte
+	err error
+}
+
+func (r *logReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errCorruptLog
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *logReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(len(r.b)) {
+		r.err = errCorruptLog
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func decodeCommit(scn SCN, b []byte) (Commit, error) {
+	ts, n := binary.Varint(b)
+	if n <= 0 {
+		return Commit{}, errCorruptLog
+	}
+	r := logReader{b: b[n:]}
+	c := Commit{SCN: scn, Timestamp: time.Unix(0, ts)}
+	count := r.uvarint()
+	for i := uint64(0); i < count && r.err == nil; i++ {
+		if len(r.b) == 0 {
+			return Commit{}, errCorruptLog
+		}
+		e := Event{Op: Op(r.b[0])}
+		r.b = r.b[1:]
+		e.Table = string(r.bytes())
+		e.Key = r.bytes()
+		e.Version = int(r.uvarint())
+		e.Value = r.bytes()
+		e.PrevVersion = int(r.uvarint())
+		e.PrevValue = r.bytes()
+		c.Events = append(c.Events, e)
+	}
+	if r.err != nil {
+		return Commit{}, r.err
+	}
+	return c, nil
+}

@@ -1,0 +1,209 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// Partition is one partition's slice of the engine.
+type Partition struct {
+	e  *Engine
+	DB string
+	ID int
+
+	// mu serializes commits, and so SCN assignment and every
+	// read-modify-write (conditionals, patches, auto-increment).
+	mu  sync.Mutex
+	scn SCN // last committed
+}
+
+func openPartition(e *Engine, db string, id int) (*Partition, error) {
+	p := &Partition{e: e, DB: db, ID: id, scn: SCN{Gen: 1}}
+	v, closer, err := e.db.Get(keys.Meta(db, id, "scn"))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("partition %s/%d: read scn: %w", db, id, err)
+	default:
+		defer closer.Close()
+		if len(v) != 12 {
+			return nil, fmt.Errorf("partition %s/%d: corrupt scn", db, id)
+		}
+		p.scn = SCN{Gen: binary.BigEndian.Uint32(v), Seq: binary.BigEndian.Uint64(v[4:])}
+	}
+	return p, nil
+}
+
+// SCN returns the last committed SCN.
+func (p *Partition) SCN() SCN {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.scn
+}
+
+func (p *Partition) dataKey(table string, key []keys.Part) []byte {
+	return keys.Data(p.DB, p.ID, table, key)
+}
+
+// Get reads one document.
+func (p *Partition) Get(table string, key []keys.Part) (Doc, bool, error) {
+	return getDoc(p.e.db, p.dataKey(table, key))
+}
+
+type getter interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+}
+
+func getDoc(r getter, k []byte) (Doc, bool, error) {
+	v, closer, err := r.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Doc{}, false, nil
+	}
+	if err != nil {
+		return Doc{}, false, err
+	}
+	defer closer.Close()
+	d, err := decodeRow(v)
+	if err != nil {
+		return Doc{}, false, fmt.Errorf("key %x: %w", k, err)
+	}
+	d.Value = append([]byte(nil), d.Value...)
+	return d, true, nil
+}
+
+// ScanOptions selects documents of one collection.
+type ScanOptions struct {
+	Table string
+	// Prefix is the leading key parts of the collection (may be empty:
+	// the whole table in this partition).
+	Prefix []keys.Part
+	// After resumes after this full encoded key (a continuation token).
+	After []byte
+	// Limit stops after this many documents (0: no limit).
+	Limit int
+}
+
+// Scan calls fn for each document of a collection in key order, with its
+// key parts and its encoded key, from one consistent snapshot. fn returns
+// false to stop.
+func (p *Partition) Scan(o ScanOptions, fn func(key []keys.Part, encoded []byte, d Doc) bool) error {
+	return scan(p.e.db, p.DB, p.ID, o, fn)
+}
+
+type iterable interface {
+	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+func scan(r iterable, db string, id int, o ScanOptions, fn func([]keys.Part, []byte, Doc) bool) error {
+	tablePrefix := keys.DataTablePrefix(db, id, o.Table)
+	lower := keys.AppendParts(append([]byte(nil), tablePrefix...), o.Prefix)
+	upper := keys.PrefixEnd(lower)
+	if o.After != nil {
+		after := append(append([]byte(nil), tablePrefix...), o.After...)
+		// The smallest key after `after` is after+0x00.
+		if start := append(after, 0); string(start) > string(lower) {
+			lower = start
+		}
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		encoded := it.Key()[len(tablePrefix):]
+		parts, err := keys.Decode(encoded)
+		if err != nil {
+			return fmt.Errorf("key %x: %w", it.Key(), err)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		d, err := decodeRow(v)
+		if err != nil {
+			return fmt.Errorf("key %x: %w", it.Key(), err)
+		}
+		d.Value = append([]byte(nil), d.Value...)
+		if !fn(parts, append([]byte(nil), encoded...), d) {
+			break
+		}
+		if n++; o.Limit > 0 && n >= o.Limit {
+			break
+		}
+	}
+	return it.Error()
+}
+
+// ReadLog calls fn for each commit with an SCN at or after from, in SCN
+// order.
+func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
+	prefix := keys.LogPrefix(p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{
+		LowerBound: keys.Log(p.DB, p.ID, from.Gen, from.Seq),
+		UpperBound: keys.PrefixEnd(prefix),
+	})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+		if err != nil {
+			return err
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		c, err := decodeCommit(SCN{gen, seq}, append([]byte(nil), v...))
+		if err != nil {
+			return fmt.Errorf("partition %s/%d: scn %d:%d: %w", p.DB, p.ID, gen, seq, err)
+		}
+		if !fn(c) {
+			break
+		}
+	}
+	return it.Error()
+}
+
+// Update runs fn in a transaction of this partition. Everything fn writes
+// commits as one batch under the next SCN, with fsync; if fn fails nothing
+// is written. A transaction that writes nothing commits nothing and returns
+// the current SCN.
+func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := SCN{Gen: p.scn.Gen, Seq: p.scn.Seq + 1}
+	tx := &Tx{p: p, b: p.e.db.NewIndexedBatch(), scn: next, now: time.Now()}
+	defer tx.b.Close()
+	if err := fn(tx); err != nil {
+		return SCN{}, err
+	}
+	if len(tx.events) == 0 {
+		return p.scn, nil
+	}
+	c := Commit{SCN: next, Timestamp: tx.now, Events: tx.events}
+	if err := tx.b.Set(keys.Log(p.DB, p.ID, next.Gen, next.Seq), encodeCommit(&c), nil); err != nil {
+		return SCN{}, err
+	}
+	scnVal := binary.BigEndian.AppendUint32(nil, next.Gen)
+	scnVal = binary.BigEndian.AppendUint64(scnVal, next.Seq)
+	if err := tx.b.Set(keys.Meta(p.DB, p.ID, "scn"), scnVal, nil); err != nil {
+		return SCN{}, err
+	}
+	if err := tx.b.Commit(p.e.writeOptions()); err != nil {
+		return SCN{}, fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, next, err)
+	}
+	p.scn = next
+	return next, nil
+}

@@ -1,0 +1,43 @@
+package storage
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// SCN is a system change number: the position of a commit in its
+// partition's timeline. Generation increases with every mastership change;
+// sequence increases with every commit within a generation.
+type SCN struct {
+	Gen uint32
+	Seq uint64
+}
+
+// Less orders SCNs by generation, then sequence.
+func (s SCN) Less(o SCN) bool {
+	return s.Gen < o.Gen || (s.Gen == o.Gen && s.Seq < o.Seq)
+}
+
+// IsZero reports whether s is before every commit.
+func (s SCN) IsZero() bool { return s.Gen == 0 && s.Seq == 0 }
+
+// String renders "generation:sequence", the form used in headers and URLs.
+func (s SCN) String() string { return fmt.Sprintf("%d:%d", s.Gen, s.Seq) }
+
+// ParseSCN parses the form String produces.
+func ParseSCN(text string) (SCN, error) {
+	g, q, ok := strings.Cut(text, ":")
+	if !ok {
+		return SCN{}, fmt.Errorf("SCN %q: want generation:sequence", text)
+	}
+	gen, err := strconv.ParseUint(g, 10, 32)
+	if err != nil {
+		return SCN{}, fmt.Errorf("SCN %q: bad generation", text)
+	}
+	seq, err := strconv.ParseUint(q, 10, 64)
+	if err != nil {
+		return SCN{}, fmt.Errorf("SCN %q: bad sequence", text)
+	}
+	return SCN{Gen: uint32(gen), Seq: seq}, nil
+}

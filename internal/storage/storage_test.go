@@ -1,0 +1,149 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+func open(t *testing.T, dir string) *Engine {
+	t.Helper()
+	e, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestCommitsGetConsecutiveSCNsAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	p, _ := e.Partition("db", 3)
+	for i := 1; i <= 5; i++ {
+		scn, err := p.Update(func(tx *Tx) error {
+			_, err := tx.Put("T", []keys.Part{keys.S("k"), keys.I(int64(i))}, 1, []byte{byte(i)})
+			return err
+		})
+		if err != nil || scn != (SCN{1, uint64(i)}) {
+			t.Fatalf("commit %d: scn %v err %v", i, scn, err)
+		}
+	}
+	e.Close()
+	e = open(t, dir)
+	defer e.Close()
+	p, _ = e.Partition("db", 3)
+	if p.SCN() != (SCN{1, 5}) {
+		t.Fatalf("after reopen scn = %v", p.SCN())
+	}
+	scn, _ := p.Update(func(tx *Tx) error {
+		_, err := tx.Delete("T", []keys.Part{keys.S("k"), keys.I(1)})
+		return err
+	})
+	if scn != (SCN{1, 6}) {
+		t.Fatalf("next scn = %v", scn)
+	}
+	var seqs []uint64
+	var ops []Op
+	p.ReadLog(SCN{1, 1}, func(c Commit) bool {
+		seqs = append(seqs, c.SCN.Seq)
+		ops = append(ops, c.Events[0].Op)
+		return true
+	})
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 6]" || ops[5] != OpDelete || ops[0] != OpInsert {
+		t.Fatalf("log = %v %v", seqs, ops)
+	}
+	// Other partitions have their own timeline.
+	q, _ := e.Partition("db", 4)
+	if q.SCN() != (SCN{1, 0}) {
+		t.Fatalf("untouched partition scn = %v", q.SCN())
+	}
+}
+
+func TestFailedUpdateWritesNothing(t *testing.T) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	p, _ := e.Partition("db", 0)
+	boom := errors.New("boom")
+	_, err := p.Update(func(tx *Tx) error {
+		tx.Put("T", []keys.Part{keys.S("a")}, 1, []byte("x"))
+		if _, ok, _ := tx.Get("T", []keys.Part{keys.S("a")}); !ok {
+			t.Error("transaction does not see its own write")
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	if _, ok, _ := p.Get("T", []keys.Part{keys.S("a")}); ok {
+		t.Fatal("aborted write visible")
+	}
+	if p.SCN() != (SCN{1, 0}) {
+		t.Fatalf("aborted update consumed an SCN: %v", p.SCN())
+	}
+}
+
+func TestScanCollection(t *testing.T) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	p, _ := e.Partition("db", 0)
+	p.Update(func(tx *Tx) error {
+		for _, box := range []string{"a", "ab", "b"} {
+			for i := int64(1); i <= 3; i++ {
+				tx.Put("M", []keys.Part{keys.S(box), keys.I(i)}, 1, []byte(box))
+			}
+		}
+		return nil
+	})
+	var got []string
+	var last []byte
+	err := p.Scan(ScanOptions{Table: "M", Prefix: []keys.Part{keys.S("a")}, Limit: 2}, func(k []keys.Part, enc []byte, d Doc) bool {
+		got = append(got, fmt.Sprint(k[0].Str, k[1].Int))
+		last = enc
+		return true
+	})
+	if err != nil || fmt.Sprint(got) != "[a1 a2]" {
+		t.Fatalf("page 1 = %v %v", got, err)
+	}
+	got = nil
+	p.Scan(ScanOptions{Table: "M", Prefix: []keys.Part{keys.S("a")}, After: last}, func(k []keys.Part, _ []byte, d Doc) bool {
+		got = append(got, fmt.Sprint(k[0].Str, k[1].Int))
+		return true
+	})
+	if fmt.Sprint(got) != "[a3]" {
+		t.Fatalf("page 2 = %v", got)
+	}
+}
+
+func TestAutoIncrementNeverReuses(t *testing.T) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	p, _ := e.Partition("db", 0)
+	box := []keys.Part{keys.S("box")}
+	var ids []int64
+	for range 3 {
+		p.Update(func(tx *Tx) error {
+			n, err := tx.NextAutoIncrement("M", box)
+			ids = append(ids, n)
+			tx.Put("M", append(box, keys.I(n)), 1, nil)
+			return err
+		})
+	}
+	p.Update(func(tx *Tx) error { _, err := tx.Delete("M", append(box, keys.I(3))); return err })
+	p.Update(func(tx *Tx) error {
+		n, err := tx.NextAutoIncrement("M", box)
+		ids = append(ids, n)
+		return err
+	})
+	if fmt.Sprint(ids) != "[1 2 3 4]" {
+		t.Fatalf("ids = %v", ids)
+	}
+}
+
+func TestCorruptRowDetected(t *testing.T) {
+	d := Doc{Version: 1, CRC: 123, Value: []byte("abc")}
+	if _, err := decodeRow(encodeRow(nil, &d)); !errors.Is(err, ErrCorruptRow) {
+		t.Fatalf("bad CRC not detected: %v", err)
+	}
+}

@@ -1,0 +1,110 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// Tx is a transaction of one partition, open inside Partition.Update. Reads
+// see the transaction's own writes.
+type Tx struct {
+	p      *Partition
+	b      *pebble.Batch
+	scn    SCN
+	now    time.Time
+	events []Event
+}
+
+// SCN is the SCN this transaction commits under.
+func (tx *Tx) SCN() SCN { return tx.scn }
+
+// Now is the transaction's timestamp, the Last-Modified of what it writes.
+func (tx *Tx) Now() time.Time { return tx.now }
+
+// Get reads a document as the transaction sees it.
+func (tx *Tx) Get(table string, key []keys.Part) (Doc, bool, error) {
+	return getDoc(tx.b, tx.p.dataKey(table, key))
+}
+
+// Scan reads a collection as the transaction sees it.
+func (tx *Tx) Scan(o ScanOptions, fn func(key []keys.Part, encoded []byte, d Doc) bool) error {
+	return scan(tx.b, tx.p.DB, tx.p.ID, o, fn)
+}
+
+// Put writes a document (Avro bytes of schema version) and returns what
+// was stored.
+func (tx *Tx) Put(table string, key []keys.Part, version int, value []byte) (Doc, error) {
+	k := tx.p.dataKey(table, key)
+	prev, existed, err := getDoc(tx.b, k)
+	if err != nil {
+		return Doc{}, err
+	}
+	d := Doc{Version: version, SCN: tx.scn, Modified: tx.now, CRC: crc32.ChecksumIEEE(value), Value: value}
+	if err := tx.b.Set(k, encodeRow(nil, &d), nil); err != nil {
+		return Doc{}, err
+	}
+	e := Event{Op: OpInsert, Table: table, Key: keys.Encode(key), Version: version, Value: value}
+	if existed {
+		e.Op, e.PrevVersion, e.PrevValue = OpUpdate, prev.Version, prev.Value
+	}
+	tx.events = append(tx.events, e)
+	return d, nil
+}
+
+// Delete removes a document; it reports whether it existed.
+func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
+	k := tx.p.dataKey(table, key)
+	prev, existed, err := getDoc(tx.b, k)
+	if err != nil || !existed {
+		return false, err
+	}
+	if err := tx.b.Delete(k, nil); err != nil {
+		return false, err
+	}
+	tx.events = append(tx.events, Event{Op: OpDelete, Table: table, Key: keys.Encode(key), PrevVersion: prev.Version, PrevValue: prev.Value})
+	return true, nil
+}
+
+// NextAutoIncrement returns the next value of the auto-increment last key
+// part under collection prefix: one more than both the largest value ever
+// handed out there and the largest key present, so deleted keys are never
+// reused.
+func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part) (int64, error) {
+	metaKey := keys.Meta(tx.p.DB, tx.p.ID, "autoinc", append([]keys.Part{keys.S(table)}, prefix...)...)
+	var last int64
+	v, closer, err := tx.b.Get(metaKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return 0, err
+	default:
+		last = int64(binary.BigEndian.Uint64(v))
+		closer.Close()
+	}
+	// The largest present key: the last entry of the collection.
+	lower := keys.AppendParts(keys.DataTablePrefix(tx.p.DB, tx.p.ID, table), prefix)
+	it, err := tx.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: keys.PrefixEnd(lower)})
+	if err != nil {
+		return 0, err
+	}
+	if it.Last() {
+		parts, err := keys.Decode(it.Key()[len(lower):])
+		if err == nil && len(parts) == 1 && parts[0].IsInt && parts[0].Int > last {
+			last = parts[0].Int
+		}
+	}
+	if err := it.Close(); err != nil {
+		return 0, err
+	}
+	next := last + 1
+	if err := tx.b.Set(metaKey, binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
+		return 0, err
+	}
+	return next, nil
+}
