@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"slices"
 	"strings"
@@ -237,3 +238,13 @@ func KeyJSON(parts []keys.Part) json.RawMessage {
 
 // SameKey reports whether two key definitions are identical.
 func SameKey(a, b []KeyPart) bool { return slices.Equal(a, b) }
+
+// PartitionOf returns the partition that holds the document group of
+// partition key pk. It is the one partitioning function of the system:
+// FNV-1a of the key part's order-preserving encoding, modulo the number of
+// partitions, so every role computes the same answer.
+func (d *Database) PartitionOf(pk keys.Part) int {
+	h := fnv.New32a()
+	h.Write(keys.AppendPart(nil, pk))
+	return int(h.Sum32() % uint32(d.Partitions))
+}

@@ -1,0 +1,409 @@
+// Package client is the Go client of Cortado's document API. One Client
+// type has two transports: New talks HTTP to a router; OpenEmbedded opens a
+// data directory in-process and calls the same router code directly, with
+// no network hop, for programs that use Cortado as a local library.
+//
+// Every call takes a context. Failures the server reports come back as
+// *Error, which carries the RFC 9457 problem and matches the sentinel
+// errors below with errors.Is.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Key is a document key or key prefix: its parts in order, each a string
+// or an integer.
+type Key []any
+
+func (k Key) texts() []string {
+	out := make([]string, len(k))
+	for i, p := range k {
+		switch v := p.(type) {
+		case string:
+			out[i] = v
+		case int:
+			out[i] = strconv.Itoa(v)
+		case int64:
+			out[i] = strconv.FormatInt(v, 10)
+		case int32:
+			out[i] = strconv.FormatInt(int64(v), 10)
+		case json.Number:
+			out[i] = v.String()
+		case float64: // from encoding/json
+			out[i] = strconv.FormatInt(int64(v), 10)
+		default:
+			out[i] = fmt.Sprint(v)
+		}
+	}
+	return out
+}
+
+// Database is a database definition; zero fields take server defaults.
+type Database struct {
+	Partitions  int    `json:"partitions,omitempty"`
+	Replicas    int    `json:"replicas,omitempty"`
+	Replication string `json:"replication,omitempty"`
+}
+
+// KeyPart is one part of a table's key.
+type KeyPart struct {
+	Name          string `json:"name"`
+	Type          string `json:"type,omitempty"` // string (default), long, int
+	AutoIncrement bool   `json:"autoIncrement,omitempty"`
+}
+
+// TableSchema registers a table version: the key (required for version 1)
+// and the Avro record schema.
+type TableSchema struct {
+	Key    []KeyPart       `json:"key,omitempty"`
+	Schema json.RawMessage `json:"schema"`
+}
+
+// TableInfo describes a table.
+type TableInfo struct {
+	Name     string    `json:"name"`
+	Key      []KeyPart `json:"key"`
+	Latest   int       `json:"latest"`
+	Versions []int     `json:"versions"`
+}
+
+// Conditions are conditional request headers (compare-and-swap).
+type Conditions struct {
+	IfMatch           string // an ETag, or "*"
+	IfNoneMatch       string // an ETag, or "*" (create only)
+	IfModifiedSince   time.Time
+	IfUnmodifiedSince time.Time
+}
+
+// ReadOptions shape a read.
+type ReadOptions struct {
+	// Fields projects documents to these dot paths.
+	Fields []string
+	// Version asks for documents as this schema version (default latest).
+	Version int
+	Conditions
+}
+
+// Document is one document read.
+type Document struct {
+	Key           Key
+	SCN           string
+	ETag          string
+	LastModified  time.Time
+	SchemaVersion int
+	// Body is the JSON document (or Avro binary from GetAvro).
+	Body json.RawMessage
+}
+
+// Decode unmarshals the JSON body into v.
+func (d *Document) Decode(v any) error { return json.Unmarshal(d.Body, v) }
+
+// Page is a collection page or a multi-get result.
+type Page struct {
+	Documents []Document
+	// Missing lists multi-get keys that were not found.
+	Missing []Key
+	// Next continues a collection; "" on the last page.
+	Next string
+	SCN  string
+}
+
+// WriteResult reports a committed write.
+type WriteResult struct {
+	SCN          string
+	Key          Key
+	Created      bool
+	ETag         string
+	LastModified time.Time
+	Deleted      int
+}
+
+// Patch is a partial update: set paths to values, remove map entries or
+// reset fields to their default, increment numbers.
+type Patch struct {
+	Set       map[string]any `json:"set,omitempty"`
+	Remove    []string       `json:"remove,omitempty"`
+	Increment map[string]any `json:"increment,omitempty"`
+}
+
+// TxnOp is one operation of a transaction: Op is put, insert (auto
+// increment), patch or delete.
+type TxnOp struct {
+	Op          string `json:"op"`
+	Table       string `json:"table"`
+	Key         Key    `json:"key"`
+	Document    any    `json:"document,omitempty"`
+	Patch       *Patch `json:"patch,omitempty"`
+	IfMatch     string `json:"ifMatch,omitempty"`
+	IfNoneMatch string `json:"ifNoneMatch,omitempty"`
+}
+
+// TxnResult reports a committed transaction.
+type TxnResult struct {
+	SCN     string `json:"scn"`
+	Results []struct {
+		Key     Key    `json:"key"`
+		ETag    string `json:"etag,omitempty"`
+		Deleted int    `json:"deleted,omitempty"`
+	} `json:"results"`
+}
+
+// Error is a problem the server reported (RFC 9457).
+type Error struct {
+	Status    int    `json:"status"`
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Detail    string `json:"detail,omitempty"`
+	Field     string `json:"field,omitempty"`
+	Operation *int   `json:"operation,omitempty"`
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("cortado: %d %s", e.Status, e.Title)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Is matches errors of the same problem type, so errors.Is(err,
+// client.ErrNotFound) works.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Type == e.Type
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrNotFound           = &Error{Type: "urn:cortado:problem:document-not-found"}
+	ErrPreconditionFailed = &Error{Type: "urn:cortado:problem:precondition-failed"}
+	ErrInvalidDocument    = &Error{Type: "urn:cortado:problem:invalid-document"}
+	ErrIncompatibleSchema = &Error{Type: "urn:cortado:problem:incompatible-schema"}
+	ErrNoDatabase         = &Error{Type: "urn:cortado:problem:no-such-database"}
+	ErrNoTable            = &Error{Type: "urn:cortado:problem:no-such-table"}
+	// ErrNotModified is returned by reads whose If-None-Match or
+	// If-Modified-Since condition held (HTTP 304).
+	ErrNotModified = errors.New("cortado: not modified")
+)
+
+// transport carries calls to a router.
+type transport interface {
+	createDatabase(ctx context.Context, name string, body []byte) error
+	registerSchema(ctx context.Context, db, table string, body []byte) (int, error)
+	tableInfo(ctx context.Context, db, table string) ([]byte, error)
+	schemaVersion(ctx context.Context, db, table string, version int) ([]byte, error)
+	get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error)
+	collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) ([]byte, *Page, error)
+	multiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) ([]byte, *Page, error)
+	put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
+	insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error)
+	patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
+	delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error)
+	txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error)
+	close() error
+}
+
+// Client is a Cortado client. It is safe for concurrent use.
+type Client struct{ t transport }
+
+// Close releases the client (and, for an embedded client, closes the
+// data directory).
+func (c *Client) Close() error { return c.t.close() }
+
+// CreateDatabase creates a database; creating it again with the same
+// definition succeeds.
+func (c *Client) CreateDatabase(ctx context.Context, name string, def Database) error {
+	body, _ := json.Marshal(def)
+	return c.t.createDatabase(ctx, name, body)
+}
+
+// RegisterSchema registers the next schema version of a table (creating
+// the table at version 1) and returns the version number.
+func (c *Client) RegisterSchema(ctx context.Context, db, table string, s TableSchema) (int, error) {
+	body, err := json.Marshal(s)
+	if err != nil {
+		return 0, err
+	}
+	return c.t.registerSchema(ctx, db, table, body)
+}
+
+// Table describes a table.
+func (c *Client) Table(ctx context.Context, db, table string) (*TableInfo, error) {
+	b, err := c.t.tableInfo(ctx, db, table)
+	if err != nil {
+		return nil, err
+	}
+	var ti TableInfo
+	return &ti, json.Unmarshal(b, &ti)
+}
+
+// Schema returns one version of a table's Avro schema.
+func (c *Client) Schema(ctx context.Context, db, table string, version int) (json.RawMessage, error) {
+	b, err := c.t.schemaVersion(ctx, db, table, version)
+	if err != nil {
+		return nil, err
+	}
+	var v struct {
+		Schema json.RawMessage `json:"schema"`
+	}
+	return v.Schema, json.Unmarshal(b, &v)
+}
+
+// Get reads one document as JSON.
+func (c *Client) Get(ctx context.Context, db, table string, key Key, o *ReadOptions) (*Document, error) {
+	return withKey(c.t.get(ctx, db, table, key.texts(), o, false))(key)
+}
+
+// withKey sets the key of a read to the caller's.
+func withKey(d *Document, err error) func(Key) (*Document, error) {
+	return func(k Key) (*Document, error) {
+		if d != nil {
+			d.Key = k
+		}
+		return d, err
+	}
+}
+
+func writeKey(w *WriteResult, err error) func(Key) (*WriteResult, error) {
+	return func(k Key) (*WriteResult, error) {
+		if w != nil {
+			w.Key = k
+		}
+		return w, err
+	}
+}
+
+// normalize makes integer key parts int64 whatever the transport.
+func (k Key) normalize() Key {
+	for i, p := range k {
+		if n, ok := p.(json.Number); ok {
+			if v, err := n.Int64(); err == nil {
+				k[i] = v
+			}
+		}
+	}
+	return k
+}
+
+// GetAvro reads one document as Avro binary of o.Version (0: as written;
+// the version is in Document.SchemaVersion).
+func (c *Client) GetAvro(ctx context.Context, db, table string, key Key, o *ReadOptions) (*Document, error) {
+	return withKey(c.t.get(ctx, db, table, key.texts(), o, true))(key)
+}
+
+// Collection reads a page of the documents under a key prefix, in key
+// order; pass the previous page's Next to continue.
+func (c *Client) Collection(ctx context.Context, db, table string, prefix Key, limit int, next string, o *ReadOptions) (*Page, error) {
+	_, p, err := c.t.collection(ctx, db, table, prefix.texts(), limit, next, o)
+	return p, err
+}
+
+// MultiGet reads documents by full keys; missing keys are in Page.Missing.
+func (c *Client) MultiGet(ctx context.Context, db, table string, keys []Key, o *ReadOptions) (*Page, error) {
+	texts := make([][]string, len(keys))
+	for i, k := range keys {
+		texts[i] = k.texts()
+	}
+	_, p, err := c.t.multiGet(ctx, db, table, texts, o)
+	return p, err
+}
+
+func marshalDoc(doc any) ([]byte, error) {
+	switch d := doc.(type) {
+	case json.RawMessage:
+		return d, nil
+	case []byte:
+		return d, nil
+	}
+	return json.Marshal(doc)
+}
+
+// Put inserts or replaces a document (doc is marshalled to JSON; a
+// json.RawMessage is sent as is).
+func (c *Client) Put(ctx context.Context, db, table string, key Key, doc any, cond *Conditions) (*WriteResult, error) {
+	body, err := marshalDoc(doc)
+	if err != nil {
+		return nil, err
+	}
+	return writeKey(c.t.put(ctx, db, table, key.texts(), body, cond))(key)
+}
+
+// Insert adds a document under a collection with the next auto-increment
+// key; the result's Key is the new key.
+func (c *Client) Insert(ctx context.Context, db, table string, prefix Key, doc any) (*WriteResult, error) {
+	body, err := marshalDoc(doc)
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.t.insert(ctx, db, table, prefix.texts(), body)
+	if w != nil {
+		w.Key = w.Key.normalize()
+	}
+	return w, err
+}
+
+// Patch partially updates a document.
+func (c *Client) Patch(ctx context.Context, db, table string, key Key, p Patch, cond *Conditions) (*WriteResult, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	return writeKey(c.t.patch(ctx, db, table, key.texts(), body, cond))(key)
+}
+
+// Delete removes a document (full key) or a collection (partial key).
+func (c *Client) Delete(ctx context.Context, db, table string, key Key, cond *Conditions) (*WriteResult, error) {
+	return writeKey(c.t.delete(ctx, db, table, key.texts(), cond))(key)
+}
+
+// Txn applies ops to one document group atomically.
+func (c *Client) Txn(ctx context.Context, db string, partitionKey any, ops []TxnOp) (*TxnResult, error) {
+	body, err := json.Marshal(map[string]any{"ops": ops})
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.t.txn(ctx, db, Key{partitionKey}.texts()[0], body)
+	if err != nil {
+		return nil, err
+	}
+	var r TxnResult
+	return &r, json.Unmarshal(b, &r)
+}
+
+// pageJSON is the wire form of a Page.
+type pageJSON struct {
+	Documents []struct {
+		Key          Key             `json:"key"`
+		ETag         string          `json:"etag"`
+		SCN          string          `json:"scn"`
+		LastModified time.Time       `json:"lastModified"`
+		Document     json.RawMessage `json:"document"`
+	} `json:"documents"`
+	Missing []Key  `json:"missing"`
+	Next    string `json:"next"`
+}
+
+func parsePage(b []byte, scn string) (*Page, error) {
+	var pj pageJSON
+	dec := json.NewDecoder(bytesReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&pj); err != nil {
+		return nil, fmt.Errorf("cortado: bad page: %w", err)
+	}
+	p := &Page{Next: pj.Next, SCN: scn}
+	for _, k := range pj.Missing {
+		p.Missing = append(p.Missing, k.normalize())
+	}
+	for _, d := range pj.Documents {
+		p.Documents = append(p.Documents, Document{Key: d.Key.normalize(), SCN: d.SCN, ETag: d.ETag, LastModified: d.LastModified, Body: d.Document})
+	}
+	return p, nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,299 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Option configures an HTTP client.
+type Option func(*httpTransport)
+
+// WithHTTPClient sets the *http.Client used (default: one with bounded
+// idle connections per host and no overall timeout; use contexts).
+func WithHTTPClient(hc *http.Client) Option { return func(t *httpTransport) { t.hc = hc } }
+
+// New returns a client of the router at baseURL (e.g.
+// "http://127.0.0.1:8080").
+func New(baseURL string, opts ...Option) *Client {
+	t := &httpTransport{base: strings.TrimSuffix(baseURL, "/"), hc: &http.Client{
+		Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+	}}
+	for _, o := range opts {
+		o(t)
+	}
+	return &Client{t: t}
+}
+
+type httpTransport struct {
+	base string
+	hc   *http.Client
+}
+
+func (t *httpTransport) close() error {
+	t.hc.CloseIdleConnections()
+	return nil
+}
+
+func docPath(db, table string, key []string) string {
+	var b strings.Builder
+	b.WriteString("/" + url.PathEscape(db) + "/" + url.PathEscape(table))
+	for _, k := range key {
+		b.WriteString("/" + url.PathEscape(k))
+	}
+	return b.String()
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (t *httpTransport) do(ctx context.Context, method, path string, query url.Values, header http.Header, body []byte) (*response, error) {
+	u := t.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	r := &response{status: resp.StatusCode, header: resp.Header, body: b}
+	if resp.StatusCode == http.StatusNotModified {
+		return r, ErrNotModified
+	}
+	if resp.StatusCode >= 400 {
+		e := &Error{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+			json.Unmarshal(b, e)
+		}
+		return r, e
+	}
+	return r, nil
+}
+
+func condHeaders(h http.Header, c *Conditions) http.Header {
+	if h == nil {
+		h = http.Header{}
+	}
+	if c == nil {
+		return h
+	}
+	if c.IfMatch != "" {
+		h.Set("If-Match", c.IfMatch)
+	}
+	if c.IfNoneMatch != "" {
+		h.Set("If-None-Match", c.IfNoneMatch)
+	}
+	if !c.IfModifiedSince.IsZero() {
+		h.Set("If-Modified-Since", c.IfModifiedSince.UTC().Format(http.TimeFormat))
+	}
+	if !c.IfUnmodifiedSince.IsZero() {
+		h.Set("If-Unmodified-Since", c.IfUnmodifiedSince.UTC().Format(http.TimeFormat))
+	}
+	return h
+}
+
+func readQuery(o *ReadOptions) (url.Values, http.Header) {
+	q, h := url.Values{}, http.Header{}
+	if o == nil {
+		return q, h
+	}
+	if len(o.Fields) > 0 {
+		q.Set("fields", strings.Join(o.Fields, ","))
+	}
+	if o.Version > 0 {
+		h.Set("Accept", fmt.Sprintf("application/json; version=%d", o.Version))
+	}
+	condHeaders(h, &o.Conditions)
+	return q, h
+}
+
+func (t *httpTransport) createDatabase(ctx context.Context, name string, body []byte) error {
+	_, err := t.do(ctx, http.MethodPut, "/_schemata/"+url.PathEscape(name), nil, nil, body)
+	return err
+}
+
+func (t *httpTransport) registerSchema(ctx context.Context, db, table string, body []byte) (int, error) {
+	r, err := t.do(ctx, http.MethodPut, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table), nil, nil, body)
+	if err != nil {
+		return 0, err
+	}
+	var v struct{ Version int }
+	return v.Version, json.Unmarshal(r.body, &v)
+}
+
+func (t *httpTransport) tableInfo(ctx context.Context, db, table string) ([]byte, error) {
+	r, err := t.do(ctx, http.MethodGet, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table), nil, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.body, nil
+}
+
+func (t *httpTransport) schemaVersion(ctx context.Context, db, table string, version int) ([]byte, error) {
+	r, err := t.do(ctx, http.MethodGet, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table)+"/"+strconv.Itoa(version), nil, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.body, nil
+}
+
+func (t *httpTransport) get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error) {
+	q, h := readQuery(o)
+	if avro {
+		v := 0
+		if o != nil {
+			v = o.Version
+		}
+		h.Set("Accept", fmt.Sprintf("avro/binary; version=%d", v))
+	}
+	r, err := t.do(ctx, http.MethodGet, docPath(db, table, key), q, h, nil)
+	if err != nil && r == nil {
+		return nil, err
+	}
+	d := &Document{Key: keyOf(key), SCN: r.header.Get("X-Cortado-SCN"), ETag: r.header.Get("ETag"), Body: r.body}
+	d.LastModified, _ = http.ParseTime(r.header.Get("Last-Modified"))
+	d.SchemaVersion, _ = strconv.Atoi(r.header.Get("X-Cortado-Schema-Version"))
+	return d, err
+}
+
+func keyOf(texts []string) Key {
+	k := make(Key, len(texts))
+	for i, s := range texts {
+		k[i] = s
+	}
+	return k
+}
+
+func (t *httpTransport) collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) ([]byte, *Page, error) {
+	q, h := readQuery(o)
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if next != "" {
+		q.Set("next", next)
+	}
+	r, err := t.do(ctx, http.MethodGet, docPath(db, table, prefix), q, h, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := parsePage(r.body, r.header.Get("X-Cortado-SCN"))
+	return r.body, p, err
+}
+
+func (t *httpTransport) multiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) ([]byte, *Page, error) {
+	if len(keys) == 0 {
+		return nil, nil, fmt.Errorf("cortado: multi-get needs keys")
+	}
+	// /db/table/k1/(a,b): every key shares all parts but the last.
+	lead := keys[0][:len(keys[0])-1]
+	lasts := make([]string, len(keys))
+	for i, k := range keys {
+		if len(k) != len(keys[0]) || strings.Join(k[:len(k)-1], "\x00") != strings.Join(lead, "\x00") {
+			return nil, nil, fmt.Errorf("cortado: multi-get keys must share every part but the last")
+		}
+		lasts[i] = strings.ReplaceAll(url.PathEscape(k[len(k)-1]), ",", "%2C")
+	}
+	q, h := readQuery(o)
+	path := docPath(db, table, lead) + "/(" + strings.Join(lasts, ",") + ")"
+	r, err := t.do(ctx, http.MethodGet, path, q, h, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := parsePage(r.body, r.header.Get("X-Cortado-SCN"))
+	return r.body, p, err
+}
+
+func writeResult(r *response, key []string) *WriteResult {
+	w := &WriteResult{SCN: r.header.Get("X-Cortado-SCN"), ETag: r.header.Get("ETag"), Created: r.status == http.StatusCreated, Key: keyOf(key)}
+	w.LastModified, _ = http.ParseTime(r.header.Get("Last-Modified"))
+	if len(r.body) > 0 {
+		var b struct {
+			Key     Key `json:"key"`
+			Deleted int `json:"deleted"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(r.body))
+		dec.UseNumber()
+		if dec.Decode(&b) == nil {
+			if b.Key != nil {
+				w.Key = b.Key
+			}
+			w.Deleted = b.Deleted
+		}
+	}
+	return w
+}
+
+func (t *httpTransport) put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error) {
+	r, err := t.do(ctx, http.MethodPut, docPath(db, table, key), nil, condHeaders(nil, c), body)
+	if err != nil {
+		return nil, err
+	}
+	return writeResult(r, key), nil
+}
+
+func (t *httpTransport) insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error) {
+	r, err := t.do(ctx, http.MethodPost, docPath(db, table, prefix), nil, nil, body)
+	if err != nil {
+		return nil, err
+	}
+	return writeResult(r, prefix), nil
+}
+
+func (t *httpTransport) patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error) {
+	r, err := t.do(ctx, http.MethodPatch, docPath(db, table, key), nil, condHeaders(nil, c), body)
+	if err != nil {
+		return nil, err
+	}
+	return writeResult(r, key), nil
+}
+
+func (t *httpTransport) delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error) {
+	r, err := t.do(ctx, http.MethodDelete, docPath(db, table, key), nil, condHeaders(nil, c), nil)
+	if err != nil {
+		return nil, err
+	}
+	w := writeResult(r, key)
+	if r.status == http.StatusNoContent {
+		w.Deleted = 1
+	}
+	return w, nil
+}
+
+func (t *httpTransport) txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error) {
+	r, err := t.do(ctx, http.MethodPost, "/"+url.PathEscape(db)+"/_txn/"+url.PathEscape(partitionKey), nil, nil, body)
+	if err != nil {
+		return nil, err
+	}
+	return r.body, nil
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -1,0 +1,50 @@
+// Command cortado is Cortado's one binary: `cortado serve` runs every role
+// in one process; the other subcommands are the CLI for a running server.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+var commands = []struct {
+	name, help string
+	run        func(args []string) error
+}{
+	{"serve", "run every role in one process (embedded etcd, storage, router)", runServe},
+	{"get", "read a document, collection or multi-get: get db/table/key…", runGet},
+	{"put", "insert or replace a document: put db/table/key… -d JSON (or stdin)", runPut},
+	{"insert", "insert with an auto-increment key: insert db/table/prefix… -d JSON", runInsert},
+	{"patch", "partially update a document: patch db/table/key… -d PATCH", runPatch},
+	{"delete", "delete a document or a collection: delete db/table/key…", runDelete},
+	{"query", "list a collection, following pages: query db/table/prefix…", runQuery},
+	{"schema", "manage schemas: schema create-db|register|show …", runSchema},
+	{"bench", "measure GET/PUT throughput and latency against a server", runBench},
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: cortado <command> [flags] [args]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.help)
+	}
+	fmt.Fprintln(os.Stderr, "\nRun 'cortado <command> -h' for a command's flags.")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		os.Exit(2)
+	}
+	for _, c := range commands {
+		if c.name == os.Args[1] {
+			if err := c.run(os.Args[2:]); err != nil {
+				fmt.Fprintln(os.Stderr, "cortado "+c.name+":", err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "cortado: unknown command %q\n\n", os.Args[1])
+	usage()
+	os.Exit(2)
+}

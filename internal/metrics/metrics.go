@@ -1,0 +1,115 @@
+// Package metrics owns Cortado's Prometheus instrumentation: the registry
+// served on /metrics, the per-route request counters and latency
+// histograms, and the collector that exports Pebble's own statistics. It
+// never changes a response.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is one process's metric registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// New returns a registry with Go runtime and process collectors.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		Registry: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cortado_requests_total",
+			Help: "Requests served by the router, by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cortado_request_duration_seconds",
+			Help:    "Request latency at the router, by route, method and status code.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"route", "method", "code"}),
+	}
+	reg.MustRegister(m.requests, m.latency)
+	return m
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// Instrument wraps h, counting and timing each request under the route
+// that routeOf names.
+func (m *Metrics) Instrument(h http.Handler, routeOf func(*http.Request) string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(sw, req)
+		labels := prometheus.Labels{"route": routeOf(req), "method": req.Method, "code": strconv.Itoa(sw.code)}
+		m.requests.With(labels).Inc()
+		m.latency.With(labels).Observe(time.Since(start).Seconds())
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// RegisterPebble exports a Pebble instance's statistics.
+func (m *Metrics) RegisterPebble(stats func() *pebble.Metrics) {
+	m.Registry.MustRegister(&pebbleCollector{stats: stats})
+}
+
+var (
+	descDiskBytes  = prometheus.NewDesc("cortado_pebble_disk_usage_bytes", "Bytes Pebble uses on disk.", nil, nil)
+	descL0Files    = prometheus.NewDesc("cortado_pebble_l0_files", "Files in Pebble's level 0 (read amplification pressure).", nil, nil)
+	descReadAmp    = prometheus.NewDesc("cortado_pebble_read_amplification", "Pebble's read amplification.", nil, nil)
+	descCompaction = prometheus.NewDesc("cortado_pebble_compactions_total", "Compactions Pebble has run.", nil, nil)
+	descMemtable   = prometheus.NewDesc("cortado_pebble_memtable_bytes", "Bytes in Pebble's memtables.", nil, nil)
+	descCacheHits  = prometheus.NewDesc("cortado_pebble_block_cache_hits_total", "Pebble block cache hits.", nil, nil)
+	descCacheMiss  = prometheus.NewDesc("cortado_pebble_block_cache_misses_total", "Pebble block cache misses.", nil, nil)
+	descWALBytes   = prometheus.NewDesc("cortado_pebble_wal_bytes_written_total", "Bytes written to Pebble's WAL.", nil, nil)
+)
+
+type pebbleCollector struct{ stats func() *pebble.Metrics }
+
+func (c *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descCacheHits, descCacheMiss, descWALBytes} {
+		ch <- d
+	}
+}
+
+func (c *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(descDiskBytes, prometheus.GaugeValue, float64(s.DiskSpaceUsage()))
+	ch <- prometheus.MustNewConstMetric(descL0Files, prometheus.GaugeValue, float64(s.Levels[0].TablesCount))
+	ch <- prometheus.MustNewConstMetric(descReadAmp, prometheus.GaugeValue, float64(s.ReadAmp()))
+	ch <- prometheus.MustNewConstMetric(descCompaction, prometheus.CounterValue, float64(s.Compact.Count))
+	ch <- prometheus.MustNewConstMetric(descMemtable, prometheus.GaugeValue, float64(s.MemTable.Size))
+	ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(s.BlockCache.Hits))
+	ch <- prometheus.MustNewConstMetric(descCacheMiss, prometheus.CounterValue, float64(s.BlockCache.Misses))
+	ch <- prometheus.MustNewConstMetric(descWALBytes, prometheus.CounterValue, float64(s.WAL.BytesWritten))
+}

@@ -1,0 +1,154 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// Errors a node returns; the router maps them to HTTP statuses.
+var (
+	ErrNotFound           = errors.New("document not found")
+	ErrPreconditionFailed = errors.New("precondition failed")
+	ErrNotModified        = errors.New("not modified")
+	ErrBadPatch           = errors.New("bad patch")
+)
+
+// Service is what a router needs from a storage node.
+type Service interface {
+	Get(ctx context.Context, req GetRequest) (*Item, error)
+	MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error)
+	Scan(ctx context.Context, req ScanRequest) (*ScanResult, error)
+	Write(ctx context.Context, req WriteRequest) (*WriteResult, error)
+}
+
+// Preconditions are the HTTP conditional headers of a request (RFC 9110
+// §13). Empty fields are absent headers.
+type Preconditions struct {
+	IfMatch           []string // entity tags, or "*"
+	IfNoneMatch       []string
+	IfModifiedSince   time.Time
+	IfUnmodifiedSince time.Time
+}
+
+// ReadSpec says how to return documents.
+type ReadSpec struct {
+	// Version is the schema version to return; 0 returns each document as
+	// written.
+	Version int
+	// Fields projects to these dot paths; none returns whole documents.
+	Fields []string
+}
+
+// Item is one document as returned by a read.
+type Item struct {
+	Key      []keys.Part
+	SCN      storage.SCN
+	Modified time.Time
+	ETag     string
+	// Body is Avro binary of schema version BodyVersion, projected to the
+	// request's fields.
+	Body        []byte
+	BodyVersion int
+}
+
+// GetRequest reads one document.
+type GetRequest struct {
+	DB, Table string
+	Partition int
+	Key       []keys.Part
+	Read      ReadSpec
+	Cond      Preconditions
+}
+
+// MultiGetRequest reads documents of one partition; missing ones are
+// left out of the result.
+type MultiGetRequest struct {
+	DB, Table string
+	Partition int
+	Keys      [][]keys.Part
+	Read      ReadSpec
+}
+
+// ScanRequest reads a collection in key order.
+type ScanRequest struct {
+	DB, Table string
+	Partition int
+	Prefix    []keys.Part
+	// After is the encoded key of the last document of the previous page.
+	After []byte
+	Limit int
+	Read  ReadSpec
+}
+
+// ScanResult is one page of a collection.
+type ScanResult struct {
+	Items []*Item
+	// Next is the encoded key to resume after, nil on the last page.
+	Next []byte
+	// SCN is the partition's SCN when the page was read.
+	SCN storage.SCN
+}
+
+// OpKind is the kind of one write operation.
+type OpKind string
+
+// Write operation kinds.
+const (
+	OpPut              OpKind = "put"    // insert or replace, full key
+	OpInsert           OpKind = "insert" // auto-increment the last key part
+	OpPatch            OpKind = "patch"
+	OpDelete           OpKind = "delete"
+	OpDeleteCollection OpKind = "deleteCollection"
+)
+
+// Op is one write operation.
+type Op struct {
+	Kind  OpKind
+	Table string
+	// Key is the full key, or for OpInsert and OpDeleteCollection the
+	// leading key parts.
+	Key []keys.Part
+	// Version and Value: Avro bytes of the document for put and insert.
+	Version int
+	Value   []byte
+	Patch   *Patch
+	Cond    Preconditions
+}
+
+// OpResult reports one operation of a write.
+type OpResult struct {
+	Key      []keys.Part
+	Created  bool
+	ETag     string
+	Modified time.Time
+	// Deleted counts documents removed by delete operations.
+	Deleted int
+}
+
+// WriteRequest is a transaction of one partition: every operation commits
+// under one SCN, or none does.
+type WriteRequest struct {
+	DB        string
+	Partition int
+	Ops       []Op
+}
+
+// WriteResult reports a committed write.
+type WriteResult struct {
+	SCN     storage.SCN
+	Results []OpResult
+}
+
+// OpError says which operation of a transaction failed.
+type OpError struct {
+	Index int
+	Err   error
+}
+
+func (e *OpError) Error() string { return "operation " + strconv.Itoa(e.Index) + ": " + e.Err.Error() }
+func (e *OpError) Unwrap() error { return e.Err }

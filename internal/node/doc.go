@@ -1,0 +1,10 @@
+// Package node is the storage node: it executes document operations on the
+// partitions it hosts — reads through resolution plans (up-conversion and
+// projection), writes with HTTP preconditions evaluated atomically with the
+// write, partial updates, auto-increment inserts, collection deletes and
+// document-group transactions, each as one storage commit.
+//
+// The router reaches a node only through the Service interface, whose
+// requests and results are plain data so that the call can cross a network.
+// A node never routes: it serves exactly the partition a request names.
+package node

@@ -1,0 +1,295 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// Node serves document operations from its storage engine.
+type Node struct {
+	eng   *storage.Engine
+	reg   *registry.Registry
+	plans *schema.Plans
+	log   *slog.Logger
+}
+
+// New returns a node over an open engine and registry. plans may be shared
+// with the router.
+func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *slog.Logger) *Node {
+	return &Node{eng: eng, reg: reg, plans: plans, log: log}
+}
+
+var _ Service = (*Node)(nil)
+
+func (n *Node) partition(db string, id int) (*storage.Partition, error) {
+	d, err := n.reg.Database(db)
+	if err != nil {
+		return nil, err
+	}
+	if id < 0 || id >= d.Partitions {
+		return nil, fmt.Errorf("database %s has no partition %d", db, id)
+	}
+	return n.eng.Partition(db, id)
+}
+
+// render converts a stored document for a reader.
+func (n *Node) render(t *schema.Table, key []keys.Part, d *storage.Doc, spec ReadSpec) (*Item, error) {
+	version := spec.Version
+	if version == 0 {
+		version = d.Version
+	}
+	if t.Version(d.Version) == nil {
+		return nil, fmt.Errorf("document %v written with unknown schema version %d", key, d.Version)
+	}
+	plan, err := n.plans.Plan(t, d.Version, version, spec.Fields)
+	if err != nil {
+		return nil, err
+	}
+	body, err := plan.Apply(nil, d.Value)
+	if err != nil {
+		return nil, fmt.Errorf("read %s %v (version %d as %d): %w", t.Name, key, d.Version, version, err)
+	}
+	return &Item{Key: key, SCN: d.SCN, Modified: d.Modified, ETag: d.ETag(), Body: body, BodyVersion: version}, nil
+}
+
+// Get reads one document.
+func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
+	t, err := n.reg.Table(req.DB, req.Table)
+	if err != nil {
+		return nil, err
+	}
+	p, err := n.partition(req.DB, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	d, ok, err := p.Get(req.Table, req.Key)
+	if err != nil {
+		return nil, err
+	}
+	if err := req.Cond.Check(&d, ok, true); err != nil {
+		if errors.Is(err, ErrNotModified) {
+			return &Item{Key: req.Key, SCN: d.SCN, Modified: d.Modified, ETag: d.ETag()}, err
+		}
+		return nil, err
+	}
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return n.render(t, req.Key, &d, req.Read)
+}
+
+// MultiGet reads several documents of one partition.
+func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error) {
+	t, err := n.reg.Table(req.DB, req.Table)
+	if err != nil {
+		return nil, err
+	}
+	p, err := n.partition(req.DB, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	var items []*Item
+	for _, k := range req.Keys {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		d, ok, err := p.Get(req.Table, k)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		it, err := n.render(t, k, &d, req.Read)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}
+
+// Scan reads one page of a collection.
+func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
+	t, err := n.reg.Table(req.DB, req.Table)
+	if err != nil {
+		return nil, err
+	}
+	p, err := n.partition(req.DB, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	res := &ScanResult{SCN: p.SCN()}
+	limit := req.Limit
+	var renderErr error
+	var last []byte
+	err = p.Scan(storage.ScanOptions{Table: req.Table, Prefix: req.Prefix, After: req.After}, func(k []keys.Part, enc []byte, d storage.Doc) bool {
+		if limit > 0 && len(res.Items) == limit {
+			res.Next = last // there is at least one more
+			return false
+		}
+		if renderErr = ctx.Err(); renderErr != nil {
+			return false
+		}
+		var it *Item
+		if it, renderErr = n.render(t, k, &d, req.Read); renderErr != nil {
+			return false
+		}
+		res.Items = append(res.Items, it)
+		last = enc
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if renderErr != nil {
+		return nil, renderErr
+	}
+	return res, nil
+}
+
+// Write executes a transaction of one partition.
+func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error) {
+	p, err := n.partition(req.DB, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	tables := make([]*schema.Table, len(req.Ops))
+	for i, op := range req.Ops {
+		if tables[i], err = n.reg.Table(req.DB, op.Table); err != nil {
+			return nil, &OpError{i, err}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	res := &WriteResult{Results: make([]OpResult, len(req.Ops))}
+	scn, err := p.Update(func(tx *storage.Tx) error {
+		for i := range req.Ops {
+			r, err := n.apply(tx, tables[i], &req.Ops[i])
+			if err != nil {
+				if len(req.Ops) == 1 {
+					return err
+				}
+				return &OpError{i, err}
+			}
+			res.Results[i] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.SCN = scn
+	return res, nil
+}
+
+func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) {
+	switch op.Kind {
+	case OpInsert:
+		next, err := tx.NextAutoIncrement(op.Table, op.Key)
+		if err != nil {
+			return OpResult{}, err
+		}
+		key := append(append([]keys.Part(nil), op.Key...), keys.I(next))
+		return n.put(tx, op, key)
+	case OpPut:
+		return n.put(tx, op, op.Key)
+	case OpPatch:
+		return n.patch(tx, t, op)
+	case OpDelete:
+		cur, exists, err := tx.Get(op.Table, op.Key)
+		if err != nil {
+			return OpResult{}, err
+		}
+		if err := op.Cond.Check(&cur, exists, false); err != nil {
+			return OpResult{}, err
+		}
+		if !exists {
+			return OpResult{}, ErrNotFound
+		}
+		if _, err := tx.Delete(op.Table, op.Key); err != nil {
+			return OpResult{}, err
+		}
+		return OpResult{Key: op.Key, Deleted: 1}, nil
+	case OpDeleteCollection:
+		var doomed [][]keys.Part
+		err := tx.Scan(storage.ScanOptions{Table: op.Table, Prefix: op.Key}, func(k []keys.Part, _ []byte, _ storage.Doc) bool {
+			doomed = append(doomed, k)
+			return true
+		})
+		if err != nil {
+			return OpResult{}, err
+		}
+		for _, k := range doomed {
+			if _, err := tx.Delete(op.Table, k); err != nil {
+				return OpResult{}, err
+			}
+		}
+		return OpResult{Key: op.Key, Deleted: len(doomed)}, nil
+	}
+	return OpResult{}, fmt.Errorf("unknown operation %q", op.Kind)
+}
+
+func (n *Node) put(tx *storage.Tx, op *Op, key []keys.Part) (OpResult, error) {
+	cur, exists, err := tx.Get(op.Table, key)
+	if err != nil {
+		return OpResult{}, err
+	}
+	if err := op.Cond.Check(&cur, exists, false); err != nil {
+		return OpResult{}, err
+	}
+	d, err := tx.Put(op.Table, key, op.Version, op.Value)
+	if err != nil {
+		return OpResult{}, err
+	}
+	return OpResult{Key: key, Created: !exists, ETag: d.ETag(), Modified: d.Modified}, nil
+}
+
+// patch reads the current document as the latest version, applies the
+// patch to its JSON form and writes it back validated.
+func (n *Node) patch(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) {
+	cur, exists, err := tx.Get(op.Table, op.Key)
+	if err != nil {
+		return OpResult{}, err
+	}
+	if err := op.Cond.Check(&cur, exists, false); err != nil {
+		return OpResult{}, err
+	}
+	if !exists {
+		return OpResult{}, ErrNotFound
+	}
+	latest := t.Latest()
+	item, err := n.render(t, op.Key, &cur, ReadSpec{Version: latest.Number})
+	if err != nil {
+		return OpResult{}, err
+	}
+	js, err := latest.JSON.Append(nil, item.Body)
+	if err != nil {
+		return OpResult{}, err
+	}
+	tree, err := schema.DecodeJSON(js)
+	if err != nil {
+		return OpResult{}, err
+	}
+	doc := tree.(map[string]any)
+	if err := op.Patch.apply(doc); err != nil {
+		return OpResult{}, err
+	}
+	value, err := schema.EncodeJSON(nil, latest.Schema, doc)
+	if err != nil {
+		return OpResult{}, err
+	}
+	d, err := tx.Put(op.Table, op.Key, latest.Number, value)
+	if err != nil {
+		return OpResult{}, err
+	}
+	return OpResult{Key: op.Key, ETag: d.ETag(), Modified: d.Modified}, nil
+}

@@ -1,0 +1,142 @@
+package node
+
+import (
+	"cmp"
+	"slices"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Patch is a partial update, applied to the document's JSON form (see
+// schema.JSONWriter) and re-validated against the latest schema:
+//
+//	{"set": {"a.b": value}, "remove": ["c"], "increment": {"n": 1}}
+//
+// Paths are dot paths through records and maps. set replaces the value at
+// a path, creating missing intermediate objects. remove drops a map entry,
+// or resets a record field to its default (a field without default cannot
+// be removed). increment adds a number to an integer or floating-point
+// field; a missing field counts from 0. Operations apply in the order
+// set, remove, increment.
+type Patch struct {
+	Set       map[string]any `json:"set,omitempty"`
+	Remove    []string       `json:"remove,omitempty"`
+	Increment map[string]any `json:"increment,omitempty"`
+}
+
+func patchErr(path, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrBadPatch, path, fmt.Sprintf(format, args...))
+}
+
+// Empty reports whether the patch changes nothing.
+func (p *Patch) Empty() bool {
+	return len(p.Set) == 0 && len(p.Remove) == 0 && len(p.Increment) == 0
+}
+
+// apply modifies doc, a JSON tree (objects are map[string]any, numbers
+// json.Number).
+func (p *Patch) apply(doc map[string]any) error {
+	for _, path := range sortedKeys(p.Set) {
+		parent, last, err := walk(doc, path, true)
+		if err != nil {
+			return err
+		}
+		parent[last] = p.Set[path]
+	}
+	for _, path := range p.Remove {
+		parent, last, err := walk(doc, path, false)
+		if err != nil {
+			return err
+		}
+		delete(parent, last)
+	}
+	for _, path := range sortedKeys(p.Increment) {
+		parent, last, err := walk(doc, path, true)
+		if err != nil {
+			return err
+		}
+		sum, err := add(parent[last], p.Increment[path])
+		if err != nil {
+			return patchErr(path, "%v", err)
+		}
+		parent[last] = sum
+	}
+	return nil
+}
+
+// walk returns the object holding the last segment of path.
+func walk(doc map[string]any, path string, create bool) (map[string]any, string, error) {
+	if path == "" {
+		return nil, "", patchErr(path, "empty path")
+	}
+	segs := strings.Split(path, ".")
+	cur := doc
+	for i, s := range segs[:len(segs)-1] {
+		next, ok := cur[s]
+		if !ok || next == nil {
+			if !create {
+				return nil, "", patchErr(path, "%s does not exist", strings.Join(segs[:i+1], "."))
+			}
+			m := map[string]any{}
+			cur[s] = m
+			cur = m
+			continue
+		}
+		m, ok := next.(map[string]any)
+		if !ok {
+			return nil, "", patchErr(path, "%s is not an object", strings.Join(segs[:i+1], "."))
+		}
+		cur = m
+	}
+	return cur, segs[len(segs)-1], nil
+}
+
+// add adds delta to v exactly: integers stay integers (with an overflow
+// check), anything with a fraction becomes a float.
+func add(v, delta any) (json.Number, error) {
+	if v == nil {
+		v = json.Number("0")
+	}
+	a, ok := v.(json.Number)
+	if !ok {
+		return "", fmt.Errorf("not a number")
+	}
+	b, ok := delta.(json.Number)
+	if !ok {
+		return "", fmt.Errorf("increment must be a number")
+	}
+	ai, aerr := strconv.ParseInt(a.String(), 10, 64)
+	bi, berr := strconv.ParseInt(b.String(), 10, 64)
+	if aerr == nil && berr == nil {
+		s := ai + bi
+		if (bi > 0 && s < ai) || (bi < 0 && s > ai) {
+			return "", fmt.Errorf("integer overflow")
+		}
+		return json.Number(strconv.FormatInt(s, 10)), nil
+	}
+	af, err1 := a.Float64()
+	bf, err2 := b.Float64()
+	if err1 != nil || err2 != nil {
+		return "", fmt.Errorf("not a number")
+	}
+	s := af + bf
+	if math.IsInf(s, 0) || math.IsNaN(s) {
+		return "", fmt.Errorf("result is not finite")
+	}
+	return json.Number(strconv.FormatFloat(s, 'g', -1, 64)), nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	// Shorter paths first, so setting "a" then "a.b" is deterministic.
+	slices.SortFunc(out, func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b))
+	})
+	return out
+}

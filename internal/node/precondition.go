@@ -1,0 +1,60 @@
+package node
+
+import (
+	"slices"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// Check evaluates preconditions against the current state of a document
+// (exists false: no document) in RFC 9110 §13.2.2 order. For reads a false
+// If-None-Match or If-Modified-Since is ErrNotModified; for writes
+// If-Modified-Since is ignored, as the RFC says, and a false If-None-Match
+// is ErrPreconditionFailed.
+func (c Preconditions) Check(d *storage.Doc, exists, read bool) error {
+	etag := ""
+	var modified time.Time
+	if exists {
+		etag = d.ETag()
+		// HTTP dates have one-second resolution.
+		modified = d.Modified.Truncate(time.Second)
+	}
+	if len(c.IfMatch) > 0 {
+		if !exists || !matches(c.IfMatch, etag) {
+			return ErrPreconditionFailed
+		}
+	} else if !c.IfUnmodifiedSince.IsZero() && exists && modified.After(c.IfUnmodifiedSince) {
+		return ErrPreconditionFailed
+	}
+	if len(c.IfNoneMatch) > 0 {
+		if exists && matches(c.IfNoneMatch, etag) {
+			if read {
+				return ErrNotModified
+			}
+			return ErrPreconditionFailed
+		}
+	} else if read && !c.IfModifiedSince.IsZero() && exists && !modified.After(c.IfModifiedSince) {
+		return ErrNotModified
+	}
+	return nil
+}
+
+// matches compares entity tags weakly (W/ prefixes ignored), "*" matching
+// any existing document.
+func matches(tags []string, etag string) bool {
+	return slices.ContainsFunc(tags, func(t string) bool {
+		if t == "*" {
+			return true
+		}
+		if len(t) > 2 && t[:2] == "W/" {
+			t = t[2:]
+		}
+		return t == etag
+	})
+}
+
+// Empty reports whether no precondition is set.
+func (c Preconditions) Empty() bool {
+	return len(c.IfMatch) == 0 && len(c.IfNoneMatch) == 0 && c.IfModifiedSince.IsZero() && c.IfUnmodifiedSince.IsZero()
+}

@@ -1,0 +1,10 @@
+// Package router owns Cortado's document API: it parses requests (HTTP, or
+// typed calls from the embedded client), validates documents against the
+// registry's latest schema, computes each key's partition, sends the work to
+// the storage node that serves it, merges fan-out results, and renders
+// documents as JSON or Avro.
+//
+// It never touches storage directly: every partition is reached through a
+// node.Service, which later becomes a network call. Every error leaving the
+// package is mapped to an RFC 9457 problem in one place (errors.go).
+package router

@@ -1,0 +1,123 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/problem"
+	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// keyError is a key that does not fit the table (400).
+type keyError struct{ err error }
+
+func (e *keyError) Error() string { return e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
+
+// projectionError is a bad ?fields= path (400).
+type projectionError struct{ err error }
+
+func (e *projectionError) Error() string { return e.err.Error() }
+func (e *projectionError) Unwrap() error { return e.err }
+
+// responseTooLarge is a response over the size limit (413).
+type responseTooLarge struct {
+	size, limit int
+	partial     bool
+}
+
+func (e *responseTooLarge) Error() string {
+	return fmt.Sprintf("response of %d bytes is over the limit of %d", e.size, e.limit)
+}
+
+var errAvroMulti = errors.New("avro/binary is served for single documents only; multi-document responses are JSON")
+
+// ErrNotAcceptable is returned for an Accept header the API cannot serve.
+var ErrNotAcceptable = errors.New("not acceptable")
+
+// ErrUnsupportedMedia is returned for a request body type the API cannot read.
+var ErrUnsupportedMedia = errors.New("unsupported media type")
+
+// Problem maps any error of the document API to its RFC 9457 problem. It
+// is the one place where errors become statuses.
+func Problem(err error) *problem.Problem {
+	var p *problem.Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	pr := toProblem(err)
+	var oe *node.OpError
+	if errors.As(err, &oe) {
+		i := oe.Index
+		pr.Operation = &i
+	}
+	return pr
+}
+
+func toProblem(err error) *problem.Problem {
+	var (
+		fe  *schema.FieldError
+		ke  *keyError
+		pe  *projectionError
+		rt  *responseTooLarge
+		ie  *registry.IncompatibleError
+		inv *registry.InvalidError
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &ie):
+		p := problem.New(http.StatusConflict, problem.TypeIncompatibleSchema, "Incompatible schema version", err.Error())
+		p.Field = ie.Path
+		return p
+	case errors.As(err, &inv):
+		return problem.New(http.StatusBadRequest, problem.TypeInvalidSchema, "Invalid definition", err.Error())
+	case errors.As(err, &pe):
+		p := problem.New(http.StatusBadRequest, problem.TypeInvalidProjection, "Invalid projection", err.Error())
+		if errors.As(err, &fe) {
+			p.Field = fe.Path
+		}
+		return p
+	case errors.As(err, &fe):
+		p := problem.New(http.StatusBadRequest, problem.TypeInvalidDocument, "Invalid document", err.Error())
+		p.Field = fe.Path
+		return p
+	case errors.As(err, &ke):
+		return problem.New(http.StatusBadRequest, problem.TypeInvalidKey, "Invalid key", err.Error())
+	case errors.Is(err, node.ErrBadPatch):
+		return problem.New(http.StatusBadRequest, problem.TypeInvalidDocument, "Invalid patch", err.Error())
+	case errors.As(err, &mbe):
+		return problem.New(http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "Request body too large",
+			fmt.Sprintf("request bodies are limited to %d bytes", mbe.Limit))
+	case errors.As(err, &rt):
+		detail := err.Error() + "; ask for fewer fields with ?fields=a,b.c"
+		if rt.partial {
+			detail += " or fewer documents with ?limit="
+		}
+		return problem.New(http.StatusRequestEntityTooLarge, problem.TypeResponseTooLarge, "Response too large", detail)
+	case errors.Is(err, registry.ErrNoDatabase):
+		return problem.New(http.StatusNotFound, problem.TypeNoDatabase, "No such database", err.Error())
+	case errors.Is(err, registry.ErrNoTable):
+		return problem.New(http.StatusNotFound, problem.TypeNoTable, "No such table", err.Error())
+	case errors.Is(err, registry.ErrNoVersion):
+		return problem.New(http.StatusNotFound, problem.TypeNoVersion, "No such schema version", err.Error())
+	case errors.Is(err, node.ErrNotFound):
+		return problem.New(http.StatusNotFound, problem.TypeNotFound, "Document not found", "")
+	case errors.Is(err, node.ErrPreconditionFailed):
+		return problem.New(http.StatusPreconditionFailed, problem.TypePrecondition, "Precondition failed", "the document's ETag or Last-Modified does not satisfy the request's conditional headers")
+	case errors.Is(err, registry.ErrDatabaseExists), errors.Is(err, registry.ErrKeyChanged):
+		return problem.New(http.StatusConflict, problem.TypeConflict, "Conflict", err.Error())
+	case errors.Is(err, errAvroMulti), errors.Is(err, ErrNotAcceptable):
+		return problem.New(http.StatusNotAcceptable, problem.TypeNotAcceptable, "Not acceptable", err.Error())
+	case errors.Is(err, ErrUnsupportedMedia):
+		return problem.New(http.StatusUnsupportedMediaType, problem.TypeUnsupportedMedia, "Unsupported media type", err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return problem.New(http.StatusServiceUnavailable, problem.TypeTimeout, "Deadline exceeded", "the request's deadline passed before it was done")
+	case errors.Is(err, context.Canceled):
+		return problem.New(499, problem.TypeTimeout, "Request canceled", "")
+	}
+	return problem.New(http.StatusInternalServerError, problem.TypeInternal, "Internal error", err.Error())
+}

@@ -1,0 +1,452 @@
+package router
+
+import (
+	"errors"
+	"hash/crc32"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/problem"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// Response headers.
+const (
+	HeaderSCN           = "X-Cortado-SCN"
+	HeaderSchemaVersion = "X-Cortado-Schema-Version"
+	MediaAvro           = "avro/binary"
+)
+
+// Route names label metrics.
+const (
+	RouteDocument   = "document"
+	RouteCollection = "collection"
+	RouteMultiGet   = "multiget"
+	RouteTxn        = "txn"
+	RouteSchemata   = "schemata"
+)
+
+// RouteOf names the route of a request for metrics, without parsing it
+// fully.
+func RouteOf(req *http.Request) string {
+	p := req.URL.EscapedPath()
+	switch {
+	case strings.HasPrefix(p, "/_schemata"):
+		return RouteSchemata
+	case strings.Contains(p, "/_txn/"):
+		return RouteTxn
+	case strings.HasSuffix(p, ")"):
+		return RouteMultiGet
+	}
+	return RouteDocument
+}
+
+// ServeHTTP serves the document API and the schema registry.
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	raw := strings.Split(strings.Trim(req.URL.EscapedPath(), "/"), "/")
+	if len(raw) == 0 || raw[0] == "" {
+		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "paths are /{db}/{table}/{key…} or /_schemata/{db}[/{table}]"))
+		return
+	}
+	if raw[0] == "_schemata" {
+		r.serveSchemata(w, req, raw[1:])
+		return
+	}
+	if len(raw) >= 2 && raw[1] == "_txn" {
+		r.serveTxn(w, req, raw)
+		return
+	}
+	if len(raw) < 2 {
+		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "document paths are /{db}/{table}/{key…}"))
+		return
+	}
+	segs, err := unescapeAll(raw)
+	if err != nil {
+		fail(w, Problem(&keyError{err}))
+		return
+	}
+	db, table, key := segs[0], segs[1], segs[2:]
+	// Multi-get: the last segment is (a,b,c).
+	if n := len(raw); n > 2 && strings.HasPrefix(raw[n-1], "(") && strings.HasSuffix(raw[n-1], ")") {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			methodNotAllowed(w, "GET, HEAD")
+			return
+		}
+		elems := strings.Split(raw[n-1][1:len(raw[n-1])-1], ",")
+		keyTexts := make([][]string, len(elems))
+		for i, e := range elems {
+			v, err := url.PathUnescape(e)
+			if err != nil {
+				fail(w, Problem(&keyError{err}))
+				return
+			}
+			keyTexts[i] = append(append([]string(nil), key[:len(key)-1]...), v)
+		}
+		f, err := readFormat(req)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		page, err := r.MultiGet(req.Context(), db, table, keyTexts, f)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		writePage(w, req, page)
+		return
+	}
+	r.serveDocument(w, req, db, table, key)
+}
+
+func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, table string, key []string) {
+	ctx := req.Context()
+	cond := preconditions(req)
+	switch req.Method {
+	case http.MethodGet, http.MethodHead:
+		f, err := readFormat(req)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		tg, err := r.resolve(db, table, key, false)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		if !r.full(tg) {
+			q := req.URL.Query()
+			limit := 0
+			if s := q.Get("limit"); s != "" {
+				if limit, err = strconv.Atoi(s); err != nil || limit < 1 {
+					fail(w, Problem(&keyError{fmt.Errorf("limit must be a positive integer")}))
+					return
+				}
+			}
+			page, err := r.Collection(ctx, db, table, key, limit, q.Get("next"), f)
+			if err != nil {
+				fail(w, Problem(err))
+				return
+			}
+			writePage(w, req, page)
+			return
+		}
+		doc, err := r.Get(ctx, db, table, key, f, cond)
+		if errors.Is(err, node.ErrNotModified) {
+			docHeaders(w, doc)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		docHeaders(w, doc)
+		h := w.Header()
+		h.Set(HeaderSchemaVersion, strconv.Itoa(doc.BodyVersion))
+		if f.Avro {
+			h.Set("Content-Type", fmt.Sprintf("%s; version=%d", MediaAvro, doc.BodyVersion))
+		} else {
+			h.Set("Content-Type", "application/json")
+		}
+		h.Set("Content-Length", strconv.Itoa(len(doc.Body)))
+		w.WriteHeader(http.StatusOK)
+		if req.Method == http.MethodGet {
+			w.Write(doc.Body)
+		}
+	case http.MethodPut, http.MethodPost:
+		avroVersion, err := bodyFormat(req)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		body, err := r.readBody(w, req)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		var res *WriteResult
+		if req.Method == http.MethodPut {
+			res, err = r.Put(ctx, db, table, key, body, avroVersion, cond)
+		} else {
+			res, err = r.Insert(ctx, db, table, key, body, avroVersion)
+		}
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		writeResult(w, req, db, table, res)
+	case http.MethodPatch:
+		body, err := r.readBody(w, req)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		res, err := r.Patch(ctx, db, table, key, body, cond)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		writeResult(w, req, db, table, res)
+	case http.MethodDelete:
+		res, err := r.Delete(ctx, db, table, key, cond)
+		if err != nil {
+			fail(w, Problem(err))
+			return
+		}
+		writeResult(w, req, db, table, res)
+	default:
+		methodNotAllowed(w, "GET, HEAD, PUT, POST, PATCH, DELETE")
+	}
+}
+
+func (r *Router) serveTxn(w http.ResponseWriter, req *http.Request, raw []string) {
+	if req.Method != http.MethodPost {
+		methodNotAllowed(w, "POST")
+		return
+	}
+	if len(raw) != 3 {
+		fail(w, Problem(&keyError{fmt.Errorf("transactions are POST /{db}/_txn/{partitionKey}")}))
+		return
+	}
+	segs, err := unescapeAll(raw)
+	if err != nil {
+		fail(w, Problem(&keyError{err}))
+		return
+	}
+	body, err := r.readBody(w, req)
+	if err != nil {
+		fail(w, Problem(err))
+		return
+	}
+	res, err := r.Txn(req.Context(), segs[0], segs[2], body)
+	if err != nil {
+		fail(w, Problem(err))
+		return
+	}
+	w.Header().Set(HeaderSCN, res.SCN.String())
+	writeJSON(w, http.StatusOK, res.Body)
+}
+
+func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []string) {
+	segs, err := unescapeAll(raw)
+	if err != nil || len(segs) == 0 || segs[0] == "" || len(segs) > 3 {
+		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "schema paths are /_schemata/{db}[/{table}[/{version}]]"))
+		return
+	}
+	ctx := req.Context()
+	var (
+		body    []byte
+		created bool
+	)
+	switch {
+	case len(segs) == 1 && req.Method == http.MethodPut:
+		if body, err = r.readBody(w, req); err == nil {
+			body, created, err = r.CreateDatabase(ctx, segs[0], body)
+		}
+	case len(segs) == 1 && (req.Method == http.MethodGet || req.Method == http.MethodHead):
+		body, err = r.DatabaseInfo(segs[0])
+	case len(segs) == 2 && req.Method == http.MethodPut:
+		if body, err = r.readBody(w, req); err == nil {
+			body, created, err = r.RegisterSchema(ctx, segs[0], segs[1], body)
+		}
+	case len(segs) == 2 && (req.Method == http.MethodGet || req.Method == http.MethodHead):
+		body, err = r.TableInfo(segs[0], segs[1])
+	case len(segs) == 3 && (req.Method == http.MethodGet || req.Method == http.MethodHead):
+		v, perr := strconv.Atoi(segs[2])
+		if perr != nil {
+			fail(w, Problem(&keyError{fmt.Errorf("schema version %q is not a number", segs[2])}))
+			return
+		}
+		body, err = r.SchemaVersion(segs[0], segs[1], v)
+	case len(segs) == 3:
+		methodNotAllowed(w, "GET, HEAD")
+		return
+	default:
+		methodNotAllowed(w, "GET, HEAD, PUT")
+		return
+	}
+	if err != nil {
+		fail(w, Problem(err))
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, body)
+}
+
+func (r *Router) readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
+	if req.ContentLength > r.opts.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: r.opts.MaxBodyBytes}
+	}
+	return io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+}
+
+func unescapeAll(raw []string) ([]string, error) {
+	out := make([]string, len(raw))
+	for i, s := range raw {
+		v, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, fmt.Errorf("bad path segment %q", s)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// readFormat reads Accept and ?fields=.
+func readFormat(req *http.Request) (Format, error) {
+	var f Format
+	if fields := req.URL.Query().Get("fields"); fields != "" {
+		for _, p := range strings.Split(fields, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				f.Fields = append(f.Fields, p)
+			}
+		}
+	}
+	accept := req.Header.Get("Accept")
+	if accept == "" {
+		return f, nil
+	}
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "application/json", "application/*", "*/*", MediaAvro:
+			f.Avro = mt == MediaAvro
+			if v := params["version"]; v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return f, fmt.Errorf("%w: version parameter %q must be a non-negative integer", ErrNotAcceptable, v)
+				}
+				f.Version = n
+			}
+			return f, nil
+		}
+	}
+	return f, fmt.Errorf("%w: %q (use application/json or avro/binary; version=N)", ErrNotAcceptable, accept)
+}
+
+// bodyFormat reads Content-Type: 0 for JSON, N for avro/binary; version=N.
+func bodyFormat(req *http.Request) (int, error) {
+	ct := req.Header.Get("Content-Type")
+	if ct == "" {
+		return 0, nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q", ErrUnsupportedMedia, ct)
+	}
+	switch mt {
+	case "application/json":
+		return 0, nil
+	case MediaAvro:
+		n, err := strconv.Atoi(params["version"])
+		if err != nil || n < 1 {
+			return 0, fmt.Errorf("%w: avro/binary bodies need version=N naming their schema version", ErrUnsupportedMedia)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("%w: %q (use application/json or avro/binary; version=N)", ErrUnsupportedMedia, ct)
+}
+
+func preconditions(req *http.Request) node.Preconditions {
+	var c node.Preconditions
+	c.IfMatch = etagList(req.Header.Get("If-Match"))
+	c.IfNoneMatch = etagList(req.Header.Get("If-None-Match"))
+	// Unparseable dates are ignored, as RFC 9110 requires.
+	if t, err := http.ParseTime(req.Header.Get("If-Modified-Since")); err == nil {
+		c.IfModifiedSince = t
+	}
+	if t, err := http.ParseTime(req.Header.Get("If-Unmodified-Since")); err == nil {
+		c.IfUnmodifiedSince = t
+	}
+	return c
+}
+
+func etagList(h string) []string {
+	var out []string
+	for _, t := range strings.Split(h, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func docHeaders(w http.ResponseWriter, d *Document) {
+	h := w.Header()
+	h.Set("ETag", d.ETag)
+	h.Set("Last-Modified", d.Modified.UTC().Format(http.TimeFormat))
+	h.Set(HeaderSCN, d.SCN.String())
+}
+
+func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
+	if p.SCN != (storage.SCN{}) {
+		w.Header().Set(HeaderSCN, p.SCN.String())
+	}
+	w.Header().Set("ETag", fmt.Sprintf(`W/"%08x"`, crc(p.Body)))
+	if req.Method == http.MethodHead {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	writeJSON(w, http.StatusOK, p.Body)
+}
+
+func writeResult(w http.ResponseWriter, req *http.Request, db, table string, res *WriteResult) {
+	h := w.Header()
+	h.Set(HeaderSCN, res.SCN.String())
+	if res.ETag != "" {
+		h.Set("ETag", res.ETag)
+		h.Set("Last-Modified", res.Modified.UTC().Format(http.TimeFormat))
+	}
+	status := http.StatusNoContent
+	if res.Created {
+		status = http.StatusCreated
+		h.Set("Location", location(db, table, res.Key))
+	}
+	if res.Body != nil {
+		if status == http.StatusNoContent {
+			status = http.StatusOK
+		}
+		writeJSON(w, status, res.Body)
+		return
+	}
+	w.WriteHeader(status)
+}
+
+func location(db, table string, key []keys.Part) string {
+	var b strings.Builder
+	b.WriteString("/" + url.PathEscape(db) + "/" + url.PathEscape(table))
+	for _, p := range key {
+		b.WriteString("/" + url.PathEscape(p.String()))
+	}
+	return b.String()
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func fail(w http.ResponseWriter, p *problem.Problem) { problem.Write(w, p) }
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	fail(w, problem.New(http.StatusMethodNotAllowed, problem.TypeMethodNotAllowed, "Method not allowed", "allowed: "+allow))
+}
+
+func crc(b []byte) uint32 { return crc32.ChecksumIEEE(b) }

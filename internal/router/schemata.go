@@ -1,0 +1,120 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// CreateDatabase creates database name from a JSON definition
+// ({"partitions":64,"replicas":1,"replication":"semi-sync"}; all optional).
+// It returns the stored definition and whether it was created now.
+func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) ([]byte, bool, error) {
+	var d schema.Database
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&d); err != nil {
+			return nil, false, &schema.FieldError{Reason: "malformed database definition: " + err.Error()}
+		}
+	}
+	if d.Name != "" && d.Name != name {
+		return nil, false, &schema.FieldError{Path: "name", Reason: fmt.Sprintf("body names database %q but the path names %q", d.Name, name)}
+	}
+	d.Name = name
+	stored, created, err := r.reg.CreateDatabase(ctx, d)
+	if err != nil {
+		return nil, false, err
+	}
+	out, _ := json.Marshal(stored)
+	return out, created, nil
+}
+
+type tableSummary struct {
+	Name     string           `json:"name"`
+	Key      []schema.KeyPart `json:"key"`
+	Latest   int              `json:"latest"`
+	Versions []int            `json:"versions"`
+}
+
+func summarize(t *schema.Table) tableSummary {
+	s := tableSummary{Name: t.Name, Key: t.Key, Latest: t.Latest().Number}
+	for _, v := range t.Versions {
+		s.Versions = append(s.Versions, v.Number)
+	}
+	return s
+}
+
+// DatabaseInfo returns a database definition with its tables.
+func (r *Router) DatabaseInfo(name string) ([]byte, error) {
+	d, err := r.reg.Database(name)
+	if err != nil {
+		return nil, err
+	}
+	tables := []tableSummary{}
+	for _, t := range r.reg.Tables(name) {
+		tables = append(tables, summarize(t))
+	}
+	return json.Marshal(struct {
+		*schema.Database
+		Tables []tableSummary `json:"tables"`
+	}{d, tables})
+}
+
+// RegisterSchema registers a table's next schema version from
+// {"key":[{"name":"id","type":"string"}…], "schema": <Avro schema>}. The key
+// is required for version 1 and may be left out after.
+func (r *Router) RegisterSchema(ctx context.Context, db, table string, body []byte) ([]byte, bool, error) {
+	var req struct {
+		Key    []schema.KeyPart `json:"key"`
+		Schema json.RawMessage  `json:"schema"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, false, &schema.FieldError{Reason: "malformed table definition: " + err.Error()}
+	}
+	if len(req.Schema) == 0 {
+		return nil, false, &schema.FieldError{Path: "schema", Reason: "a table definition needs an Avro schema"}
+	}
+	var text bytes.Buffer
+	if err := json.Compact(&text, req.Schema); err != nil {
+		return nil, false, &schema.FieldError{Path: "schema", Reason: err.Error()}
+	}
+	v, created, err := r.reg.RegisterVersion(ctx, db, table, req.Key, text.String())
+	if err != nil {
+		return nil, false, err
+	}
+	out, _ := json.Marshal(map[string]int{"version": v})
+	return out, created, nil
+}
+
+// TableInfo returns a table's key and versions.
+func (r *Router) TableInfo(db, table string) ([]byte, error) {
+	t, err := r.reg.Table(db, table)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(summarize(t))
+}
+
+// SchemaVersion returns one version of a table's schema.
+func (r *Router) SchemaVersion(db, table string, version int) ([]byte, error) {
+	t, err := r.reg.Table(db, table)
+	if err != nil {
+		return nil, err
+	}
+	v := t.Version(version)
+	if v == nil {
+		return nil, fmt.Errorf("table %s version %d: %w", table, version, registry.ErrNoVersion)
+	}
+	return json.Marshal(struct {
+		Version int             `json:"version"`
+		Key     []schema.KeyPart `json:"key"`
+		Schema  json.RawMessage `json:"schema"`
+	}{v.Number, t.Key, json.RawMessage(v.Text)})
+}
