@@ -1,0 +1,234 @@
+package clustertest
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+type httpCase struct {
+	t    *testing.T
+	base string
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (h httpCase) do(method, path string, headers map[string]string, body string) resp {
+	h.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, h.base+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return resp{r.StatusCode, r.Header, b}
+}
+
+func (h httpCase) want(r resp, status int) resp {
+	h.t.Helper()
+	if r.status != status {
+		h.t.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+	}
+	return r
+}
+
+// problem checks an RFC 9457 body and returns it.
+func (h httpCase) problem(r resp, status int, typ string) map[string]any {
+	h.t.Helper()
+	h.want(r, status)
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		h.t.Fatalf("problem content type %q", ct)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		h.t.Fatalf("problem body: %v: %s", err, r.body)
+	}
+	if p["type"] != typ || int(p["status"].(float64)) != status || p["title"] == "" {
+		h.t.Fatalf("problem %v, want type %s status %d", p, typ, status)
+	}
+	return p
+}
+
+func TestHTTPAPI(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--max-body-bytes", "4096", "--max-response-bytes", "4096"}})
+	h := httpCase{t, s.URL}
+
+	// Health and metrics.
+	h.want(h.do("GET", "/healthz", nil, ""), 200)
+
+	// Writes: 201 with Location, ETag, Last-Modified, SCN.
+	r := h.want(h.do("PUT", "/demo/Profile/7", nil, `{"firstName":{"en":"Ada"},"lastName":"L","positions":{"p1":{"title":"Eng","company":"X"}}}`), 201)
+	if r.header.Get("Location") != "/demo/Profile/7" || r.header.Get("ETag") == "" || r.header.Get("X-Cortado-SCN") != "1:1" || r.header.Get("Last-Modified") == "" {
+		t.Fatalf("create headers %v", r.header)
+	}
+	etag := r.header.Get("ETag")
+	// Replace: 204; a same-content replace keeps the ETag.
+	r = h.want(h.do("PUT", "/demo/Profile/7", nil, `{"firstName":{"en":"Ada"},"lastName":"L","positions":{"p1":{"title":"Eng","company":"X"}}}`), 204)
+	if r.header.Get("ETag") != etag || r.header.Get("X-Cortado-SCN") != "1:2" {
+		t.Fatalf("replace headers %v", r.header)
+	}
+
+	// Reads carry ETag, Last-Modified, SCN, schema version.
+	r = h.want(h.do("GET", "/demo/Profile/7", nil, ""), 200)
+	for _, k := range []string{"ETag", "Last-Modified", "X-Cortado-SCN", "X-Cortado-Schema-Version"} {
+		if r.header.Get(k) == "" {
+			t.Fatalf("read lacks %s: %v", k, r.header)
+		}
+	}
+	if r.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("content type %q", r.header.Get("Content-Type"))
+	}
+	h.want(h.do("HEAD", "/demo/Profile/7", nil, ""), 200)
+	h.want(h.do("GET", "/demo/Profile/7", map[string]string{"If-None-Match": etag}, ""), 304)
+	h.want(h.do("GET", "/demo/Profile/7", map[string]string{"If-Modified-Since": time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)}, ""), 304)
+	h.want(h.do("GET", "/demo/Profile/7", map[string]string{"If-Modified-Since": time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)}, ""), 200)
+	h.problem(h.do("GET", "/demo/Profile/7", map[string]string{"If-Match": `"nope"`}, ""), 412, "urn:cortado:problem:precondition-failed")
+
+	// Avro out, as written and as a version; Avro in.
+	r = h.want(h.do("GET", "/demo/Profile/7", map[string]string{"Accept": "avro/binary; version=0"}, ""), 200)
+	if r.header.Get("Content-Type") != "avro/binary; version=1" || len(r.body) == 0 {
+		t.Fatalf("avro read %v %x", r.header, r.body)
+	}
+	avroDoc := r.body
+	req, _ := http.NewRequest("PUT", s.URL+"/demo/Profile/8", bytes.NewReader(avroDoc))
+	req.Header.Set("Content-Type", "avro/binary; version=1")
+	ar, err := http.DefaultClient.Do(req)
+	if err != nil || ar.StatusCode != 201 {
+		t.Fatalf("avro put: %v %v", ar.StatusCode, err)
+	}
+	ar.Body.Close()
+	r8 := h.want(h.do("GET", "/demo/Profile/8", nil, ""), 200)
+	r7 := h.want(h.do("GET", "/demo/Profile/7", nil, ""), 200)
+	if !bytes.Equal(r7.body, r8.body) {
+		t.Fatalf("avro round trip differs:\n%s\n%s", r7.body, r8.body)
+	}
+	h.problem(h.do("GET", "/demo/Profile/7", map[string]string{"Accept": "text/html"}, ""), 406, "urn:cortado:problem:not-acceptable")
+
+	// Bad input: the right status and problem type, and nothing changes.
+	before := h.want(h.do("GET", "/demo/Profile/7", nil, ""), 200)
+	big := `{"firstName":{"en":"` + strings.Repeat("x", 5000) + `"},"lastName":"L"}`
+	cases := []struct {
+		name, method, path, body string
+		headers                  map[string]string
+		status                   int
+		typ, field               string
+	}{
+		{"malformed JSON", "PUT", "/demo/Profile/7", `{"firstName":`, nil, 400, "urn:cortado:problem:invalid-document", ""},
+		{"wrong type", "PUT", "/demo/Profile/7", `{"firstName":{"en":"A"},"lastName":5}`, nil, 400, "urn:cortado:problem:invalid-document", "lastName"},
+		{"missing required", "PUT", "/demo/Profile/7", `{"firstName":{"en":"A"}}`, nil, 400, "urn:cortado:problem:invalid-document", "lastName"},
+		{"unknown field", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"L","age":3}`, nil, 400, "urn:cortado:problem:invalid-document", "age"},
+		{"nested wrong type", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"L","positions":{"p":{"title":1,"company":"c"}}}`, nil, 400, "urn:cortado:problem:invalid-document", "positions.p.title"},
+		{"unknown database", "PUT", "/nodb/Profile/7", `{}`, nil, 404, "urn:cortado:problem:no-such-database", ""},
+		{"unknown table", "PUT", "/demo/Nope/7", `{}`, nil, 404, "urn:cortado:problem:no-such-table", ""},
+		{"too many key parts", "PUT", "/demo/Profile/7/8", `{}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
+		{"key of wrong type", "PUT", "/demo/Profile/seven", `{}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
+		{"partial key put", "PUT", "/demo/Message/alice", `{"from":"a","subject":"s"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
+		{"oversized body", "PUT", "/demo/Profile/7", big, nil, 413, "urn:cortado:problem:request-too-large", ""},
+		{"bad projection path", "GET", "/demo/Profile/7?fields=positions.salary", "", nil, 400, "urn:cortado:problem:invalid-projection", "positions.salary"},
+		{"wrong content type", "PUT", "/demo/Profile/7", `{}`, map[string]string{"Content-Type": "text/plain"}, 415, "urn:cortado:problem:unsupported-media-type", ""},
+		{"malformed avro", "PUT", "/demo/Profile/7", "\xff\xff\xff", map[string]string{"Content-Type": "avro/binary; version=1"}, 400, "urn:cortado:problem:invalid-document", ""},
+		{"bad patch", "PATCH", "/demo/Profile/7", `{"explode":1}`, nil, 400, "urn:cortado:problem:invalid-document", ""},
+		{"patch to invalid", "PATCH", "/demo/Profile/7", `{"set":{"lastName":null}}`, nil, 400, "urn:cortado:problem:invalid-document", "lastName"},
+		{"incompatible schema", "PUT", "/_schemata/demo/Profile", `{"schema":{"type":"record","name":"Profile","namespace":"demo","fields":[{"name":"lastName","type":"long"}]}}`, nil, 409, "urn:cortado:problem:incompatible-schema", "lastName"},
+		{"invalid schema", "PUT", "/_schemata/demo/Other", `{"key":[{"name":"id"}],"schema":{"type":"record"}}`, nil, 400, "urn:cortado:problem:invalid-schema", ""},
+		{"bad continuation token", "GET", "/demo/Message/alice?next=!!", "", nil, 400, "urn:cortado:problem:invalid-key", ""},
+		{"method not allowed", "GET", "/demo/_txn/a", ``, nil, 405, "urn:cortado:problem:method-not-allowed", ""},
+		{"not found", "GET", "/demo/Profile/99", "", nil, 404, "urn:cortado:problem:document-not-found", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := httpCase{t, s.URL}
+			p := h.problem(h.do(c.method, c.path, c.headers, c.body), c.status, c.typ)
+			if c.field != "" && p["field"] != c.field {
+				t.Fatalf("field %v, want %s", p["field"], c.field)
+			}
+			after := h.want(h.do("GET", "/demo/Profile/7", nil, ""), 200)
+			if !bytes.Equal(after.body, before.body) || after.header.Get("X-Cortado-SCN") != before.header.Get("X-Cortado-SCN") {
+				t.Fatal("bad input changed the document")
+			}
+		})
+	}
+	r = h.want(h.do("GET", "/_schemata/demo/Profile", nil, ""), 200)
+	if !strings.Contains(string(r.body), `"latest":1`) {
+		t.Fatalf("refused schema registered: %s", r.body)
+	}
+	h.problem(h.do("GET", "/_schemata/demo/Profile/9", nil, ""), 404, "urn:cortado:problem:no-such-schema-version")
+	h.want(h.do("GET", "/_schemata/demo/Profile/1", nil, ""), 200)
+
+	// A response over the limit is 413 and suggests projection; the
+	// projected read fits.
+	// "<" is one byte in and six out (\u003c).
+	long := strings.Repeat("<", 1000)
+	h.want(h.do("PUT", "/demo/Profile/9", nil, `{"firstName":{"a":"`+long+`"},"lastName":"L"}`), 201)
+	p := h.problem(h.do("GET", "/demo/Profile/9", nil, ""), 413, "urn:cortado:problem:response-too-large")
+	if !strings.Contains(p["detail"].(string), "fields=") {
+		t.Fatalf("413 does not suggest projection: %v", p)
+	}
+	h.want(h.do("GET", "/demo/Profile/9?fields=lastName", nil, ""), 200)
+
+	// Collections and multi-gets.
+	for _, m := range []string{`{"from":"a","subject":"1"}`, `{"from":"b","subject":"2"}`, `{"from":"c","subject":"3"}`} {
+		r = h.want(h.do("POST", "/demo/Message/box", nil, m), 201)
+	}
+	if r.header.Get("Location") != "/demo/Message/box/3" || string(r.body) != `{"key":["box",3]}` {
+		t.Fatalf("auto-increment: %v %s", r.header, r.body)
+	}
+	r = h.want(h.do("GET", "/demo/Message/box?limit=2&fields=subject", nil, ""), 200)
+	var page struct {
+		Documents []struct {
+			Key      []any
+			Document map[string]any
+		}
+		Next string
+	}
+	json.Unmarshal(r.body, &page)
+	if len(page.Documents) != 2 || page.Next == "" || page.Documents[1].Document["subject"] != "2" || r.header.Get("ETag") == "" {
+		t.Fatalf("collection page: %s", r.body)
+	}
+	r = h.want(h.do("GET", "/demo/Message/box?limit=2&next="+page.Next, nil, ""), 200)
+	page.Next = ""
+	json.Unmarshal(r.body, &page)
+	if len(page.Documents) != 1 || page.Next != "" {
+		t.Fatalf("second page: %s", r.body)
+	}
+	r = h.want(h.do("GET", "/demo/Message/box/(3,1,5)?fields=from", nil, ""), 200)
+	if string(r.body) == "" || !strings.Contains(string(r.body), `"missing":[["box",5]]`) {
+		t.Fatalf("multi-get: %s", r.body)
+	}
+	h.problem(h.do("GET", "/demo/Message/box?limit=2", map[string]string{"Accept": "avro/binary"}, ""), 406, "urn:cortado:problem:not-acceptable")
+	r = h.want(h.do("DELETE", "/demo/Message/box", nil, ""), 200)
+	if string(r.body) != `{"deleted":3}` {
+		t.Fatalf("collection delete: %s", r.body)
+	}
+	h.want(h.do("DELETE", "/demo/Profile/8", nil, ""), 204)
+
+	// Metrics count what was served.
+	r = h.want(h.do("GET", "/metrics", nil, ""), 200)
+	for _, m := range []string{`cortado_requests_total{code="201",method="PUT",route="document"}`, "cortado_request_duration_seconds_bucket", "cortado_pebble_disk_usage_bytes"} {
+		if !strings.Contains(string(r.body), m) {
+			t.Fatalf("metrics lack %s", m)
+		}
+	}
+}
