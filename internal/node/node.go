@@ -45,8 +45,13 @@ func (n *Node) render(t *schema.Table, key []keys.Part, d *storage.Doc, spec Rea
 	if version == 0 {
 		version = d.Version
 	}
-	if t.Version(d.Version) == nil {
-		return nil, fmt.Errorf("document %v written with unknown schema version %d", key, d.Version)
+	if t.Version(d.Version) == nil || t.Version(version) == nil {
+		// Written (or asked for) with a version registered through
+		// another process that this one has not seen yet.
+		var err error
+		if t, err = n.reg.TableAtLeast(context.Background(), t.Database, t.Name, max(d.Version, version)); err != nil {
+			return nil, fmt.Errorf("document %v of schema version %d: %w", key, d.Version, err)
+		}
 	}
 	plan, err := n.plans.Plan(t, d.Version, version, spec.Fields)
 	if err != nil {

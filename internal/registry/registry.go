@@ -31,7 +31,15 @@ var (
 	ErrNoVersion      = errors.New("no such schema version")
 	ErrDatabaseExists = errors.New("database exists with another definition")
 	ErrKeyChanged     = errors.New("a table's key cannot change")
+	// ErrContention means other registrars kept taking the next version
+	// number; the caller may retry.
+	ErrContention = errors.New("schema registration contended; retry")
 )
+
+// maxRegisterAttempts bounds the compare-and-swap loop of RegisterVersion.
+// Every failed attempt means another registrar succeeded, so the loop only
+// runs out under sustained concurrent registration of one table.
+const maxRegisterAttempts = 64
 
 // InvalidError wraps a definition or schema the registry refuses as
 // malformed (400).
@@ -243,6 +251,29 @@ func (r *Registry) Table(db, name string) (*schema.Table, error) {
 	return t, nil
 }
 
+// TableAtLeast returns a table that has at least version, reading etcd
+// when the mirror has not caught up yet (a document written through
+// another router with a version this process has not seen).
+func (r *Registry) TableAtLeast(ctx context.Context, db, name string, version int) (*schema.Table, error) {
+	if t, err := r.Table(db, name); err == nil && len(t.Versions) >= version {
+		return t, nil
+	}
+	if err := r.reload(ctx, r.dbKey(db)); err != nil {
+		return nil, err
+	}
+	if err := r.reloadTable(ctx, db, name); err != nil {
+		return nil, err
+	}
+	t, err := r.Table(db, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Versions) < version {
+		return nil, fmt.Errorf("table %s.%s version %d: %w", db, name, version, ErrNoVersion)
+	}
+	return t, nil
+}
+
 // Tables lists a database's tables by name.
 func (r *Registry) Tables(db string) []*schema.Table {
 	r.mu.RLock()
@@ -260,13 +291,21 @@ func (r *Registry) Tables(db string) []*schema.Table {
 // 1; when given it must equal the table's key. Registering the same text
 // as the latest version returns that version with created false.
 func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []schema.KeyPart, text string) (version int, created bool, err error) {
+	// Decide from etcd, not from the mirror: another registrar may have
+	// created the database or table a moment ago.
+	if err := r.reload(ctx, r.dbKey(db)); err != nil {
+		return 0, false, err
+	}
 	if _, err := r.Database(db); err != nil {
 		return 0, false, err
 	}
 	if !schema.ValidName(table) {
 		return 0, false, &InvalidError{fmt.Errorf("table name %q must be a letter followed by letters, digits or _", table)}
 	}
-	for attempt := 0; attempt < 5; attempt++ {
+	for range maxRegisterAttempts {
+		if err := r.reloadTable(ctx, db, table); err != nil {
+			return 0, false, err
+		}
 		t, _ := r.Table(db, table)
 		next := 1
 		if t != nil {
@@ -304,18 +343,21 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 			}
 			return next, true, nil
 		}
-		// Someone registered this number first; catch up and re-check.
-		if err := r.reloadTable(ctx, db, table); err != nil {
-			return 0, false, err
-		}
+		// Someone registered this number first; the next attempt
+		// reloads and re-checks against their version.
 	}
-	return 0, false, fmt.Errorf("register %s.%s: too much contention", db, table)
+	return 0, false, fmt.Errorf("register %s.%s: %w", db, table, ErrContention)
 }
 
 func (r *Registry) reloadTable(ctx context.Context, db, table string) error {
-	resp, err := r.cli.Get(ctx, fmt.Sprintf("%stable/%s/%s/", r.prefix, db, table), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	return r.reload(ctx, fmt.Sprintf("%stable/%s/%s/", r.prefix, db, table), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+}
+
+// reload reads keys from etcd (linearizably) into the mirror.
+func (r *Registry) reload(ctx context.Context, key string, opts ...clientv3.OpOption) error {
+	resp, err := r.cli.Get(ctx, key, opts...)
 	if err != nil {
-		return err
+		return fmt.Errorf("read schema registry: %w", err)
 	}
 	for _, kv := range resp.Kvs {
 		if err := r.apply(string(kv.Key), kv.Value); err != nil {

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"testing"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
 )
 
 func mustVersion(t testing.TB, n int, file string) *Version {
@@ -242,4 +245,15 @@ func mustParse(t testing.TB, text string) avro.Schema {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// The partitioning function is part of the on-disk and wire contract:
+// changing it moves every document. These values must never change.
+func TestPartitionOfIsStable(t *testing.T) {
+	d := &Database{Partitions: 64}
+	got := []int{d.PartitionOf(keys.S("alice")), d.PartitionOf(keys.S("bob")), d.PartitionOf(keys.I(42)), d.PartitionOf(keys.S(""))}
+	want := []int{46, 1, 61, 20}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("partition function changed: got %v, want %v", got, want)
+	}
 }

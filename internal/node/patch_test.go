@@ -1,0 +1,59 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func tree(t *testing.T, s string) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestPatchApply(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		patch     Patch
+		want      string
+		err       bool
+	}{
+		{"set nested creates", `{"a":1}`, Patch{Set: map[string]any{"b.c": json.Number("2")}}, `{"a":1,"b":{"c":2}}`, false},
+		{"set parent then child", `{}`, Patch{Set: map[string]any{"a": map[string]any{}, "a.b": "x"}}, `{"a":{"b":"x"}}`, false},
+		{"remove", `{"a":1,"m":{"k":1,"j":2}}`, Patch{Remove: []string{"m.k", "a"}}, `{"m":{"j":2}}`, false},
+		{"remove under missing", `{}`, Patch{Remove: []string{"x.y"}}, ``, true},
+		{"increment int", `{"n":41}`, Patch{Increment: map[string]any{"n": json.Number("1")}}, `{"n":42}`, false},
+		{"increment missing from zero", `{}`, Patch{Increment: map[string]any{"n": json.Number("-3")}}, `{"n":-3}`, false},
+		{"increment float", `{"n":1.5}`, Patch{Increment: map[string]any{"n": json.Number("1")}}, `{"n":2.5}`, false},
+		{"increment overflow", `{"n":9223372036854775807}`, Patch{Increment: map[string]any{"n": json.Number("1")}}, ``, true},
+		{"increment a string", `{"n":"x"}`, Patch{Increment: map[string]any{"n": json.Number("1")}}, ``, true},
+		{"set through a non-object", `{"a":1}`, Patch{Set: map[string]any{"a.b": "x"}}, ``, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := tree(t, tc.doc)
+			err := tc.patch.apply(doc)
+			if tc.err {
+				if !errors.Is(err, ErrBadPatch) {
+					t.Fatalf("want ErrBadPatch, got %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.Marshal(doc)
+			want, _ := json.Marshal(tree(t, tc.want))
+			if string(got) != string(want) {
+				t.Fatalf("got %s, want %s", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,150 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+func startEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cu, _ := coord.FreeLoopbackURL()
+	pu, _ := coord.FreeLoopbackURL()
+	e, err := coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cli, err := coord.Connect(context.Background(), []string{e.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func open(t *testing.T, cli *clientv3.Client) *Registry {
+	t.Helper()
+	r, err := Open(context.Background(), cli, "/test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func schemaText(fields int) string {
+	s := `{"type":"record","name":"R","fields":[{"name":"f0","type":"int"}`
+	for i := 1; i < fields; i++ {
+		s += fmt.Sprintf(`,{"name":"f%d","type":"int","default":%d}`, i, i)
+	}
+	return s + "]}"
+}
+
+// Two registries (two routers) race to register versions of one table: the
+// numbers they get are distinct and gap-free, and both end up seeing every
+// version through the watch.
+func TestConcurrentRegistrarsAgree(t *testing.T) {
+	cli := startEtcd(t)
+	a, b := open(t, cli), open(t, cli)
+	ctx := context.Background()
+	if _, _, err := a.CreateDatabase(ctx, schema.Database{Name: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	key := []schema.KeyPart{{Name: "id", Type: "string"}}
+	if _, _, err := a.RegisterVersion(ctx, "db", "T", key, schemaText(1)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[int]string{}
+	for i := 2; i <= 9; i++ {
+		r := a
+		if i%2 == 0 {
+			r = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Every text is compatible with every other (added
+			// fields have defaults), so each must get its own number.
+			v, _, err := r.RegisterVersion(ctx, "db", "T", nil, schemaText(i))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			got[v] = schemaText(i)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, r := range []*Registry{a, b} {
+		for {
+			tbl, err := r.Table("db", "T")
+			if err == nil && len(tbl.Versions) == 9 {
+				for v, text := range got {
+					if tbl.Version(v).Text != text {
+						t.Fatalf("version %d: %s, registered %s", v, tbl.Version(v).Text, text)
+					}
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("registry did not converge: %v", tbl)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if len(got) != 8 {
+		t.Fatalf("versions handed out: %v", got)
+	}
+}
+
+func TestDatabaseAndKeyRules(t *testing.T) {
+	cli := startEtcd(t)
+	r := open(t, cli)
+	ctx := context.Background()
+	if _, created, err := r.CreateDatabase(ctx, schema.Database{Name: "db", Partitions: 8}); err != nil || !created {
+		t.Fatal(created, err)
+	}
+	if _, created, err := r.CreateDatabase(ctx, schema.Database{Name: "db", Partitions: 8}); err != nil || created {
+		t.Fatal("same definition again:", created, err)
+	}
+	if _, _, err := r.CreateDatabase(ctx, schema.Database{Name: "db", Partitions: 9}); !errors.Is(err, ErrDatabaseExists) {
+		t.Fatal("other definition:", err)
+	}
+	var inv *InvalidError
+	if _, _, err := r.CreateDatabase(ctx, schema.Database{Name: "db2", Partitions: -1}); !errors.As(err, &inv) {
+		t.Fatal("bad partitions:", err)
+	}
+	key := []schema.KeyPart{{Name: "a"}, {Name: "b", Type: "long", AutoIncrement: true}}
+	if _, _, err := r.RegisterVersion(ctx, "db", "T", key, schemaText(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.RegisterVersion(ctx, "db", "T", key[:1], schemaText(2)); !errors.Is(err, ErrKeyChanged) {
+		t.Fatal("key change:", err)
+	}
+	if _, _, err := r.RegisterVersion(ctx, "db", "U", []schema.KeyPart{{Name: "a", AutoIncrement: true}}, schemaText(1)); !errors.As(err, &inv) {
+		t.Fatal("auto-increment single string key:", err)
+	}
+	if _, _, err := r.RegisterVersion(ctx, "nodb", "T", key, schemaText(1)); !errors.Is(err, ErrNoDatabase) {
+		t.Fatal("missing database:", err)
+	}
+	// A new registry loads what is stored.
+	r2 := open(t, cli)
+	if tbl, err := r2.Table("db", "T"); err != nil || len(tbl.Versions) != 1 || !schema.SameKey(tbl.Key, key) {
+		t.Fatalf("reload: %+v %v", tbl, err)
+	}
+}
