@@ -210,15 +210,8 @@ func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) 
 	case OpPatch:
 		return n.patch(tx, t, op)
 	case OpDelete:
-		cur, exists, err := tx.Get(op.Table, op.Key)
-		if err != nil {
+		if _, _, err := current(tx, op, op.Key, true); err != nil {
 			return OpResult{}, err
-		}
-		if err := op.Cond.Check(&cur, exists, false); err != nil {
-			return OpResult{}, err
-		}
-		if !exists {
-			return OpResult{}, ErrNotFound
 		}
 		if _, err := tx.Delete(op.Table, op.Key); err != nil {
 			return OpResult{}, err
@@ -243,12 +236,26 @@ func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) 
 	return OpResult{}, fmt.Errorf("unknown operation %q", op.Kind)
 }
 
-func (n *Node) put(tx *storage.Tx, op *Op, key []keys.Part) (OpResult, error) {
+// current reads the row an operation applies to and checks the
+// operation's preconditions against it; mustExist makes a missing row
+// ErrNotFound (after the preconditions, so If-Match on a missing row is 412).
+func current(tx *storage.Tx, op *Op, key []keys.Part, mustExist bool) (storage.Doc, bool, error) {
 	cur, exists, err := tx.Get(op.Table, key)
 	if err != nil {
-		return OpResult{}, err
+		return storage.Doc{}, false, err
 	}
 	if err := op.Cond.Check(&cur, exists, false); err != nil {
+		return storage.Doc{}, false, err
+	}
+	if mustExist && !exists {
+		return storage.Doc{}, false, ErrNotFound
+	}
+	return cur, exists, nil
+}
+
+func (n *Node) put(tx *storage.Tx, op *Op, key []keys.Part) (OpResult, error) {
+	_, exists, err := current(tx, op, key, false)
+	if err != nil {
 		return OpResult{}, err
 	}
 	d, err := tx.Put(op.Table, key, op.Version, op.Value)
@@ -261,15 +268,9 @@ func (n *Node) put(tx *storage.Tx, op *Op, key []keys.Part) (OpResult, error) {
 // patch reads the current document as the latest version, applies the
 // patch to its JSON form and writes it back validated.
 func (n *Node) patch(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) {
-	cur, exists, err := tx.Get(op.Table, op.Key)
+	cur, _, err := current(tx, op, op.Key, true)
 	if err != nil {
 		return OpResult{}, err
-	}
-	if err := op.Cond.Check(&cur, exists, false); err != nil {
-		return OpResult{}, err
-	}
-	if !exists {
-		return OpResult{}, ErrNotFound
 	}
 	latest := t.Latest()
 	item, err := n.render(t, op.Key, &cur, ReadSpec{Version: latest.Number})
