@@ -4,13 +4,62 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"sync"
 )
 
 // errShort is returned when Avro bytes end in the middle of a value.
 var errShort = errors.New("avro data truncated")
 
-// errLength is returned for a negative or absurd length prefix.
+// errVarint is returned for a varint longer than ten bytes. (hamba/avro's
+// skip stops after the maximum length and reads on from the middle.)
+var errVarint = errors.New("avro varint too long")
+
+// errIntRange is returned for an int, enum index or union index whose
+// varint does not fit 32 bits. (hamba/avro silently wraps such values.)
+var errIntRange = errors.New("avro int out of 32-bit range")
+
+// errBadBool is returned for a boolean byte other than 0 or 1. (hamba/avro
+// refuses it when reading but not when skipping.)
+var errBadBool = errors.New("avro boolean is neither 0 nor 1")
+
+// boolean reads one boolean.
+func (d *decoder) boolean() (bool, error) {
+	b, err := d.fixed(1)
+	if err != nil {
+		return false, err
+	}
+	if b[0] > 1 {
+		return false, errBadBool
+	}
+	return b[0] == 1, nil
+}
+
+// errNegativeLength is returned for a negative bytes or string length.
+// (hamba/avro reads it as empty.)
+var errNegativeLength = errors.New("avro negative length")
+
+// errBlockSize is returned when an array or map block's recorded byte size
+// disagrees with its items. (hamba/avro ignores the size when decoding.)
+var errBlockSize = errors.New("avro block size disagrees with its items")
+
+// errLength is returned for an absurd length or block count.
 var errLength = errors.New("avro length out of range")
+
+// decoders are pooled: a decoder escapes to the heap (plans are chains of
+// closures), and a read path that allocates nothing per document needs
+// them reused.
+var decoders = sync.Pool{New: func() any { return new(decoder) }}
+
+func getDecoder(b []byte) *decoder {
+	d := decoders.Get().(*decoder)
+	d.b, d.i = b, 0
+	return d
+}
+
+func putDecoder(d *decoder) {
+	d.b = nil
+	decoders.Put(d)
+}
 
 // decoder walks Avro binary. It never allocates.
 type decoder struct {
@@ -20,11 +69,28 @@ type decoder struct {
 
 func (d *decoder) long() (int64, error) {
 	v, n := binary.Uvarint(d.b[d.i:])
-	if n <= 0 {
+	if n == 0 {
 		return 0, errShort
+	}
+	if n < 0 {
+		return 0, errVarint
 	}
 	d.i += n
 	return int64(v>>1) ^ -int64(v&1), nil
+}
+
+// int reads a long that must fit an Avro int (also enum and union indexes)
+// in at most five bytes.
+func (d *decoder) int() (int64, error) {
+	start := d.i
+	if rest := d.b[d.i:]; len(rest) >= 5 && rest[0]&rest[1]&rest[2]&rest[3]&rest[4]&0x80 != 0 {
+		return 0, errIntRange // not terminated within five bytes
+	}
+	v, err := d.long()
+	if err == nil && (v < math.MinInt32 || v > math.MaxInt32 || d.i-start > 5) {
+		return 0, errIntRange
+	}
+	return v, err
 }
 
 func (d *decoder) need(n int) error {
@@ -39,11 +105,11 @@ func (d *decoder) bytes() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n < 0 || n > int64(len(d.b)) {
-		return nil, errLength
+	if n < 0 {
+		return nil, errNegativeLength
 	}
-	if err := d.need(int(n)); err != nil {
-		return nil, err
+	if n > int64(len(d.b)-d.i) {
+		return nil, errShort
 	}
 	b := d.b[d.i : d.i+int(n)]
 	d.i += int(n)

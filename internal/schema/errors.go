@@ -7,6 +7,7 @@ import "fmt"
 type FieldError struct {
 	Path   string
 	Reason string
+	cause  error
 }
 
 func (e *FieldError) Error() string {
@@ -17,8 +18,17 @@ func (e *FieldError) Error() string {
 }
 
 func fieldErr(path, format string, args ...any) *FieldError {
-	return &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)}
+	fe := &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			fe.cause = err
+		}
+	}
+	return fe
 }
+
+// Unwrap returns the decoding error behind a field error, if any.
+func (e *FieldError) Unwrap() error { return e.cause }
 
 func join(path, name string) string {
 	if path == "" {

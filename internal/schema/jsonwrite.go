@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -35,8 +36,9 @@ func NewJSONWriter(s avro.Schema) *JSONWriter {
 
 // Append appends the JSON form of src to dst.
 func (w *JSONWriter) Append(dst, src []byte) ([]byte, error) {
-	d := decoder{b: src}
-	out, err := w.write(&d, dst)
+	d := getDecoder(src)
+	defer putDecoder(d)
+	out, err := w.write(d, dst)
 	if err != nil {
 		return dst, err
 	}
@@ -98,7 +100,7 @@ func (c *jsonCompiler) build(s avro.Schema, path string) jsonFn {
 			syms[i] = appendJSONString(nil, sym)
 		}
 		return func(d *decoder, dst []byte) ([]byte, error) {
-			i, err := d.long()
+			i, err := d.int()
 			if err != nil {
 				return dst, fieldErr(path, "%v", err)
 			}
@@ -126,18 +128,19 @@ func primitiveJSON(t avro.Type, path string) jsonFn {
 		return func(_ *decoder, dst []byte) ([]byte, error) { return append(dst, "null"...), nil }
 	case avro.Boolean:
 		return func(d *decoder, dst []byte) ([]byte, error) {
-			b, err := d.fixed(1)
+			b, err := d.boolean()
 			if err != nil {
 				return dst, fieldErr(path, "%v", err)
 			}
-			if b[0] != 0 {
+			if b {
 				return append(dst, "true"...), nil
 			}
 			return append(dst, "false"...), nil
 		}
 	case avro.Int, avro.Long:
+		read := readerOf(t)
 		return func(d *decoder, dst []byte) ([]byte, error) {
-			v, err := d.long()
+			v, err := read(d)
 			if err != nil {
 				return dst, fieldErr(path, "%v", err)
 			}
@@ -191,7 +194,7 @@ func (c *jsonCompiler) union(u *avro.UnionSchema, path string) jsonFn {
 		}
 	}
 	return func(d *decoder, dst []byte) ([]byte, error) {
-		i, err := d.long()
+		i, err := d.int()
 		if err != nil {
 			return dst, fieldErr(path, "%v", err)
 		}
@@ -218,13 +221,14 @@ func jsonBlocks(item jsonFn, isMap bool, path string) jsonFn {
 		dst = append(dst, open)
 		first := true
 		for {
-			n, _, err := d.blockCount()
+			n, size, err := d.blockCount()
 			if err != nil {
 				return dst, fieldErr(path, "%v", err)
 			}
 			if n == 0 {
 				return append(dst, closing), nil
 			}
+			start := d.i
 			for ; n > 0; n-- {
 				if !first {
 					dst = append(dst, ',')
@@ -241,6 +245,9 @@ func jsonBlocks(item jsonFn, isMap bool, path string) jsonFn {
 				if dst, err = item(d, dst); err != nil {
 					return dst, err
 				}
+			}
+			if size > 0 && int64(d.i-start) != size {
+				return dst, fieldErr(path, "%v", errBlockSize)
 			}
 		}
 	}
@@ -286,6 +293,29 @@ func appendJSONString(dst []byte, s string) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+const (
+	swarOnes = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+// hasByte reports whether any byte of x equals c.
+func hasByte(x uint64, c byte) bool {
+	y := x ^ (swarOnes * uint64(c))
+	return (y-swarOnes)&^y&swarHigh != 0
+}
+
+// plainWord reports whether all eight bytes of x are printable ASCII that
+// JSON (as encoding/json writes it) copies unchanged.
+func plainWord(x uint64) bool {
+	if x&swarHigh != 0 { // non-ASCII
+		return false
+	}
+	if (x-swarOnes*0x20)&^x&swarHigh != 0 { // a byte < 0x20
+		return false
+	}
+	return !hasByte(x, '"') && !hasByte(x, '\\') && !hasByte(x, '<') && !hasByte(x, '>') && !hasByte(x, '&')
+}
+
 // appendJSONStringBytes escapes exactly as encoding/json.Marshal does
 // (including its HTML-safe escapes of <, > and &), so responses match what a
 // Go program marshalling the same document would produce.
@@ -293,6 +323,14 @@ func appendJSONStringBytes(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Fast path: skip eight bytes at a time while none of them needs
+		// attention (control, '"', '\\', '<', '>', '&', or non-ASCII).
+		for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
@@ -309,6 +347,10 @@ func appendJSONStringBytes(dst, s []byte) []byte {
 				dst = append(dst, '\\', 'r')
 			case '\t':
 				dst = append(dst, '\\', 't')
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
 			default:
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 			}

@@ -27,13 +27,16 @@ type opFn func(d *decoder, dst []byte) ([]byte, error)
 // skipFn steps over one value of a writer type.
 type skipFn func(d *decoder) error
 
-// Apply appends the reader-schema encoding of src to dst.
+// Apply appends the reader-schema encoding of src to dst. An identity plan
+// copies src without walking it: stored documents were validated when
+// written and their CRC is checked when read.
 func (p *Plan) Apply(dst, src []byte) ([]byte, error) {
 	if p.identity {
 		return append(dst, src...), nil
 	}
-	d := decoder{b: src}
-	out, err := p.op(&d, dst)
+	d := getDecoder(src)
+	defer putDecoder(d)
+	out, err := p.op(d, dst)
 	if err != nil {
 		return dst, err
 	}
@@ -54,23 +57,27 @@ func (p *Plan) Identity() bool { return p.identity }
 // that does not fit fails the read with the field's path. This is what lets
 // a client pinned to an old version read documents written after a
 // promotion.
+//
+// As Avro specifies, some mismatches only fail the documents that meet
+// them: a writer union branch the reader cannot read, and an enum symbol
+// the reader lacks (with no default). Registration (CheckEvolution) refuses
+// such pairs up front; a plan reads whatever it can.
 func NewPlan(writer, reader avro.Schema) (*Plan, error) {
-	if err := compatible(reader, writer, true); err != nil {
-		return nil, err
-	}
-	c := planCompiler{ops: map[[2]avro.Schema]*opFn{}, skips: map[avro.Schema]*skipFn{}}
+	c := planCompiler{ops: map[[2]avro.Schema]*opFn{}, skips: map[avro.Schema]*skipFn{}, walks: map[avro.Schema]*skipFn{}, same: newSameTypes(writer, reader)}
 	op, err := c.op(writer, reader, "")
 	if err != nil {
 		return nil, err
 	}
-	return &Plan{op: op, identity: writer.String() == reader.String()}, nil
+	return &Plan{op: op, identity: c.same.same(writer, reader)}, nil
 }
 
 type planCompiler struct {
 	// ops and skips hold the functions compiled so far, by schema; a
 	// recursive type refers to its own function through the pointer.
 	ops   map[[2]avro.Schema]*opFn
-	skips map[avro.Schema]*skipFn
+	skips map[avro.Schema]*skipFn // for discarded values
+	walks map[avro.Schema]*skipFn // for copied values
+	same  *sameTypes
 }
 
 func (c *planCompiler) op(writer, reader avro.Schema, path string) (opFn, error) {
@@ -90,8 +97,8 @@ func (c *planCompiler) op(writer, reader avro.Schema, path string) (opFn, error)
 }
 
 func (c *planCompiler) build(writer, reader avro.Schema, path string) (opFn, error) {
-	if writer.String() == reader.String() {
-		return c.copyOp(writer), nil
+	if c.same.same(writer, reader) {
+		return c.copyOp(writer, path), nil
 	}
 	if wu, ok := writer.(*avro.UnionSchema); ok {
 		return c.writerUnion(wu, reader, path)
@@ -112,7 +119,14 @@ func (c *planCompiler) build(writer, reader avro.Schema, path string) (opFn, err
 	if writer.Type() != reader.Type() {
 		return promotion(writer.Type(), reader.Type(), path)
 	}
+	if rn, ok := reader.(avro.NamedSchema); ok && !namesMatch(rn, writer.(avro.NamedSchema)) {
+		return nil, fieldErr(path, "%s %s renamed to %s without alias", reader.Type(), writer.(avro.NamedSchema).FullName(), rn.FullName())
+	}
 	switch r := reader.(type) {
+	case *avro.FixedSchema:
+		if w := writer.(*avro.FixedSchema); w.Size() != r.Size() {
+			return nil, fieldErr(path, "fixed size changed from %d to %d", w.Size(), r.Size())
+		}
 	case *avro.RecordSchema:
 		return c.record(writer.(*avro.RecordSchema), r, path)
 	case *avro.ArraySchema:
@@ -131,16 +145,16 @@ func (c *planCompiler) build(writer, reader avro.Schema, path string) (opFn, err
 		return enumOp(writer.(*avro.EnumSchema), r, path), nil
 	}
 	// Same primitive or same fixed: the bytes do not change.
-	return c.copyOp(writer), nil
+	return c.copyOp(writer, path), nil
 }
 
 // copyOp copies one value's bytes unchanged.
-func (c *planCompiler) copyOp(s avro.Schema) opFn {
-	skip := c.skip(s)
+func (c *planCompiler) copyOp(s avro.Schema, path string) opFn {
+	skip := c.walk(s)
 	return func(d *decoder, dst []byte) ([]byte, error) {
 		start := d.i
 		if err := skip(d); err != nil {
-			return dst, err
+			return dst, fieldErr(path, "%v", err)
 		}
 		return append(dst, d.b[start:d.i]...), nil
 	}
@@ -159,7 +173,7 @@ func (c *planCompiler) writerUnion(wu *avro.UnionSchema, reader avro.Schema, pat
 		branches[i] = op
 	}
 	return func(d *decoder, dst []byte) ([]byte, error) {
-		idx, err := d.long()
+		idx, err := d.int()
 		if err != nil {
 			return dst, fieldErr(path, "%v", err)
 		}
@@ -176,7 +190,7 @@ func promotion(w, r avro.Type, path string) (opFn, error) {
 		// Same encoding on both sides.
 		if w == avro.Int {
 			return func(d *decoder, dst []byte) ([]byte, error) {
-				v, err := d.long()
+				v, err := d.int()
 				if err != nil {
 					return dst, fieldErr(path, "%v", err)
 				}
@@ -191,16 +205,18 @@ func promotion(w, r avro.Type, path string) (opFn, error) {
 			return appendBytes(dst, b), nil
 		}, nil
 	case (w == avro.Int || w == avro.Long) && r == avro.Float:
+		read := readerOf(w)
 		return func(d *decoder, dst []byte) ([]byte, error) {
-			v, err := d.long()
+			v, err := read(d)
 			if err != nil {
 				return dst, fieldErr(path, "%v", err)
 			}
 			return appendFloat(dst, float32(v)), nil
 		}, nil
 	case (w == avro.Int || w == avro.Long) && r == avro.Double:
+		read := readerOf(w)
 		return func(d *decoder, dst []byte) ([]byte, error) {
-			v, err := d.long()
+			v, err := read(d)
 			if err != nil {
 				return dst, fieldErr(path, "%v", err)
 			}
@@ -218,6 +234,14 @@ func promotion(w, r avro.Type, path string) (opFn, error) {
 		}, nil
 	}
 	return nil, fieldErr(path, "cannot read %s as %s", w, r)
+}
+
+// readerOf returns the varint reader for an int or long.
+func readerOf(t avro.Type) func(*decoder) (int64, error) {
+	if t == avro.Int {
+		return (*decoder).int
+	}
+	return (*decoder).long
 }
 
 // narrowing reads a value of a promoted numeric type as the type it was
@@ -266,11 +290,11 @@ func narrowing(w, r avro.Type, path string) opFn {
 }
 
 // blocks transcodes an array or map, writing each writer block as one block
-// with a positive count.
+// with a positive count, and checking any byte size the writer recorded.
 func blocks(item opFn, isMap bool) opFn {
 	return func(d *decoder, dst []byte) ([]byte, error) {
 		for {
-			n, _, err := d.blockCount()
+			n, size, err := d.blockCount()
 			if err != nil {
 				return dst, err
 			}
@@ -278,6 +302,7 @@ func blocks(item opFn, isMap bool) opFn {
 			if n == 0 {
 				return dst, nil
 			}
+			start := d.i
 			for ; n > 0; n-- {
 				if isMap {
 					k, err := d.bytes()
@@ -289,6 +314,9 @@ func blocks(item opFn, isMap bool) opFn {
 				if dst, err = item(d, dst); err != nil {
 					return dst, err
 				}
+			}
+			if size > 0 && int64(d.i-start) != size {
+				return dst, errBlockSize
 			}
 		}
 	}
@@ -313,7 +341,7 @@ func enumOp(w, r *avro.EnumSchema, path string) opFn {
 	}
 	wsyms := w.Symbols()
 	return func(d *decoder, dst []byte) ([]byte, error) {
-		i, err := d.long()
+		i, err := d.int()
 		if err != nil {
 			return dst, fieldErr(path, "%v", err)
 		}

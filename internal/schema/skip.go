@@ -3,24 +3,36 @@ package schema
 import "github.com/hamba/avro/v2"
 
 // skip returns the function that steps over one value of writer type s
-// without decoding it.
-func (c *planCompiler) skip(s avro.Schema) skipFn {
+// that is being discarded, without decoding it: array and map blocks that
+// carry their byte size are jumped over.
+func (c *planCompiler) skip(s avro.Schema) skipFn { return c.stepper(s, true) }
+
+// walk returns the function that steps over one value whose bytes are
+// kept (copied): it checks every item, and that each block's byte size
+// agrees with its items, so corrupt sizes cannot make a copy misaligned.
+func (c *planCompiler) walk(s avro.Schema) skipFn { return c.stepper(s, false) }
+
+func (c *planCompiler) stepper(s avro.Schema, jump bool) skipFn {
 	s = deref(s)
-	if p, ok := c.skips[s]; ok {
+	memo := c.walks
+	if jump {
+		memo = c.skips
+	}
+	if p, ok := memo[s]; ok {
 		return func(d *decoder) error { return (*p)(d) }
 	}
 	slot := new(skipFn)
-	c.skips[s] = slot
-	*slot = c.buildSkip(s)
+	memo[s] = slot
+	*slot = c.buildSkip(s, jump)
 	return *slot
 }
 
-func (c *planCompiler) buildSkip(s avro.Schema) skipFn {
+func (c *planCompiler) buildSkip(s avro.Schema, jump bool) skipFn {
 	switch s := s.(type) {
 	case *avro.RecordSchema:
 		fields := make([]skipFn, len(s.Fields()))
 		for i, f := range s.Fields() {
-			fields[i] = c.skip(f.Type())
+			fields[i] = c.stepper(f.Type(), jump)
 		}
 		return func(d *decoder) error {
 			for _, f := range fields {
@@ -31,16 +43,16 @@ func (c *planCompiler) buildSkip(s avro.Schema) skipFn {
 			return nil
 		}
 	case *avro.ArraySchema:
-		return skipBlocks(c.skip(s.Items()), false)
+		return skipBlocks(c.stepper(s.Items(), jump), false, jump)
 	case *avro.MapSchema:
-		return skipBlocks(c.skip(s.Values()), true)
+		return skipBlocks(c.stepper(s.Values(), jump), true, jump)
 	case *avro.UnionSchema:
 		branches := make([]skipFn, len(s.Types()))
 		for i, b := range s.Types() {
-			branches[i] = c.skip(b)
+			branches[i] = c.stepper(b, jump)
 		}
 		return func(d *decoder) error {
-			i, err := d.long()
+			i, err := d.int()
 			if err != nil {
 				return err
 			}
@@ -53,14 +65,17 @@ func (c *planCompiler) buildSkip(s avro.Schema) skipFn {
 		n := s.Size()
 		return func(d *decoder) error { _, err := d.fixed(n); return err }
 	case *avro.EnumSchema:
-		return func(d *decoder) error { _, err := d.long(); return err }
+		// A skipped value is discarded, so its index is not checked.
+		return func(d *decoder) error { _, err := d.int(); return err }
 	}
 	switch s.Type() {
 	case avro.Null:
 		return func(*decoder) error { return nil }
 	case avro.Boolean:
-		return func(d *decoder) error { _, err := d.fixed(1); return err }
-	case avro.Int, avro.Long:
+		return func(d *decoder) error { _, err := d.boolean(); return err }
+	case avro.Int:
+		return func(d *decoder) error { _, err := d.int(); return err }
+	case avro.Long:
 		return func(d *decoder) error { _, err := d.long(); return err }
 	case avro.Float:
 		return func(d *decoder) error { _, err := d.fixed(4); return err }
@@ -71,9 +86,10 @@ func (c *planCompiler) buildSkip(s avro.Schema) skipFn {
 	}
 }
 
-// skipBlocks skips an array or map, jumping over whole blocks when the
-// writer recorded their byte size.
-func skipBlocks(item skipFn, isMap bool) skipFn {
+// skipBlocks steps over an array or map. With jump it jumps over whole
+// blocks whose byte size the writer recorded; without, it steps over every
+// item and checks the recorded size.
+func skipBlocks(item skipFn, isMap, jump bool) skipFn {
 	return func(d *decoder) error {
 		for {
 			n, size, err := d.blockCount()
@@ -83,12 +99,13 @@ func skipBlocks(item skipFn, isMap bool) skipFn {
 			if n == 0 {
 				return nil
 			}
-			if size > 0 {
+			if size > 0 && jump {
 				if _, err := d.fixed(int(size)); err != nil {
 					return err
 				}
 				continue
 			}
+			start := d.i
 			for ; n > 0; n-- {
 				if isMap {
 					if _, err := d.bytes(); err != nil {
@@ -98,6 +115,9 @@ func skipBlocks(item skipFn, isMap bool) skipFn {
 				if err := item(d); err != nil {
 					return err
 				}
+			}
+			if size > 0 && int64(d.i-start) != size {
+				return errBlockSize
 			}
 		}
 	}

@@ -7,20 +7,19 @@ import (
 )
 
 // Validator checks that bytes are exactly one well-formed Avro value of a
-// schema (for documents that arrive as avro/binary).
-type Validator struct{ skip skipFn }
+// schema (for documents that arrive as avro/binary): every length, int
+// range, enum index and union index is checked, as a read would.
+type Validator struct{ w *JSONWriter }
 
 // NewValidator compiles the validator of s.
-func NewValidator(s avro.Schema) *Validator {
-	c := planCompiler{ops: map[[2]avro.Schema]*opFn{}, skips: map[avro.Schema]*skipFn{}}
-	return &Validator{skip: c.skip(s)}
-}
+func NewValidator(s avro.Schema) *Validator { return &Validator{w: NewJSONWriter(s)} }
 
 // Validate returns an error unless b holds exactly one value.
 func (v *Validator) Validate(b []byte) error {
-	d := decoder{b: b}
-	if err := v.skip(&d); err != nil {
-		return &FieldError{Reason: "malformed Avro binary: " + err.Error()}
+	d := getDecoder(b)
+	defer putDecoder(d)
+	if _, err := v.w.write(d, nil); err != nil {
+		return fmt.Errorf("malformed Avro binary: %w", err)
 	}
 	if d.i != len(b) {
 		return &FieldError{Reason: fmt.Sprintf("malformed Avro binary: %d trailing bytes", len(b)-d.i)}
