@@ -210,7 +210,10 @@ type transport interface {
 }
 
 // Client is a Cortado client. It is safe for concurrent use.
-type Client struct{ t transport }
+type Client struct {
+	t     transport
+	local *localSchemas
+}
 
 // Close releases the client (and, for an embedded client, closes the
 // data directory).

@@ -41,7 +41,7 @@ func OpenEmbedded(ctx context.Context, dir string, opts *EmbeddedOptions) (*Clie
 	if err != nil {
 		return nil, err
 	}
-	return &Client{t: &embedded{s: s, r: s.Router}}, nil
+	return &Client{t: &embedded{s: s, r: s.Router}, local: newLocalSchemas()}, nil
 }
 
 // embeddedURLs picks loopback ports for the embedded etcd the first time a

@@ -29,7 +29,7 @@ func New(baseURL string, opts ...Option) *Client {
 	for _, o := range opts {
 		o(t)
 	}
-	return &Client{t: t}
+	return &Client{t: t, local: newLocalSchemas()}
 }
 
 type httpTransport struct {

@@ -204,6 +204,25 @@ func runSuite(t *testing.T, c *client.Client) {
 		}
 	})
 
+	t.Run("client-side plans give the server's bytes", func(t *testing.T) {
+		for _, o := range []*client.ReadOptions{nil, {Version: 1}, {Version: 2, Fields: []string{"draft", "priority"}},
+			{Fields: []string{"meta.b", "to.email", "reply.quote"}}} {
+			for _, k := range []client.Key{{"alice", 1}, {"alice", 2}, {"alice", 3}} {
+				server, err := c.Get(ctx, "mail", "Message", k, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				local, err := c.ReadAs(ctx, "mail", "Message", k, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(server.Body) != string(local.Body) || server.SchemaVersion != local.SchemaVersion || server.ETag != local.ETag {
+					t.Fatalf("%v %+v: server %s (v%d), client %s (v%d)", k, o, server.Body, server.SchemaVersion, local.Body, local.SchemaVersion)
+				}
+			}
+		}
+	})
+
 	t.Run("projection through maps arrays unions", func(t *testing.T) {
 		d, err := c.Get(ctx, "mail", "Message", client.Key{"alice", 1}, &client.ReadOptions{Fields: []string{"meta.b", "to.email", "reply.quote", "subject"}})
 		if err != nil {

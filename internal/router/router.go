@@ -357,8 +357,13 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	if err != nil {
 		return nil, err
 	}
-	if len(order) == 1 && len(items) > 0 {
-		page.SCN = items[0].SCN
+	if len(order) == 1 {
+		// One partition: its SCNs are comparable; report the newest.
+		for _, it := range items {
+			if page.SCN.Less(it.SCN) {
+				page.SCN = it.SCN
+			}
+		}
 	}
 	return page, nil
 }

@@ -293,28 +293,53 @@ func appendJSONString(dst []byte, s string) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plainByte marks the ASCII bytes JSON copies unchanged.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 const (
 	swarOnes = 0x0101010101010101
 	swarHigh = 0x8080808080808080
 )
 
-// hasByte reports whether any byte of x equals c.
-func hasByte(x uint64, c byte) bool {
-	y := x ^ (swarOnes * uint64(c))
-	return (y-swarOnes)&^y&swarHigh != 0
+// plainWord reports whether all eight bytes of x are printable ASCII that
+// JSON (as encoding/json writes it) copies unchanged: no control byte, no
+// '"', '\\', '<', '>', '&', no byte >= 0x80. '<' and '>' differ only in bit
+// 1, '"' and '&' only in bit 2, so three zero-byte tests cover five
+// characters. (The zero-byte test can flag a byte next to a real match,
+// never miss one, which is all a yes/no answer needs.)
+func plainWord(x uint64) bool { return badBytes(x)&swarHigh == 0 }
+
+// plainPrefix returns how many leading bytes of s, in whole words, need no
+// escaping: sixteen bytes per step while it can, then eight.
+func plainPrefix(s []byte) int {
+	n := 0
+	for len(s) >= 16 {
+		if (badBytes(binary.LittleEndian.Uint64(s[:8]))|badBytes(binary.LittleEndian.Uint64(s[8:16])))&swarHigh != 0 {
+			break
+		}
+		s, n = s[16:], n+16
+	}
+	if len(s) >= 8 && plainWord(binary.LittleEndian.Uint64(s[:8])) {
+		n += 8
+	}
+	return n
 }
 
-// plainWord reports whether all eight bytes of x are printable ASCII that
-// JSON (as encoding/json writes it) copies unchanged.
-func plainWord(x uint64) bool {
-	if x&swarHigh != 0 { // non-ASCII
-		return false
-	}
-	if (x-swarOnes*0x20)&^x&swarHigh != 0 { // a byte < 0x20
-		return false
-	}
-	return !hasByte(x, '"') && !hasByte(x, '\\') && !hasByte(x, '<') && !hasByte(x, '>') && !hasByte(x, '&')
+// badBytes has the high bit set in (at least) every byte of x that needs
+// escaping; see plainWord.
+func badBytes(x uint64) uint64 {
+	angle := (x | swarOnes*0x02) ^ swarOnes*'>'
+	quote := (x | swarOnes*0x04) ^ swarOnes*'&'
+	slash := x ^ swarOnes*'\\'
+	return x | (x-swarOnes*0x20)&^x |
+		(angle-swarOnes)&^angle | (quote-swarOnes)&^quote | (slash-swarOnes)&^slash
 }
+
 
 // appendJSONStringBytes escapes exactly as encoding/json.Marshal does
 // (including its HTML-safe escapes of <, > and &), so responses match what a
@@ -325,18 +350,16 @@ func appendJSONStringBytes(dst, s []byte) []byte {
 	for i := 0; i < len(s); {
 		// Fast path: skip eight bytes at a time while none of them needs
 		// attention (control, '"', '\\', '<', '>', '&', or non-ASCII).
-		for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
-			i += 8
-		}
+		i += plainPrefix(s[i:])
 		if i >= len(s) {
 			break
 		}
 		c := s[i]
+		if plainByte[c] {
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
 			dst = append(dst, s[start:i]...)
 			switch c {
 			case '"', '\\':

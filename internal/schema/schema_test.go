@@ -257,3 +257,30 @@ func TestPartitionOfIsStable(t *testing.T) {
 		t.Fatalf("partition function changed: got %v, want %v", got, want)
 	}
 }
+
+// TestJSONWriterMatchesReference checks the direct Avro→JSON writer
+// against hamba/avro decode + encoding/json on whole documents.
+func TestJSONWriterMatchesReference(t *testing.T) {
+	for _, tc := range []struct{ schema, doc string }{
+		{"testdata/profile_v1.avsc", "testdata/profile.json"},
+		{"testdata/bench_profile_v1.avsc", "testdata/bench_profile.json"},
+	} {
+		v := mustVersion(t, 1, tc.schema)
+		b := encodeFile(t, v.Schema, tc.doc)
+		js, err := v.JSON.Append(nil, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := referenceJSON(nil, v.Schema, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got any
+		if err := json.Unmarshal(js, &got); err != nil {
+			t.Fatalf("%s: not JSON: %v", tc.doc, err)
+		}
+		if !reflect.DeepEqual(got, ref) {
+			t.Fatalf("%s: JSON writer and hamba+encoding/json differ", tc.doc)
+		}
+	}
+}
