@@ -55,6 +55,9 @@ func TestGoldenResponses(t *testing.T) {
 		fmt.Fprintf(&b, "%d\n", resp.StatusCode)
 		for _, h := range []string{"Content-Type", "ETag", "X-Cortado-SCN", "X-Cortado-Schema-Version", "Location"} {
 			if v := resp.Header.Get(h); v != "" {
+				if strings.HasPrefix(v, "W/") {
+					v = `W/"…"` // a page's ETag covers its timestamps
+				}
 				fmt.Fprintf(&b, "%s: %s\n", h, v)
 			}
 		}
