@@ -33,39 +33,46 @@ func OpenEmbedded(ctx context.Context, dir string, opts *EmbeddedOptions) (*Clie
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	clientURL, peerURL, err := embeddedURLs(dir)
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		clientURL, peerURL, fresh, err := embeddedURLs(dir)
+		if err != nil {
+			return nil, err
+		}
+		s, err := server.Open(ctx, server.Options{DataDir: dir, EtcdClientURL: clientURL, EtcdPeerURL: peerURL, Logger: o.Logger})
+		if err != nil && fresh && attempt < 5 && strings.Contains(err.Error(), "address already in use") {
+			// The ports were free when picked but another process took
+			// them; a new directory can pick again.
+			os.Remove(filepath.Join(dir, "etcd-urls"))
+			os.RemoveAll(filepath.Join(dir, "etcd"))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Client{t: &embedded{s: s, r: s.Router}, local: newLocalSchemas()}, nil
 	}
-	s, err := server.Open(ctx, server.Options{DataDir: dir, EtcdClientURL: clientURL, EtcdPeerURL: peerURL, Logger: o.Logger})
-	if err != nil {
-		return nil, err
-	}
-	return &Client{t: &embedded{s: s, r: s.Router}, local: newLocalSchemas()}, nil
 }
 
 // embeddedURLs picks loopback ports for the embedded etcd the first time a
 // directory is opened and remembers them, since etcd records its peer URL
 // in its data.
-func embeddedURLs(dir string) (string, string, error) {
+func embeddedURLs(dir string) (clientURL, peerURL string, fresh bool, err error) {
 	file := filepath.Join(dir, "etcd-urls")
 	if b, err := os.ReadFile(file); err == nil {
 		if c, p, ok := strings.Cut(strings.TrimSpace(string(b)), " "); ok {
-			return c, p, nil
+			return c, p, false, nil
 		}
 	}
-	c, err := coord.FreeLoopbackURL()
-	if err != nil {
-		return "", "", err
+	if clientURL, err = coord.FreeLoopbackURL(); err != nil {
+		return "", "", false, err
 	}
-	p, err := coord.FreeLoopbackURL()
-	if err != nil {
-		return "", "", err
+	if peerURL, err = coord.FreeLoopbackURL(); err != nil {
+		return "", "", false, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
-	return c, p, os.WriteFile(file, []byte(c+" "+p+"\n"), 0o644)
+	return clientURL, peerURL, true, os.WriteFile(file, []byte(clientURL+" "+peerURL+"\n"), 0o644)
 }
 
 type embedded struct {

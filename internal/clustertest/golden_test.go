@@ -17,20 +17,33 @@ import (
 	"github.com/cortado-db/cortado/internal/server"
 )
 
+// openServer starts every role in this process on free loopback ports,
+// trying new ports if another test took them first.
+func openServer(t *testing.T) *server.Server {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		cu, _ := coord.FreeLoopbackURL()
+		pu, _ := coord.FreeLoopbackURL()
+		s, err := server.Open(context.Background(), server.Options{DataDir: t.TempDir(), EtcdClientURL: cu, EtcdPeerURL: pu,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+}
+
 var lastModified = regexp.MustCompile(`"lastModified":"[^"]*"`)
 
 // TestGoldenResponses replays testdata/responses against a server in this
 // process and compares status, the headers that carry meaning, and body
 // byte for byte: the read path's output must not drift.
 func TestGoldenResponses(t *testing.T) {
-	cu, _ := coord.FreeLoopbackURL()
-	pu, _ := coord.FreeLoopbackURL()
-	s, err := server.Open(context.Background(), server.Options{DataDir: t.TempDir(), EtcdClientURL: cu, EtcdPeerURL: pu,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openServer(t)
 	if err := s.DemoDatabase(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -72,35 +72,51 @@ func StartServe(t testing.TB, o ServeOptions) *Serve {
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
 	}
-	client, err := coord.FreeLoopbackURL()
-	if err != nil {
-		t.Fatal(err)
+	// A port found free can be taken by another test before etcd binds
+	// it; try again with new ports.
+	for attempt := 1; ; attempt++ {
+		client, err := coord.FreeLoopbackURL()
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := coord.FreeLoopbackURL()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"serve", "--data-dir", o.Dir, "--listen", "127.0.0.1:0",
+			"--etcd-client-url", client, "--etcd-peer-url", peer, "--log-level", "warn"}, o.Args...)
+		s := &Serve{t: t, Dir: o.Dir, args: args, logPath: filepath.Join(o.Dir, "serve.log")}
+		if err := s.tryStart(); err != nil {
+			if strings.Contains(err.Error(), "address already in use") && attempt < 5 {
+				os.RemoveAll(filepath.Join(o.Dir, "etcd"))
+				continue
+			}
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Kill() })
+		return s
 	}
-	peer, err := coord.FreeLoopbackURL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"serve", "--data-dir", o.Dir, "--listen", "127.0.0.1:0",
-		"--etcd-client-url", client, "--etcd-peer-url", peer, "--log-level", "warn"}, o.Args...)
-	s := &Serve{t: t, Dir: o.Dir, args: args, logPath: filepath.Join(o.Dir, "serve.log")}
-	s.start()
-	t.Cleanup(func() { s.Kill() })
-	return s
 }
 
 func (s *Serve) start() {
 	s.t.Helper()
+	if err := s.tryStart(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *Serve) tryStart() error {
 	ready := filepath.Join(s.Dir, "ready")
 	os.Remove(ready)
 	args := append(append([]string(nil), s.args...), "--ready-file", ready)
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	s.cmd = exec.Command(Binary(s.t), args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	s.exited = make(chan struct{})
 	go func() {
@@ -112,14 +128,15 @@ func (s *Serve) start() {
 	for {
 		if b, err := os.ReadFile(ready); err == nil && len(b) > 0 {
 			s.URL = "http://" + strings.TrimSpace(string(b))
-			return
+			return nil
 		}
 		select {
 		case <-s.exited:
 			log, _ := os.ReadFile(s.logPath)
-			s.t.Fatalf("cortado serve exited before it was ready:\n%s", log)
+			return fmt.Errorf("cortado serve exited before it was ready:\n%s", log)
 		case <-deadline:
-			s.t.Fatal("cortado serve not ready after 60s")
+			s.Kill()
+			return fmt.Errorf("cortado serve not ready after 60s")
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
