@@ -91,11 +91,11 @@ func BenchmarkJSONWriter(b *testing.B) {
 	}
 }
 
-// BenchmarkHambaResolveDecodeReference is the generic path for the same
-// up-conversion: hamba/avro Resolve, then decode into map[string]any.
-func BenchmarkHambaResolveDecodeReference(b *testing.B) {
+// benchHamba measures hamba/avro's generic path for reading the document
+// as reader: Resolve (once), then decode into map[string]any per document.
+func benchHamba(b *testing.B, reader func(*Table) avro.Schema) {
 	t, doc := benchProfile(b)
-	resolved, err := avro.NewSchemaCompatibility().Resolve(t.Version(3).Schema, t.Version(1).Schema)
+	resolved, err := avro.NewSchemaCompatibility().Resolve(reader(t), t.Version(1).Schema)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,6 +108,34 @@ func BenchmarkHambaResolveDecodeReference(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkHambaUpconvertReference is the generic path for
+// BenchmarkUpconvertV1ToV3.
+func BenchmarkHambaUpconvertReference(b *testing.B) {
+	benchHamba(b, func(t *Table) avro.Schema { return t.Version(3).Schema })
+}
+
+func projected(fields ...string) func(*Table) avro.Schema {
+	return func(t *Table) avro.Schema {
+		s, err := Project(t.Version(1).Schema, fields)
+		if err != nil {
+			panic(err)
+		}
+		return s
+	}
+}
+
+// BenchmarkHambaProjectThreeFieldsReference is the generic path for
+// BenchmarkProjectThreeFields.
+func BenchmarkHambaProjectThreeFieldsReference(b *testing.B) {
+	benchHamba(b, projected("firstName", "headline", "industry"))
+}
+
+// BenchmarkHambaProjectPositionsTitleReference is the generic path for
+// BenchmarkProjectPositionsTitle.
+func BenchmarkHambaProjectPositionsTitleReference(b *testing.B) {
+	benchHamba(b, projected("positions.title"))
 }
 
 // BenchmarkHambaDecodeJSONReference is the generic path to JSON: hamba
