@@ -116,12 +116,12 @@ type Page struct {
 
 // WriteResult reports a committed write.
 type WriteResult struct {
-	SCN          string
-	Key          Key
-	Created      bool
-	ETag         string
-	LastModified time.Time
-	Deleted      int
+	SCN          string    `json:"scn"`
+	Key          Key       `json:"key"`
+	Created      bool      `json:"created,omitempty"`
+	ETag         string    `json:"etag,omitempty"`
+	LastModified time.Time `json:"lastModified,omitzero"`
+	Deleted      int       `json:"deleted,omitempty"`
 }
 
 // Patch is a partial update: set paths to values, remove map entries or

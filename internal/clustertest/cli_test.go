@@ -1,0 +1,71 @@
+package clustertest
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestCLI drives the cortado binary's client commands against a server and
+// checks what they print.
+func TestCLI(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--demo"}})
+	jsonOf := func(s string) map[string]any {
+		t.Helper()
+		var m map[string]any
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			t.Fatalf("not JSON: %v: %s", err, s)
+		}
+		return m
+	}
+	// run puts --url right after the command words (flags precede the path).
+	run := func(args ...string) string {
+		t.Helper()
+		words := 1
+		if args[0] == "schema" {
+			words = 2
+		}
+		full := append(append(append([]string{}, args[:words]...), "--url", s.URL), args[words:]...)
+		out, err := exec.Command(Binary(t), full...).Output()
+		if err != nil {
+			stderr := ""
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = string(ee.Stderr)
+			}
+			t.Fatalf("cortado %v: %v\n%s", full, err, stderr)
+		}
+		return string(out)
+	}
+
+	w := jsonOf(run("put", "-d", `{"firstName":{"en":"Ada"},"lastName":"L"}`, "demo/Profile/1"))
+	if w["created"] != true || w["scn"] != "1:1" || w["etag"] == nil {
+		t.Fatalf("put printed %v", w)
+	}
+	d := jsonOf(run("get", "--fields", "lastName", "demo/Profile/1"))
+	if len(d) != 1 || d["lastName"] != "L" {
+		t.Fatalf("get printed %v", d)
+	}
+	run("patch", "-d", `{"set":{"headline":"hi"}}`, "demo/Profile/1")
+	if d := jsonOf(run("get", "demo/Profile/1")); d["headline"] != "hi" {
+		t.Fatalf("after patch %v", d)
+	}
+	for range 3 {
+		run("insert", "-d", `{"from":"a","subject":"s"}`, "demo/Message/box")
+	}
+	lines := strings.Split(strings.TrimSpace(run("query", "--limit", "2", "--all", "demo/Message/box")), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("query --all printed %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	if tbl := jsonOf(run("schema", "show", "demo/Message")); tbl["latest"].(float64) != 1 {
+		t.Fatalf("schema show %v", tbl)
+	}
+	if del := jsonOf(run("delete", "demo/Message/box")); del["deleted"] != float64(3) {
+		t.Fatalf("delete printed %v", del)
+	}
+	// A failing command exits non-zero with the problem on stderr.
+	out, err := exec.Command(Binary(t), "get", "--url", s.URL, "demo/Profile/99").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "404 Document not found") {
+		t.Fatalf("get of a missing document: %v %s", err, out)
+	}
+}
