@@ -39,6 +39,19 @@ func (n *Node) partition(db string, id int) (*storage.Partition, error) {
 	return n.eng.Partition(db, id)
 }
 
+// open finds the table and the partition a read addresses.
+func (n *Node) open(db, table string, part int) (*schema.Table, *storage.Partition, error) {
+	t, err := n.reg.Table(db, table)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := n.partition(db, part)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, p, nil
+}
+
 // render converts a stored document for a reader.
 func (n *Node) render(t *schema.Table, key []keys.Part, d *storage.Doc, spec ReadSpec) (*Item, error) {
 	version := spec.Version
@@ -66,11 +79,7 @@ func (n *Node) render(t *schema.Table, key []keys.Part, d *storage.Doc, spec Rea
 
 // Get reads one document.
 func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
-	t, err := n.reg.Table(req.DB, req.Table)
-	if err != nil {
-		return nil, err
-	}
-	p, err := n.partition(req.DB, req.Partition)
+	t, p, err := n.open(req.DB, req.Table, req.Partition)
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +101,7 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 
 // MultiGet reads several documents of one partition.
 func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error) {
-	t, err := n.reg.Table(req.DB, req.Table)
-	if err != nil {
-		return nil, err
-	}
-	p, err := n.partition(req.DB, req.Partition)
+	t, p, err := n.open(req.DB, req.Table, req.Partition)
 	if err != nil {
 		return nil, err
 	}
@@ -123,11 +128,7 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 
 // Scan reads one page of a collection.
 func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
-	t, err := n.reg.Table(req.DB, req.Table)
-	if err != nil {
-		return nil, err
-	}
-	p, err := n.partition(req.DB, req.Partition)
+	t, p, err := n.open(req.DB, req.Table, req.Partition)
 	if err != nil {
 		return nil, err
 	}

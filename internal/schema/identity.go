@@ -62,32 +62,11 @@ func (st *sameTypes) same(w, r avro.Schema) bool {
 // definition.
 func namedDefs(s avro.Schema) map[string]avro.Schema {
 	defs := map[string]avro.Schema{}
-	var walk func(avro.Schema)
-	walk = func(s avro.Schema) {
-		switch s := s.(type) {
-		case *avro.RefSchema:
-			return
-		case *avro.RecordSchema:
-			if _, ok := defs[s.FullName()]; ok {
-				return
-			}
-			defs[s.FullName()] = s
-			for _, f := range s.Fields() {
-				walk(f.Type())
-			}
-		case avro.NamedSchema: // enum, fixed
-			defs[s.FullName()] = s
-		case *avro.ArraySchema:
-			walk(s.Items())
-		case *avro.MapSchema:
-			walk(s.Values())
-		case *avro.UnionSchema:
-			for _, b := range s.Types() {
-				walk(b)
-			}
+	walkNamed(s, func(n avro.NamedSchema, ref bool) {
+		if !ref {
+			defs[n.FullName()] = n
 		}
-	}
-	walk(s)
+	})
 	return defs
 }
 
@@ -96,28 +75,36 @@ func namedDefs(s avro.Schema) map[string]avro.Schema {
 func mentions(s avro.Schema) []string {
 	var out []string
 	seen := map[string]bool{}
+	walkNamed(s, func(n avro.NamedSchema, _ bool) {
+		if !seen[n.FullName()] {
+			seen[n.FullName()] = true
+			out = append(out, n.FullName())
+		}
+	})
+	return out
+}
+
+// walkNamed calls visit for every named type s defines (ref false) or
+// refers to (ref true), visiting each record's fields once and never
+// following a reference.
+func walkNamed(s avro.Schema, visit func(n avro.NamedSchema, ref bool)) {
+	records := map[string]bool{}
 	var walk func(avro.Schema)
 	walk = func(s avro.Schema) {
 		switch s := s.(type) {
 		case *avro.RefSchema:
-			if n := s.Schema().FullName(); !seen[n] {
-				seen[n] = true
-				out = append(out, n)
-			}
+			visit(s.Schema(), true)
 		case *avro.RecordSchema:
-			if seen[s.FullName()] {
+			if records[s.FullName()] {
 				return
 			}
-			seen[s.FullName()] = true
-			out = append(out, s.FullName())
+			records[s.FullName()] = true
+			visit(s, false)
 			for _, f := range s.Fields() {
 				walk(f.Type())
 			}
-		case avro.NamedSchema:
-			if !seen[s.FullName()] {
-				seen[s.FullName()] = true
-				out = append(out, s.FullName())
-			}
+		case avro.NamedSchema: // enum, fixed
+			visit(s, false)
 		case *avro.ArraySchema:
 			walk(s.Items())
 		case *avro.MapSchema:
@@ -129,5 +116,4 @@ func mentions(s avro.Schema) []string {
 		}
 	}
 	walk(s)
-	return out
 }
