@@ -179,8 +179,8 @@ func TestHTTPAPI(t *testing.T) {
 
 	// A response over the limit is 413 and suggests projection; the
 	// projected read fits.
-	// "<" is one byte in and six out (\u003c).
-	long := strings.Repeat("<", 1000)
+	// U+2028 is three bytes in and six out (\u2028).
+	long := strings.Repeat("\u2028", 800)
 	h.want(h.do("PUT", "/demo/Profile/9", nil, `{"firstName":{"a":"`+long+`"},"lastName":"L"}`), 201)
 	p := h.problem(h.do("GET", "/demo/Profile/9", nil, ""), 413, "urn:cortado:problem:response-too-large")
 	if !strings.Contains(p["detail"].(string), "fields=") {

@@ -296,7 +296,7 @@ const hexDigits = "0123456789abcdef"
 // plainByte marks the ASCII bytes JSON copies unchanged.
 var plainByte = func() (t [256]bool) {
 	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+		t[c] = c != '"' && c != '\\'
 	}
 	return t
 }()
@@ -307,17 +307,24 @@ const (
 )
 
 // plainWord reports whether all eight bytes of x are printable ASCII that
-// JSON (as encoding/json writes it) copies unchanged: no control byte, no
-// '"', '\\', '<', '>', '&', no byte >= 0x80. '<' and '>' differ only in bit
-// 1, '"' and '&' only in bit 2, so three zero-byte tests cover five
-// characters. (The zero-byte test can flag a byte next to a real match,
-// never miss one, which is all a yes/no answer needs.)
+// JSON copies unchanged: no control byte, no '"', no '\\', no byte >= 0x80.
+// (The zero-byte tests can flag a byte next to a real match, never miss
+// one, which is all a yes/no answer needs.)
 func plainWord(x uint64) bool { return badBytes(x)&swarHigh == 0 }
 
 // plainPrefix returns how many leading bytes of s, in whole words, need no
-// escaping: sixteen bytes per step while it can, then eight.
+// escaping: thirty-two bytes per step while it can, then sixteen, then
+// eight.
 func plainPrefix(s []byte) int {
 	n := 0
+	for len(s) >= 32 {
+		w := s[:32]
+		if (badBytes(binary.LittleEndian.Uint64(w[0:8]))|badBytes(binary.LittleEndian.Uint64(w[8:16]))|
+			badBytes(binary.LittleEndian.Uint64(w[16:24]))|badBytes(binary.LittleEndian.Uint64(w[24:32])))&swarHigh != 0 {
+			break
+		}
+		s, n = s[32:], n+32
+	}
 	for len(s) >= 16 {
 		if (badBytes(binary.LittleEndian.Uint64(s[:8]))|badBytes(binary.LittleEndian.Uint64(s[8:16])))&swarHigh != 0 {
 			break
@@ -333,17 +340,16 @@ func plainPrefix(s []byte) int {
 // badBytes has the high bit set in (at least) every byte of x that needs
 // escaping; see plainWord.
 func badBytes(x uint64) uint64 {
-	angle := (x | swarOnes*0x02) ^ swarOnes*'>'
-	quote := (x | swarOnes*0x04) ^ swarOnes*'&'
+	quote := x ^ swarOnes*'"'
 	slash := x ^ swarOnes*'\\'
-	return x | (x-swarOnes*0x20)&^x |
-		(angle-swarOnes)&^angle | (quote-swarOnes)&^quote | (slash-swarOnes)&^slash
+	return x | (x-swarOnes*0x20)&^x | (quote-swarOnes)&^quote | (slash-swarOnes)&^slash
 }
 
 
-// appendJSONStringBytes escapes exactly as encoding/json.Marshal does
-// (including its HTML-safe escapes of <, > and &), so responses match what a
-// Go program marshalling the same document would produce.
+// appendJSONStringBytes escapes exactly as an encoding/json Encoder with
+// SetEscapeHTML(false) does: '"', '\\' and control characters, U+2028 and
+// U+2029, and invalid UTF-8 as U+FFFD. <, > and & stay as they are: API
+// responses are read by programs and people, not pasted into HTML.
 func appendJSONStringBytes(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
@@ -351,6 +357,12 @@ func appendJSONStringBytes(dst, s []byte) []byte {
 		// Fast path: skip eight bytes at a time while none of them needs
 		// attention (control, '"', '\\', '<', '>', '&', or non-ASCII).
 		i += plainPrefix(s[i:])
+		// A tail shorter than a word: check the string's last eight
+		// bytes as one (overlapping) word instead of byte by byte.
+		if rest := len(s) - i; rest > 0 && rest < 8 && len(s) >= 8 && plainWord(binary.LittleEndian.Uint64(s[len(s)-8:])) {
+			i = len(s)
+			break
+		}
 		if i >= len(s) {
 			break
 		}
