@@ -2,10 +2,10 @@ package node
 
 import (
 	"cmp"
-	"slices"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )

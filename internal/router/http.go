@@ -2,8 +2,8 @@ package router
 
 import (
 	"errors"
-	"hash/crc32"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"mime"
 	"net/http"

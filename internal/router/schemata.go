@@ -113,8 +113,8 @@ func (r *Router) SchemaVersion(db, table string, version int) ([]byte, error) {
 		return nil, fmt.Errorf("table %s version %d: %w", table, version, registry.ErrNoVersion)
 	}
 	return json.Marshal(struct {
-		Version int             `json:"version"`
+		Version int              `json:"version"`
 		Key     []schema.KeyPart `json:"key"`
-		Schema  json.RawMessage `json:"schema"`
+		Schema  json.RawMessage  `json:"schema"`
 	}{v.Number, t.Key, json.RawMessage(v.Text)})
 }

@@ -345,7 +345,6 @@ func badBytes(x uint64) uint64 {
 	return x | (x-swarOnes*0x20)&^x | (quote-swarOnes)&^quote | (slash-swarOnes)&^slash
 }
 
-
 // appendJSONStringBytes escapes exactly as an encoding/json Encoder with
 // SetEscapeHTML(false) does: '"', '\\' and control characters, U+2028 and
 // U+2029, and invalid UTF-8 as U+FFFD. <, > and & stay as they are: API

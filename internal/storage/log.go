@@ -38,9 +38,13 @@ type Event struct {
 	// Version and Value are the post-image (absent for deletes).
 	Version int
 	Value   []byte
-	// PrevVersion and PrevValue are the pre-image (absent for inserts).
-	PrevVersion int
-	PrevValue   []byte
+	// PrevVersion, PrevValue, PrevSCN and PrevModified are the pre-image
+	// and the header it had (absent for inserts), enough to restore the
+	// row exactly when a commit is truncated.
+	PrevVersion  int
+	PrevValue    []byte
+	PrevSCN      SCN
+	PrevModified time.Time
 }
 
 // Commit is one entry of a partition's commit log: every event of one
@@ -64,6 +68,9 @@ func encodeCommit(c *Commit) []byte {
 		b = appendBytes(b, e.Value)
 		b = binary.AppendUvarint(b, uint64(e.PrevVersion))
 		b = appendBytes(b, e.PrevValue)
+		b = binary.AppendUvarint(b, uint64(e.PrevSCN.Gen))
+		b = binary.AppendUvarint(b, e.PrevSCN.Seq)
+		b = binary.AppendVarint(b, e.PrevModified.UnixNano())
 	}
 	return b
 }
@@ -80,6 +87,16 @@ type logReader struct {
 
 func (r *logReader) uvarint() uint64 {
 	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errCorruptLog
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *logReader) varint() int64 {
+	v, n := binary.Varint(r.b)
 	if n <= 0 {
 		r.err = errCorruptLog
 		return 0
@@ -119,6 +136,8 @@ func decodeCommit(scn SCN, b []byte) (Commit, error) {
 		e.Value = r.bytes()
 		e.PrevVersion = int(r.uvarint())
 		e.PrevValue = r.bytes()
+		e.PrevSCN = SCN{Gen: uint32(r.uvarint()), Seq: r.uvarint()}
+		e.PrevModified = time.Unix(0, r.varint())
 		c.Events = append(c.Events, e)
 	}
 	if r.err != nil {

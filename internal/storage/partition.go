@@ -193,16 +193,8 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 		return p.scn, nil
 	}
 	c := Commit{SCN: next, Timestamp: tx.now, Events: tx.events}
-	if err := tx.b.Set(keys.Log(p.DB, p.ID, next.Gen, next.Seq), encodeCommit(&c), nil); err != nil {
+	if err := p.commitLog(tx.b, &c); err != nil {
 		return SCN{}, err
-	}
-	scnVal := binary.BigEndian.AppendUint32(nil, next.Gen)
-	scnVal = binary.BigEndian.AppendUint64(scnVal, next.Seq)
-	if err := tx.b.Set(keys.Meta(p.DB, p.ID, "scn"), scnVal, nil); err != nil {
-		return SCN{}, err
-	}
-	if err := tx.b.Commit(p.e.writeOptions()); err != nil {
-		return SCN{}, fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, next, err)
 	}
 	p.scn = next
 	return next, nil

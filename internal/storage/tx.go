@@ -51,7 +51,7 @@ func (tx *Tx) Put(table string, key []keys.Part, version int, value []byte) (Doc
 	}
 	e := Event{Op: OpInsert, Table: table, Key: keys.Encode(key), Version: version, Value: value}
 	if existed {
-		e.Op, e.PrevVersion, e.PrevValue = OpUpdate, prev.Version, prev.Value
+		e.Op, e.PrevVersion, e.PrevValue, e.PrevSCN, e.PrevModified = OpUpdate, prev.Version, prev.Value, prev.SCN, prev.Modified
 	}
 	tx.events = append(tx.events, e)
 	return d, nil
@@ -67,7 +67,8 @@ func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 	if err := tx.b.Delete(k, nil); err != nil {
 		return false, err
 	}
-	tx.events = append(tx.events, Event{Op: OpDelete, Table: table, Key: keys.Encode(key), PrevVersion: prev.Version, PrevValue: prev.Value})
+	tx.events = append(tx.events, Event{Op: OpDelete, Table: table, Key: keys.Encode(key),
+		PrevVersion: prev.Version, PrevValue: prev.Value, PrevSCN: prev.SCN, PrevModified: prev.Modified})
 	return true, nil
 }
 

@@ -1,0 +1,168 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// ErrTimeline is returned when a replicated commit does not follow the
+// partition's last SCN: a gap, a repeat, or an older generation. Applying
+// it would let two replicas pass through different sequences of states.
+var ErrTimeline = errors.New("storage: commit does not follow the partition's timeline")
+
+// follows reports whether next may be committed after last: the next
+// sequence of the same generation, or sequence 1 of a later generation.
+func follows(last, next SCN) bool {
+	if next.Gen == last.Gen {
+		return next.Seq == last.Seq+1
+	}
+	return next.Gen > last.Gen && next.Seq == 1
+}
+
+// Apply commits, on a slave, a commit read from its master's log: the same
+// rows, the same log entry, the same SCN, in one batch with fsync. It
+// refuses (ErrTimeline) a commit that does not directly follow the last
+// one, so every replica passes through the same sequence of states.
+func (p *Partition) Apply(c Commit) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !follows(p.scn, c.SCN) {
+		return fmt.Errorf("partition %s/%d: apply %s after %s: %w", p.DB, p.ID, c.SCN, p.scn, ErrTimeline)
+	}
+	b := p.e.db.NewBatch()
+	defer b.Close()
+	for _, e := range c.Events {
+		k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
+		switch e.Op {
+		case OpInsert, OpUpdate:
+			d := Doc{Version: e.Version, SCN: c.SCN, Modified: c.Timestamp, CRC: crc32.ChecksumIEEE(e.Value), Value: e.Value}
+			if err := b.Set(k, encodeRow(nil, &d), nil); err != nil {
+				return err
+			}
+		case OpDelete:
+			if err := b.Delete(k, nil); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
+		}
+	}
+	if err := p.commitLog(b, &c); err != nil {
+		return err
+	}
+	p.scn = c.SCN
+	return nil
+}
+
+// commitLog adds the log entry and the new SCN to b and commits it.
+func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
+	if err := b.Set(keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c), nil); err != nil {
+		return err
+	}
+	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(c.SCN), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(p.e.writeOptions()); err != nil {
+		return fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, c.SCN, err)
+	}
+	return nil
+}
+
+func encodeSCN(s SCN) []byte {
+	b := binary.BigEndian.AppendUint32(nil, s.Gen)
+	return binary.BigEndian.AppendUint64(b, s.Seq)
+}
+
+// StartGeneration makes the partition's next commit (gen, 1), for a
+// replica promoted to master. gen must be later than every generation the
+// partition has seen. The generation is durable before it returns, so a
+// restarted master never reuses it.
+func (p *Partition) StartGeneration(gen uint32) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gen <= p.scn.Gen {
+		return fmt.Errorf("partition %s/%d: generation %d is not after %d: %w", p.DB, p.ID, gen, p.scn.Gen, ErrTimeline)
+	}
+	next := SCN{Gen: gen}
+	if err := p.e.db.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(next), pebble.Sync); err != nil {
+		return fmt.Errorf("partition %s/%d: start generation %d: %w", p.DB, p.ID, gen, err)
+	}
+	p.scn = next
+	return nil
+}
+
+// TruncateAfter removes every commit after keep from the log and undoes
+// its effects with the pre-images it recorded, newest first, in one batch.
+// A replica rejoining after a failover calls it with the last SCN the new
+// timeline shares with it, so it can follow the new master. It returns how
+// many events it undid.
+func (p *Partition) TruncateAfter(keep SCN) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var commits []Commit
+	prefix := keys.LogPrefix(p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{
+		LowerBound: keys.Log(p.DB, p.ID, keep.Gen, keep.Seq+1),
+		UpperBound: keys.PrefixEnd(prefix),
+	})
+	if err != nil {
+		return 0, err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+		if err != nil {
+			it.Close()
+			return 0, err
+		}
+		c, err := decodeCommit(SCN{gen, seq}, append([]byte(nil), it.Value()...))
+		if err != nil {
+			it.Close()
+			return 0, err
+		}
+		commits = append(commits, c)
+	}
+	if err := it.Close(); err != nil {
+		return 0, err
+	}
+	if len(commits) == 0 {
+		return 0, nil
+	}
+	b := p.e.db.NewIndexedBatch()
+	defer b.Close()
+	undone := 0
+	for i := len(commits) - 1; i >= 0; i-- {
+		c := commits[i]
+		for j := len(c.Events) - 1; j >= 0; j-- {
+			e := c.Events[j]
+			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
+			if e.Op == OpInsert {
+				if err := b.Delete(k, nil); err != nil {
+					return 0, err
+				}
+			} else {
+				d := Doc{Version: e.PrevVersion, SCN: e.PrevSCN, Modified: e.PrevModified, CRC: crc32.ChecksumIEEE(e.PrevValue), Value: e.PrevValue}
+				if err := b.Set(k, encodeRow(nil, &d), nil); err != nil {
+					return 0, err
+				}
+			}
+			undone++
+		}
+		if err := b.Delete(keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), nil); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(keep), nil); err != nil {
+		return 0, err
+	}
+	if err := b.Commit(p.e.writeOptions()); err != nil {
+		return 0, fmt.Errorf("partition %s/%d: truncate after %s: %w", p.DB, p.ID, keep, err)
+	}
+	p.scn = keep
+	return undone, nil
+}

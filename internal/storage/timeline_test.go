@@ -1,0 +1,156 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// rows returns every document row of a partition, key and stored bytes,
+// and the partition's log SCNs.
+func rows(t *testing.T, p *Partition) string {
+	t.Helper()
+	prefix := append(keys.Partition(p.DB, p.ID), keys.SectionData)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var b bytes.Buffer
+	for valid := it.First(); valid; valid = it.Next() {
+		fmt.Fprintf(&b, "%x=%x\n", it.Key(), it.Value())
+	}
+	p.ReadLog(SCN{}, func(c Commit) bool {
+		fmt.Fprintf(&b, "log %s\n", c.SCN)
+		return true
+	})
+	return b.String()
+}
+
+func put(t *testing.T, p *Partition, k string, v string) SCN {
+	t.Helper()
+	scn, err := p.Update(func(tx *Tx) error {
+		_, err := tx.Put("T", []keys.Part{keys.S(k)}, 1, []byte(v))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scn
+}
+
+// replicate applies every commit of from after the follower's SCN.
+func replicate(t *testing.T, from, to *Partition) {
+	t.Helper()
+	last := to.SCN()
+	err := from.ReadLog(SCN{}, func(c Commit) bool {
+		if !last.Less(c.SCN) {
+			return true
+		}
+		if err := to.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSlaveFollowsMasterTimeline(t *testing.T) {
+	me, se := open(t, t.TempDir()), open(t, t.TempDir())
+	defer me.Close()
+	defer se.Close()
+	m, _ := me.Partition("db", 1)
+	s, _ := se.Partition("db", 1)
+	put(t, m, "a", "1")
+	put(t, m, "b", "2")
+	put(t, m, "a", "3")           // update
+	m.Update(func(tx *Tx) error { // one commit, three events
+		tx.Put("T", []keys.Part{keys.S("c")}, 1, []byte("4"))
+		tx.Put("U", []keys.Part{keys.S("c")}, 2, []byte("5"))
+		_, err := tx.Delete("T", []keys.Part{keys.S("b")})
+		return err
+	})
+	replicate(t, m, s)
+	if got, want := rows(t, s), rows(t, m); got != want {
+		t.Fatalf("slave differs from master:\nslave\n%s\nmaster\n%s", got, want)
+	}
+	if s.SCN() != (SCN{1, 4}) {
+		t.Fatalf("slave SCN %s", s.SCN())
+	}
+
+	// Commits out of order are refused and change nothing.
+	before := rows(t, s)
+	for _, scn := range []SCN{{1, 4}, {1, 6}, {0, 5}, {2, 2}} {
+		if err := s.Apply(Commit{SCN: scn}); !errors.Is(err, ErrTimeline) {
+			t.Fatalf("apply %s after 1:4: %v", scn, err)
+		}
+	}
+	if rows(t, s) != before {
+		t.Fatal("a refused commit changed the slave")
+	}
+}
+
+// TestFailoverTruncatesTheOldTimeline: the master commits 1:1..1:6, the
+// slave has 1:1..1:3 when the master dies. The slave becomes master in
+// generation 2 and commits; the old master comes back, truncates what the
+// new timeline does not contain (1:4..1:6), follows generation 2, and ends
+// byte-identical to the new master, also after a restart.
+func TestFailoverTruncatesTheOldTimeline(t *testing.T) {
+	oldDir := t.TempDir()
+	oe, ne := open(t, oldDir), open(t, t.TempDir())
+	defer ne.Close()
+	old, _ := oe.Partition("db", 0)
+	next, _ := ne.Partition("db", 0)
+	put(t, old, "a", "1")
+	put(t, old, "b", "1")
+	put(t, old, "a", "2")
+	replicate(t, old, next)
+	stateAt3 := rows(t, next)
+	// Never replicated: an update (1:4), a delete (1:5), an insert (1:6).
+	put(t, old, "a", "lost")
+	old.Update(func(tx *Tx) error { _, err := tx.Delete("T", []keys.Part{keys.S("b")}); return err })
+	put(t, old, "z", "lost")
+
+	if err := next.StartGeneration(1); !errors.Is(err, ErrTimeline) {
+		t.Fatalf("reusing generation 1: %v", err)
+	}
+	if err := next.StartGeneration(2); err != nil {
+		t.Fatal(err)
+	}
+	if scn := put(t, next, "c", "new"); scn != (SCN{2, 1}) {
+		t.Fatalf("first commit of generation 2 is %s", scn)
+	}
+	put(t, next, "a", "new")
+
+	undone, err := old.TruncateAfter(SCN{1, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if undone != 3 {
+		t.Fatalf("undid %d events, want 3", undone)
+	}
+	// Before following: exactly the state both shared at 1:3.
+	if got := rows(t, old); got != stateAt3 {
+		t.Fatalf("after truncation:\n%s\nwant\n%s", got, stateAt3)
+	}
+	replicate(t, next, old)
+	if got, want := rows(t, old), rows(t, next); got != want {
+		t.Fatalf("old master differs from new master:\nold\n%s\nnew\n%s", got, want)
+	}
+	// The truncated timeline is what a restart finds.
+	want := rows(t, next)
+	oe.Close()
+	oe = open(t, oldDir)
+	defer oe.Close()
+	old, _ = oe.Partition("db", 0)
+	if got := rows(t, old); got != want || old.SCN() != next.SCN() {
+		t.Fatalf("after restart: SCN %s, want %s; rows equal: %v", old.SCN(), next.SCN(), got == want)
+	}
+}
