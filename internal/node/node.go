@@ -18,12 +18,20 @@ type Node struct {
 	reg   *registry.Registry
 	plans *schema.Plans
 	log   *slog.Logger
+	roles roles
+}
+
+// Options configures a Node.
+type Options struct {
+	// AllMaster makes this node master of every partition (a single-node
+	// deployment). Otherwise partitions are OFFLINE until SetRole.
+	AllMaster bool
 }
 
 // New returns a node over an open engine and registry. plans may be shared
 // with the router.
-func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *slog.Logger) *Node {
-	return &Node{eng: eng, reg: reg, plans: plans, log: log}
+func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *slog.Logger, opts Options) *Node {
+	return &Node{eng: eng, reg: reg, plans: plans, log: log, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]Role{}}}
 }
 
 var _ Service = (*Node)(nil)
@@ -161,11 +169,19 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	return res, nil
 }
 
-// Write executes a transaction of one partition.
+// Write executes a transaction of one partition. Only the partition's
+// master writes.
 func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error) {
 	p, err := n.partition(req.DB, req.Partition)
 	if err != nil {
 		return nil, err
+	}
+	// Held for the whole write, so a demotion waits for writes in flight
+	// and no write starts after it.
+	n.roles.mu.RLock()
+	defer n.roles.mu.RUnlock()
+	if n.roleLocked(req.DB, req.Partition) != Master {
+		return nil, fmt.Errorf("partition %s/%d: %w", req.DB, req.Partition, ErrNotMaster)
 	}
 	tables := make([]*schema.Table, len(req.Ops))
 	for i, op := range req.Ops {

@@ -110,7 +110,7 @@ func Open(ctx context.Context, opts Options) (_ *Server, err error) {
 	}
 	s.Metrics.RegisterPebble(s.engine.Metrics)
 	plans := schema.NewPlans(4096)
-	n := node.New(s.engine, s.reg, plans, opts.Logger)
+	n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true})
 	s.Router = router.New(s.reg, plans, localBackend{n}, opts.Router, opts.Logger)
 	return s, nil
 }

@@ -1,0 +1,123 @@
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/router"
+	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+type oneNode struct{ n node.Service }
+
+func (b oneNode) Node(string, int) (node.Service, error) { return b.n, nil }
+
+// TestPartitionRolesFenceWrites runs a storage node that is not master of
+// anything until told: writes to a partition it does not master are 503
+// with Retry-After and change nothing; a promotion starts a new
+// generation; a demotion stops writes at once; a stale promotion is
+// refused.
+func TestPartitionRolesFenceWrites(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var etcd *coord.Embedded
+	for attempt := 1; ; attempt++ {
+		cu, _ := coord.FreeLoopbackURL()
+		pu, _ := coord.FreeLoopbackURL()
+		var err error
+		etcd, err = coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(dir, "etcd"), ClientURL: cu, PeerURL: pu})
+		if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	defer etcd.Close()
+	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	log := slog.New(slog.DiscardHandler)
+	reg, err := registry.Open(ctx, cli, "/roles", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	eng, err := storage.Open(filepath.Join(dir, "storage"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	plans := schema.NewPlans(64)
+	n := node.New(eng, reg, plans, log, node.Options{})
+	ts := httptest.NewServer(router.New(reg, plans, oneNode{n}, router.Options{}, log))
+	defer ts.Close()
+
+	if _, _, err := reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reg.RegisterVersion(ctx, "d", "T", []schema.KeyPart{{Name: "k"}}, `{"type":"record","name":"T","fields":[{"name":"v","type":"int"}]}`); err != nil {
+		t.Fatal(err)
+	}
+	write := func(v string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("PUT", ts.URL+"/d/T/k", strings.NewReader(`{"v":`+v+`}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	want503 := func(what string) {
+		t.Helper()
+		if r := write("9"); r.StatusCode != 503 || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s: write answered %d (Retry-After %q)", what, r.StatusCode, r.Header.Get("Retry-After"))
+		}
+	}
+
+	want503("offline")
+	if err := n.SetRole("d", 0, node.Slave, 0); err != nil {
+		t.Fatal(err)
+	}
+	want503("slave")
+
+	if err := n.SetRole("d", 0, node.Master, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r := write("1"); r.StatusCode != 201 || r.Header.Get("X-Cortado-SCN") != "2:1" {
+		t.Fatalf("master of generation 2: %d, SCN %s", r.StatusCode, r.Header.Get("X-Cortado-SCN"))
+	}
+	if err := n.SetRole("d", 0, node.Slave, 0); err != nil {
+		t.Fatal(err)
+	}
+	want503("demoted")
+	if err := n.SetRole("d", 0, node.Master, 1); err == nil {
+		t.Fatal("promotion with a stale generation accepted")
+	}
+	_, err = n.Write(ctx, node.WriteRequest{DB: "d", Partition: 0, Ops: []node.Op{{Kind: node.OpDelete, Table: "T", Key: []keys.Part{keys.S("k")}}}})
+	if !errors.Is(err, node.ErrNotMaster) {
+		t.Fatalf("write after a refused promotion: %v", err)
+	}
+	it, err := n.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}, Read: node.ReadSpec{Version: 1}})
+	if err != nil || it.SCN != (storage.SCN{Gen: 2, Seq: 1}) {
+		t.Fatalf("the only write is 2:1: %+v %v", it, err)
+	}
+}
