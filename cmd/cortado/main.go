@@ -12,6 +12,8 @@ var commands = []struct {
 	run        func(args []string) error
 }{
 	{"serve", "run every role in one process (embedded etcd, storage, router)", runServe},
+	{"storage", "run a storage node against an external etcd (--etcd-endpoints)", runStorage},
+	{"router", "run a router against an external etcd and a storage node (--storage)", runRouter},
 	{"get", "read a document, collection or multi-get: get db/table/key…", runGet},
 	{"put", "insert or replace a document: put db/table/key… -d JSON (or stdin)", runPut},
 	{"insert", "insert with an auto-increment key: insert db/table/prefix… -d JSON", runInsert},

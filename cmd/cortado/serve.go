@@ -13,60 +13,124 @@ import (
 
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/server"
-	"github.com/cortado-db/cortado/internal/storage"
 )
 
-func runServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	dataDir := fs.String("data-dir", "cortado-data", "directory for storage and the embedded etcd")
-	listen := fs.String("listen", "127.0.0.1:8080", "HTTP listen address (port 0 picks a free port)")
-	etcdEndpoints := fs.String("etcd-endpoints", "", "comma-separated external etcd endpoints; empty starts an embedded etcd")
-	etcdClient := fs.String("etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL")
-	etcdPeer := fs.String("etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd peer URL")
-	demo := fs.Bool("demo", false, "create the demo database of the README")
-	maxBody := fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
-	maxResp := fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	readyFile := fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)")
-	fs.Parse(args)
+// roleFlags are the flags every server role takes.
+type roleFlags struct {
+	fs            *flag.FlagSet
+	dataDir       *string
+	listen        *string
+	etcdEndpoints *string
+	etcdClient    *string
+	etcdPeer      *string
+	maxBody       *int64
+	maxResp       *int
+	logLevel      *string
+	readyFile     *string
+	storageURL    *string
+	demo          *bool
+}
 
+func newRoleFlags(name, listen string) *roleFlags {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	f := &roleFlags{fs: fs,
+		listen:        fs.String("listen", listen, "HTTP listen address (port 0 picks a free port)"),
+		etcdEndpoints: fs.String("etcd-endpoints", "", "comma-separated etcd endpoints"),
+		logLevel:      fs.String("log-level", "info", "debug, info, warn or error"),
+		readyFile:     fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)"),
+	}
+	if name != "router" {
+		f.dataDir = fs.String("data-dir", "cortado-data", "directory for storage (and, for serve, the embedded etcd)")
+	}
+	if name != "storage" {
+		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
+		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
+	}
+	switch name {
+	case "serve":
+		f.etcdClient = fs.String("etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL (when --etcd-endpoints is empty)")
+		f.etcdPeer = fs.String("etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd peer URL")
+		f.demo = fs.Bool("demo", false, "create the demo database of the README")
+	case "router":
+		f.storageURL = fs.String("storage", "", "URL of the storage node (required)")
+	}
+	return f
+}
+
+func (f *roleFlags) options(log *slog.Logger) server.Options {
+	o := server.Options{Logger: log}
+	if f.dataDir != nil {
+		o.DataDir = *f.dataDir
+	}
+	if f.etcdClient != nil {
+		o.EtcdClientURL, o.EtcdPeerURL = *f.etcdClient, *f.etcdPeer
+	}
+	if f.maxBody != nil {
+		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp}
+	}
+	if f.storageURL != nil {
+		o.StorageURL = *f.storageURL
+	}
+	if *f.etcdEndpoints != "" {
+		o.EtcdEndpoints = strings.Split(*f.etcdEndpoints, ",")
+	}
+	return o
+}
+
+func runServe(args []string) error {
+	f := newRoleFlags("serve", "127.0.0.1:8080")
+	f.fs.Parse(args)
+	return runRole("serve", f, func(ctx context.Context, o server.Options) (*server.Server, error) {
+		s, err := server.Open(ctx, o)
+		if err == nil && *f.demo {
+			if err = s.DemoDatabase(ctx); err != nil {
+				s.Close()
+			}
+		}
+		return s, err
+	})
+}
+
+func runStorage(args []string) error {
+	f := newRoleFlags("storage", "127.0.0.1:7070")
+	f.fs.Parse(args)
+	if *f.etcdEndpoints == "" {
+		return fmt.Errorf("--etcd-endpoints is required")
+	}
+	return runRole("storage", f, server.OpenStorage)
+}
+
+func runRouter(args []string) error {
+	f := newRoleFlags("router", "127.0.0.1:8080")
+	f.fs.Parse(args)
+	if *f.etcdEndpoints == "" || *f.storageURL == "" {
+		return fmt.Errorf("--etcd-endpoints and --storage are required")
+	}
+	return runRole("router", f, server.OpenRouter)
+}
+
+// runRole starts a role, serves HTTP until SIGINT/SIGTERM, and shuts down.
+func runRole(name string, f *roleFlags, open func(context.Context, server.Options) (*server.Server, error)) error {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("role", name)
 	slog.SetDefault(log)
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := server.Options{
-		DataDir:       *dataDir,
-		EtcdClientURL: *etcdClient,
-		EtcdPeerURL:   *etcdPeer,
-		Storage:       storage.Options{},
-		Router:        router.Options{MaxBodyBytes: *maxBody, MaxResponseBytes: *maxResp},
-		Logger:        log,
-	}
-	if *etcdEndpoints != "" {
-		opts.EtcdEndpoints = strings.Split(*etcdEndpoints, ",")
-	}
-	s, err := server.Open(ctx, opts)
+	s, err := open(ctx, f.options(log))
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if *demo {
-		if err := s.DemoDatabase(ctx); err != nil {
-			return err
-		}
-	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", *f.listen)
 	if err != nil {
 		return err
 	}
-	log.Info("cortado serving", "addr", ln.Addr().String(), "data_dir", *dataDir, "demo", *demo)
-	if *readyFile != "" {
-		if err := os.WriteFile(*readyFile, []byte(ln.Addr().String()), 0o644); err != nil {
+	log.Info("cortado serving", "addr", ln.Addr().String())
+	if *f.readyFile != "" {
+		if err := os.WriteFile(*f.readyFile, []byte(ln.Addr().String()), 0o644); err != nil {
 			return err
 		}
 	}

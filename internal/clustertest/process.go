@@ -142,6 +142,21 @@ func (s *Serve) tryStart() error {
 	}
 }
 
+// StartRole starts `cortado <role> args…` (a role against an external
+// etcd) with its own data directory and waits until it serves HTTP.
+func StartRole(t testing.TB, role string, args ...string) *Serve {
+	t.Helper()
+	dir := t.TempDir()
+	full := append([]string{role, "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...)
+	if role == "storage" {
+		full = append(full, "--data-dir", dir)
+	}
+	s := &Serve{t: t, Dir: dir, args: full, logPath: filepath.Join(dir, role+".log")}
+	s.start()
+	t.Cleanup(func() { s.Kill() })
+	return s
+}
+
 // Kill sends SIGKILL and waits for the process to be gone.
 func (s *Serve) Kill() {
 	if s.cmd == nil || s.cmd.Process == nil {

@@ -16,6 +16,8 @@ var (
 	ErrPreconditionFailed = errors.New("precondition failed")
 	ErrNotModified        = errors.New("not modified")
 	ErrBadPatch           = errors.New("bad patch")
+	// ErrUnavailable means the storage node could not be reached.
+	ErrUnavailable = errors.New("storage node unavailable")
 )
 
 // Service is what a router needs from a storage node.

@@ -114,6 +114,10 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusNotAcceptable, problem.TypeNotAcceptable, "Not acceptable", err.Error())
 	case errors.Is(err, ErrUnsupportedMedia):
 		return problem.New(http.StatusUnsupportedMediaType, problem.TypeUnsupportedMedia, "Unsupported media type", err.Error())
+	case errors.Is(err, node.ErrUnavailable):
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Storage unavailable", err.Error())
+		p.RetryAfter = 1
+		return p
 	case errors.Is(err, node.ErrNotMaster):
 		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Partition unavailable", "the partition has no master here right now; retry")
 		p.RetryAfter = 1

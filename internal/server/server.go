@@ -1,8 +1,9 @@
-// Package server assembles Cortado's roles in one process: coordination
+// Package server assembles Cortado's roles into processes: coordination
 // (embedded or external etcd), the schema registry, the storage engine and
 // node, the router, and the HTTP listener with /metrics and /healthz. It
 // owns their start order and shuts them down in reverse. `cortado serve`
-// and the embedded client both use it.
+// (every role) and the embedded client use Open; `cortado storage` and
+// `cortado router` use OpenStorage and OpenRouter, against an external etcd.
 package server
 
 import (
@@ -45,6 +46,8 @@ type Options struct {
 	Storage storage.Options
 	Router  router.Options
 	Logger  *slog.Logger
+	// StorageURL is the storage node a router-only process sends work to.
+	StorageURL string
 }
 
 // Server is every role of Cortado in one process.
@@ -58,6 +61,8 @@ type Server struct {
 	reg    *registry.Registry
 	engine *storage.Engine
 	http   *http.Server
+	api     http.Handler
+	routeOf func(*http.Request) string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -67,9 +72,34 @@ type localBackend struct{ n node.Service }
 
 func (b localBackend) Node(string, int) (node.Service, error) { return b.n, nil }
 
-// Open starts coordination, registry, storage and router. It does not
-// listen; see Serve.
-func Open(ctx context.Context, opts Options) (_ *Server, err error) {
+// Open starts every role: coordination, registry, storage and router. It
+// does not listen; see Serve.
+func Open(ctx context.Context, opts Options) (*Server, error) {
+	return open(ctx, opts, roleAll)
+}
+
+// OpenStorage starts the storage role: registry (on opts.EtcdEndpoints,
+// or an embedded etcd), storage engine and node, served by Handler as the
+// node's internal API.
+func OpenStorage(ctx context.Context, opts Options) (*Server, error) {
+	return open(ctx, opts, roleStorage)
+}
+
+// OpenRouter starts the router role: registry and router, reaching the
+// storage node at opts.StorageURL. It keeps no data.
+func OpenRouter(ctx context.Context, opts Options) (*Server, error) {
+	return open(ctx, opts, roleRouter)
+}
+
+type role int
+
+const (
+	roleAll role = iota
+	roleStorage
+	roleRouter
+)
+
+func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.DataDir == "" {
 		opts.DataDir = "cortado-data"
 	}
@@ -104,14 +134,30 @@ func Open(ctx context.Context, opts Options) (_ *Server, err error) {
 	if s.reg, err = registry.Open(ctx, s.cli, opts.Prefix, opts.Logger); err != nil {
 		return nil, err
 	}
-	opts.Storage.Logger = opts.Logger
-	if s.engine, err = storage.Open(filepath.Join(opts.DataDir, "storage"), opts.Storage); err != nil {
-		return nil, err
-	}
-	s.Metrics.RegisterPebble(s.engine.Metrics)
 	plans := schema.NewPlans(4096)
-	n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true})
-	s.Router = router.New(s.reg, plans, localBackend{n}, opts.Router, opts.Logger)
+	var backend router.Backend
+	if r == roleRouter {
+		if opts.StorageURL == "" {
+			return nil, fmt.Errorf("the router role needs the storage node's URL")
+		}
+		backend = localBackend{node.NewRemote(opts.StorageURL, nil)}
+	} else {
+		opts.Storage.Logger = opts.Logger
+		if s.engine, err = storage.Open(filepath.Join(opts.DataDir, "storage"), opts.Storage); err != nil {
+			return nil, err
+		}
+		s.Metrics.RegisterPebble(s.engine.Metrics)
+		// Until the cluster manager assigns roles, a storage node
+		// masters every partition.
+		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true})
+		backend = localBackend{n}
+		if r == roleStorage {
+			s.api, s.routeOf = node.Handler(n), func(*http.Request) string { return "node" }
+			return s, nil
+		}
+	}
+	s.Router = router.New(s.reg, plans, backend, opts.Router, opts.Logger)
+	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
 	return s, nil
 }
 
@@ -124,7 +170,7 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}`))
 	})
-	mux.Handle("/", s.Metrics.Instrument(s.logRequests(s.Router), router.RouteOf))
+	mux.Handle("/", s.Metrics.Instrument(s.api, s.routeOf))
 	return mux
 }
 

@@ -1,0 +1,46 @@
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/internal/coord"
+)
+
+// TestRolesAsProcesses runs the storage node and the router as separate
+// processes against one etcd, with only flags to tell them apart, and runs
+// the client suite through the router. Killing the storage node makes
+// the router answer 503 with Retry-After instead of hanging or 500.
+func TestRolesAsProcesses(t *testing.T) {
+	var etcd *coord.Embedded
+	for attempt := 1; ; attempt++ {
+		cu, _ := coord.FreeLoopbackURL()
+		pu, _ := coord.FreeLoopbackURL()
+		var err error
+		etcd, err = coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu})
+		if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	defer etcd.Close()
+	storage := StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint)
+	router := StartRole(t, "router", "--etcd-endpoints", etcd.Endpoint, "--storage", storage.URL)
+	c := client.New(router.URL)
+	defer c.Close()
+	runSuite(t, c)
+
+	storage.Kill()
+	_, err := c.Get(context.Background(), "mail", "Stats", client.Key{"alice"}, nil)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 503 || ce.Type != "urn:cortado:problem:unavailable" {
+		t.Fatalf("read with the storage node down: %v", err)
+	}
+}

@@ -1,0 +1,230 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// The storage node's internal API: POST /_node/{get,multiget,scan,write}
+// with the request as JSON, answered with the result as JSON or with a
+// wireError. Routers reach remote nodes through it; nothing else should.
+
+// wireError carries an error across the network so the router can map it
+// exactly as it maps a local one.
+type wireError struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	Path    string `json:"path,omitempty"`
+	Op      *int   `json:"op,omitempty"`
+	Item    *Item  `json:"item,omitempty"` // the headers of a not-modified read
+}
+
+var wireKinds = []struct {
+	kind string
+	err  error
+}{
+	{"not-found", ErrNotFound},
+	{"precondition-failed", ErrPreconditionFailed},
+	{"not-modified", ErrNotModified},
+	{"not-master", ErrNotMaster},
+	{"bad-patch", ErrBadPatch},
+	{"no-database", registry.ErrNoDatabase},
+	{"no-table", registry.ErrNoTable},
+	{"no-version", registry.ErrNoVersion},
+	{"deadline", context.DeadlineExceeded},
+}
+
+func toWire(err error) wireError {
+	w := wireError{Kind: "internal", Message: err.Error()}
+	var oe *OpError
+	if errors.As(err, &oe) {
+		i := oe.Index
+		w.Op = &i
+	}
+	var fe *schema.FieldError
+	if errors.As(err, &fe) {
+		w.Kind, w.Path, w.Message = "field", fe.Path, fe.Reason
+		return w
+	}
+	for _, k := range wireKinds {
+		if errors.Is(err, k.err) {
+			w.Kind = k.kind
+			return w
+		}
+	}
+	return w
+}
+
+func (w wireError) err() error {
+	var err error = &remoteError{msg: w.Message}
+	if w.Kind == "field" {
+		err = &schema.FieldError{Path: w.Path, Reason: w.Message}
+	}
+	for _, k := range wireKinds {
+		if k.kind == w.Kind {
+			err = &remoteError{msg: w.Message, is: k.err}
+		}
+	}
+	if w.Op != nil {
+		err = &OpError{Index: *w.Op, Err: err}
+	}
+	return err
+}
+
+// remoteError is an error reported by a remote node; it matches the
+// sentinel it was made from with errors.Is.
+type remoteError struct {
+	msg string
+	is  error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.is }
+
+// Handler serves this node's internal API.
+func Handler(n *Node) http.Handler {
+	mux := http.NewServeMux()
+	handle := func(name string, do func(context.Context, *json.Decoder) (any, error)) {
+		mux.HandleFunc("POST /_node/"+name, func(w http.ResponseWriter, r *http.Request) {
+			dec := json.NewDecoder(r.Body)
+			dec.UseNumber()
+			res, err := do(r.Context(), dec)
+			w.Header().Set("Content-Type", "application/json")
+			if err != nil {
+				we := toWire(err)
+				if errors.Is(err, ErrNotModified) {
+					we.Item, _ = res.(*Item)
+				}
+				w.WriteHeader(http.StatusConflict)
+				json.NewEncoder(w).Encode(we)
+				return
+			}
+			json.NewEncoder(w).Encode(res)
+		})
+	}
+	handle("get", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req GetRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return n.Get(ctx, req)
+	})
+	handle("multiget", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req MultiGetRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return n.MultiGet(ctx, req)
+	})
+	handle("scan", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req ScanRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return n.Scan(ctx, req)
+	})
+	handle("write", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req WriteRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return n.Write(ctx, req)
+	})
+	return mux
+}
+
+// Remote is a storage node reached over its internal API.
+type Remote struct {
+	base string
+	hc   *http.Client
+}
+
+// NewRemote returns the Service of the node at base (e.g.
+// "http://10.0.0.5:7070").
+func NewRemote(base string, hc *http.Client) *Remote {
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 256}}
+	}
+	return &Remote{base: strings.TrimSuffix(base, "/"), hc: hc}
+}
+
+var _ Service = (*Remote)(nil)
+
+func (r *Remote) call(ctx context.Context, name string, req, res any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+"/_node/"+name, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := r.hc.Do(hr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("storage node %s: %w: %v", r.base, ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return dec.Decode(res)
+	case http.StatusConflict:
+		var we wireError
+		if err := dec.Decode(&we); err != nil {
+			return fmt.Errorf("storage node %s: bad error body: %w", r.base, err)
+		}
+		if we.Item != nil {
+			if it, ok := res.(**Item); ok {
+				*it = we.Item
+			}
+		}
+		return we.err()
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return fmt.Errorf("storage node %s: %s: %s", r.base, resp.Status, b)
+}
+
+// Get implements Service.
+func (r *Remote) Get(ctx context.Context, req GetRequest) (*Item, error) {
+	var it *Item
+	err := r.call(ctx, "get", req, &it)
+	return it, err
+}
+
+// MultiGet implements Service.
+func (r *Remote) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error) {
+	var items []*Item
+	return items, r.call(ctx, "multiget", req, &items)
+}
+
+// Scan implements Service.
+func (r *Remote) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
+	var res ScanResult
+	if err := r.call(ctx, "scan", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Write implements Service.
+func (r *Remote) Write(ctx context.Context, req WriteRequest) (*WriteResult, error) {
+	var res WriteResult
+	if err := r.call(ctx, "write", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
