@@ -55,12 +55,12 @@ type Server struct {
 	Router  *router.Router
 	Metrics *metrics.Metrics
 
-	opts   Options
-	etcd   *coord.Embedded
-	cli    *clientv3.Client
-	reg    *registry.Registry
-	engine *storage.Engine
-	http   *http.Server
+	opts    Options
+	etcd    *coord.Embedded
+	cli     *clientv3.Client
+	reg     *registry.Registry
+	engine  *storage.Engine
+	http    *http.Server
 	api     http.Handler
 	routeOf func(*http.Request) string
 
