@@ -14,7 +14,7 @@ import (
 	"github.com/cortado-db/cortado/internal/schema"
 )
 
-// The storage node's internal API: POST /_node/{get,multiget,scan,write}
+// The storage node's internal API: POST /_node/{get,multiget,scan,write,log}
 // with the request as JSON, answered with the result as JSON or with a
 // wireError. Routers reach remote nodes through it; nothing else should.
 
@@ -132,6 +132,13 @@ func Handler(n *Node) http.Handler {
 		}
 		return n.Scan(ctx, req)
 	})
+	handle("log", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req LogRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return n.Log(ctx, req)
+	})
 	handle("write", func(ctx context.Context, dec *json.Decoder) (any, error) {
 		var req WriteRequest
 		if err := dec.Decode(&req); err != nil {
@@ -215,6 +222,15 @@ func (r *Remote) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, er
 func (r *Remote) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	var res ScanResult
 	if err := r.call(ctx, "scan", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Log implements LogSource.
+func (r *Remote) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
+	var res LogResult
+	if err := r.call(ctx, "log", req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

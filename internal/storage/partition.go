@@ -21,12 +21,13 @@ type Partition struct {
 
 	// mu serializes commits, and so SCN assignment and every
 	// read-modify-write (conditionals, patches, auto-increment).
-	mu  sync.Mutex
-	scn SCN // last committed
+	mu      sync.Mutex
+	scn     SCN           // last committed
+	changed chan struct{} // closed at the next commit; see Changed
 }
 
 func openPartition(e *Engine, db string, id int) (*Partition, error) {
-	p := &Partition{e: e, DB: db, ID: id, scn: SCN{Gen: 1}}
+	p := &Partition{e: e, DB: db, ID: id}
 	v, closer, err := e.db.Get(keys.Meta(db, id, "scn"))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -184,6 +185,11 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	next := SCN{Gen: p.scn.Gen, Seq: p.scn.Seq + 1}
+	if next.Gen == 0 {
+		// A partition that was never given a generation (single-node
+		// mode) opens generation 1 with its first commit.
+		next.Gen = 1
+	}
 	tx := &Tx{p: p, b: p.e.db.NewIndexedBatch(), scn: next, now: time.Now()}
 	defer tx.b.Close()
 	if err := fn(tx); err != nil {

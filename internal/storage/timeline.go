@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash/fnv"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -71,6 +72,7 @@ func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
 	if err := b.Commit(p.e.writeOptions()); err != nil {
 		return fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, c.SCN, err)
 	}
+	p.notify()
 	return nil
 }
 
@@ -164,5 +166,82 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s: %w", p.DB, p.ID, keep, err)
 	}
 	p.scn = keep
+	p.notify()
 	return undone, nil
+}
+
+// Changed returns a channel closed at the partition's next commit (of any
+// kind: local, applied, truncation), for long-polling readers of the log.
+func (p *Partition) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changed == nil {
+		p.changed = make(chan struct{})
+	}
+	return p.changed
+}
+
+// notify wakes the readers waiting in Changed; the caller holds mu.
+func (p *Partition) notify() {
+	if p.changed != nil {
+		close(p.changed)
+		p.changed = nil
+	}
+}
+
+// HasCommit reports whether the log holds a commit at scn.
+func (p *Partition) HasCommit(scn SCN) (bool, error) {
+	_, closer, err := p.e.db.Get(keys.Log(p.DB, p.ID, scn.Gen, scn.Seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	closer.Close()
+	return true, nil
+}
+
+// LastCommitBefore returns the newest SCN in the log before scn (zero if
+// none): where a replica whose timeline diverged at scn rejoins this one.
+func (p *Partition) LastCommitBefore(scn SCN) (SCN, error) {
+	prefix := keys.LogPrefix(p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.Log(p.DB, p.ID, scn.Gen, scn.Seq)})
+	if err != nil {
+		return SCN{}, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return SCN{}, it.Error()
+	}
+	gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+	return SCN{gen, seq}, err
+}
+
+// Checksum returns a checksum of every document row of the partition (keys
+// and stored bytes, headers included) with the SCN it was taken at, from
+// one snapshot. Replicas that passed through the same timeline to the same
+// SCN have equal checksums.
+func (p *Partition) Checksum() (SCN, uint64, error) {
+	p.mu.Lock()
+	snap := p.e.db.NewSnapshot()
+	scn := p.scn
+	p.mu.Unlock()
+	defer snap.Close()
+	prefix := append(keys.Partition(p.DB, p.ID), keys.SectionData)
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return SCN{}, 0, err
+	}
+	defer it.Close()
+	h := fnv.New64a()
+	for valid := it.First(); valid; valid = it.Next() {
+		h.Write(it.Key())
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return SCN{}, 0, err
+		}
+		h.Write(v)
+	}
+	return scn, h.Sum64(), it.Error()
 }

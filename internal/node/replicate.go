@@ -1,0 +1,130 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// LogRequest asks a partition's master for the commits after an SCN.
+type LogRequest struct {
+	DB        string
+	Partition int
+	After     storage.SCN
+	// Max bounds the commits returned (default 256).
+	Max int
+	// Wait is how long to wait for a commit when there is none yet.
+	Wait time.Duration
+}
+
+// LogResult is a batch of commits in SCN order, or word that the asker's
+// timeline diverged from this one after Common (it must truncate to Common
+// before following).
+type LogResult struct {
+	Commits  []storage.Commit
+	Diverged bool
+	Common   storage.SCN
+}
+
+// LogSource is where a slave reads its master's log: a local Node, or a
+// Remote one.
+type LogSource interface {
+	Log(ctx context.Context, req LogRequest) (*LogResult, error)
+}
+
+// Log serves a partition's commits after req.After, waiting up to req.Wait
+// for one when there is none.
+func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
+	p, err := n.partition(req.DB, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if req.Max <= 0 {
+		req.Max = 256
+	}
+	if !req.After.IsZero() {
+		ok, err := p.HasCommit(req.After)
+		if err != nil {
+			return nil, err
+		}
+		if !ok && !p.SCN().Less(req.After) {
+			// The asker has a commit this timeline does not: it
+			// diverged after the newest commit both have.
+			common, err := p.LastCommitBefore(req.After)
+			if err != nil {
+				return nil, err
+			}
+			return &LogResult{Diverged: true, Common: common}, nil
+		}
+	}
+	deadline := time.Now().Add(req.Wait)
+	for {
+		changed := p.Changed()
+		res := &LogResult{}
+		err := p.ReadLog(req.After, func(c storage.Commit) bool {
+			if c.SCN == req.After {
+				return true
+			}
+			res.Commits = append(res.Commits, c)
+			return len(res.Commits) < req.Max
+		})
+		if err != nil || len(res.Commits) > 0 || time.Now().After(deadline) {
+			return res, err
+		}
+		select {
+		case <-changed:
+		case <-time.After(time.Until(deadline)):
+		case <-ctx.Done():
+			return res, nil
+		}
+	}
+}
+
+// Follow keeps this node's replica of a partition on its master's
+// timeline until ctx ends: it applies the master's commits in SCN order
+// and, when its own timeline diverged (it was master before a failover),
+// first truncates what the master's timeline does not contain. truncated
+// is told how many events each truncation undid.
+func (n *Node) Follow(ctx context.Context, db string, id int, master LogSource, truncated func(int)) error {
+	p, err := n.partition(db, id)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		res, err := master.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN(), Wait: time.Second})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("partition %s/%d: read master log: %w", db, id, err)
+		}
+		if res.Diverged {
+			undone, err := p.TruncateAfter(res.Common)
+			if err != nil {
+				return err
+			}
+			if truncated != nil {
+				truncated(undone)
+			}
+			continue
+		}
+		for _, c := range res.Commits {
+			if err := p.Apply(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Checksum returns a checksum of a partition's rows and the SCN it was
+// taken at (see storage.Partition.Checksum), for the consistency check.
+func (n *Node) Checksum(db string, id int) (storage.SCN, uint64, error) {
+	p, err := n.partition(db, id)
+	if err != nil {
+		return storage.SCN{}, 0, err
+	}
+	return p.Checksum()
+}
