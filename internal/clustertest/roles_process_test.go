@@ -3,12 +3,9 @@ package clustertest
 import (
 	"context"
 	"errors"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/cortado-db/cortado/client"
-	"github.com/cortado-db/cortado/internal/coord"
 )
 
 // TestRolesAsProcesses runs the storage node and the router as separate
@@ -16,21 +13,7 @@ import (
 // the client suite through the router. Killing the storage node makes
 // the router answer 503 with Retry-After instead of hanging or 500.
 func TestRolesAsProcesses(t *testing.T) {
-	var etcd *coord.Embedded
-	for attempt := 1; ; attempt++ {
-		cu, _ := coord.FreeLoopbackURL()
-		pu, _ := coord.FreeLoopbackURL()
-		var err error
-		etcd, err = coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu})
-		if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		break
-	}
-	defer etcd.Close()
+	etcd := startEtcd(t)
 	storage := StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint)
 	router := StartRole(t, "router", "--etcd-endpoints", etcd.Endpoint, "--storage", storage.URL)
 	c := client.New(router.URL)

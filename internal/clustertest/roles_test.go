@@ -32,21 +32,7 @@ func (b oneNode) Node(string, int) (node.Service, error) { return b.n, nil }
 func TestPartitionRolesFenceWrites(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	var etcd *coord.Embedded
-	for attempt := 1; ; attempt++ {
-		cu, _ := coord.FreeLoopbackURL()
-		pu, _ := coord.FreeLoopbackURL()
-		var err error
-		etcd, err = coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(dir, "etcd"), ClientURL: cu, PeerURL: pu})
-		if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		break
-	}
-	defer etcd.Close()
+	etcd := startEtcd(t)
 	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
 	if err != nil {
 		t.Fatal(err)
