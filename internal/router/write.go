@@ -17,7 +17,7 @@ func (r *Router) encodeDocument(t *schema.Table, body []byte, avroVersion int) (
 		if v == nil {
 			return 0, nil, fmt.Errorf("table %s version %d: %w", t.Name, avroVersion, registry.ErrNoVersion)
 		}
-		if err := schema.NewValidator(v.Schema).Validate(body); err != nil {
+		if err := v.Validate(body); err != nil {
 			return 0, nil, err
 		}
 		return v.Number, body, nil

@@ -26,3 +26,7 @@ func (v *Validator) Validate(b []byte) error {
 	}
 	return nil
 }
+
+// Validate checks that b is exactly one well-formed value of this version,
+// with the version's compiled writer (no compilation per call).
+func (v *Version) Validate(b []byte) error { return (&Validator{w: v.JSON}).Validate(b) }
