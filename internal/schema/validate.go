@@ -1,18 +1,11 @@
 package schema
 
-import (
-	"fmt"
-
-	"github.com/hamba/avro/v2"
-)
+import "fmt"
 
 // Validator checks that bytes are exactly one well-formed Avro value of a
 // schema (for documents that arrive as avro/binary): every length, int
 // range, enum index and union index is checked, as a read would.
 type Validator struct{ w *JSONWriter }
-
-// NewValidator compiles the validator of s.
-func NewValidator(s avro.Schema) *Validator { return &Validator{w: NewJSONWriter(s)} }
 
 // Validate returns an error unless b holds exactly one value.
 func (v *Validator) Validate(b []byte) error {
