@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortado-db/cortado/internal/node"
+)
+
+// Agent carries out, on one storage node, what the routing tables say:
+// it makes each of the node's partitions MASTER (in the table's
+// generation), SLAVE (following the master's log) or OFFLINE.
+type Agent struct {
+	Client *clientv3.Client
+	Prefix string
+	ID     string
+	Node   *node.Node
+	Log    *slog.Logger
+	// Truncated is told how many events a rejoining replica undid.
+	Truncated func(int)
+
+	mu        sync.Mutex
+	followers map[partKey]*follower
+}
+
+type partKey struct {
+	db string
+	id int
+}
+
+type follower struct {
+	master string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Run applies every routing table, then each change, until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	a.followers = map[partKey]*follower{}
+	defer a.stopAll()
+	resp, err := a.Client.Get(ctx, routingPrefix(a.Prefix), clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	for _, kv := range resp.Kvs {
+		a.applyJSON(ctx, kv.Value)
+	}
+	for wr := range a.Client.Watch(ctx, routingPrefix(a.Prefix), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypePut {
+				a.applyJSON(ctx, ev.Kv.Value)
+			}
+		}
+	}
+	return nil
+}
+
+func (a *Agent) applyJSON(ctx context.Context, b []byte) {
+	var t RoutingTable
+	if err := json.Unmarshal(b, &t); err != nil {
+		a.Log.Error("agent: bad routing table", "err", err)
+		return
+	}
+	a.apply(ctx, &t)
+}
+
+func (a *Agent) apply(ctx context.Context, t *RoutingTable) {
+	for p, route := range t.Partitions {
+		k := partKey{t.DB, p}
+		idx := -1
+		for i, id := range route.Replicas {
+			if id == a.ID {
+				idx = i
+			}
+		}
+		var err error
+		switch {
+		case idx == 0:
+			a.stop(k)
+			err = a.Node.SetRole(t.DB, p, node.Master, route.Generation)
+		case idx > 0:
+			master, url := t.Master(p)
+			if f := a.follower(k); f != nil && f.master == master {
+				continue
+			}
+			a.stop(k)
+			if err = a.Node.SetRole(t.DB, p, node.Slave, 0); err == nil {
+				a.follow(ctx, k, master, url)
+			}
+		default:
+			a.stop(k)
+			err = a.Node.SetRole(t.DB, p, node.Offline, 0)
+		}
+		if err != nil {
+			a.Log.Error("agent: transition", "db", t.DB, "partition", p, "err", err)
+		}
+	}
+}
+
+func (a *Agent) follower(k partKey) *follower {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.followers[k]
+}
+
+// follow keeps partition k following master until stopped, retrying after
+// errors (the master may be unreachable until the controller moves on).
+func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
+	fctx, cancel := context.WithCancel(ctx)
+	f := &follower{master: master, cancel: cancel, done: make(chan struct{})}
+	a.mu.Lock()
+	a.followers[k] = f
+	a.mu.Unlock()
+	src := node.NewRemote(url, nil)
+	go func() {
+		defer close(f.done)
+		for fctx.Err() == nil {
+			if err := a.Node.Follow(fctx, k.db, k.id, src, a.Truncated); err != nil {
+				a.Log.Debug("agent: follow", "db", k.db, "partition", k.id, "master", master, "err", err)
+				select {
+				case <-fctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}()
+}
+
+func (a *Agent) stop(k partKey) {
+	a.mu.Lock()
+	f := a.followers[k]
+	delete(a.followers, k)
+	a.mu.Unlock()
+	if f != nil {
+		f.cancel()
+		<-f.done
+	}
+}
+
+func (a *Agent) stopAll() {
+	a.mu.Lock()
+	var ks []partKey
+	for k := range a.followers {
+		ks = append(ks, k)
+	}
+	a.mu.Unlock()
+	for _, k := range ks {
+		a.stop(k)
+	}
+}

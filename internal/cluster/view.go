@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortado-db/cortado/internal/node"
+)
+
+// RoutingView is a router's copy of the routing tables, kept by a watch. It
+// sends each partition's work to its master.
+type RoutingView struct {
+	mu      sync.RWMutex
+	tables  map[string]*RoutingTable
+	remotes map[string]*node.Remote
+	done    chan struct{}
+}
+
+// WatchRouting loads the routing tables and follows them until ctx ends.
+func WatchRouting(ctx context.Context, cli *clientv3.Client, prefix string) (*RoutingView, error) {
+	v := &RoutingView{tables: map[string]*RoutingTable{}, remotes: map[string]*node.Remote{}, done: make(chan struct{})}
+	resp, err := cli.Get(ctx, routingPrefix(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range resp.Kvs {
+		v.set(kv.Value)
+	}
+	go func() {
+		defer close(v.done)
+		for wr := range cli.Watch(ctx, routingPrefix(prefix), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					v.set(ev.Kv.Value)
+				}
+			}
+		}
+	}()
+	return v, nil
+}
+
+// Done is closed when the watch has ended.
+func (v *RoutingView) Done() <-chan struct{} { return v.done }
+
+func (v *RoutingView) set(b []byte) {
+	var t RoutingTable
+	if json.Unmarshal(b, &t) != nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if old := v.tables[t.DB]; old == nil || old.Version < t.Version {
+		v.tables[t.DB] = &t
+	}
+}
+
+// Table returns a database's current routing table.
+func (v *RoutingView) Table(db string) *RoutingTable {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.tables[db]
+}
+
+// Node returns the master of a partition (router.Backend). With no master
+// known it fails with node.ErrNotMaster, which clients see as 503.
+func (v *RoutingView) Node(db string, part int) (node.Service, error) {
+	_, url := v.Table(db).Master(part)
+	if url == "" {
+		return nil, fmt.Errorf("partition %s/%d has no master: %w", db, part, node.ErrNotMaster)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r, ok := v.remotes[url]
+	if !ok {
+		r = node.NewRemote(url, nil)
+		v.remotes[url] = r
+	}
+	return r, nil
+}
