@@ -23,6 +23,12 @@ type Agent struct {
 	Log    *slog.Logger
 	// Truncated is told how many events a rejoining replica undid.
 	Truncated func(int)
+	// Member, when set, is this node's membership: if its lease is lost
+	// the agent fences every partition at once (no more writes).
+	Member *Member
+	// DrainLimit bounds how long a new master waits for the old one to
+	// step down and hand over its last commits (default 5s).
+	DrainLimit time.Duration
 
 	mu        sync.Mutex
 	followers map[partKey]*follower
@@ -35,6 +41,7 @@ type partKey struct {
 
 type follower struct {
 	master string
+	url    string
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -43,6 +50,16 @@ type follower struct {
 func (a *Agent) Run(ctx context.Context) error {
 	a.followers = map[partKey]*follower{}
 	defer a.stopAll()
+	if a.Member != nil {
+		go func() {
+			select {
+			case <-a.Member.Lost():
+				a.Log.Warn("agent: lease lost; fencing every partition", "node", a.ID)
+				a.Node.FenceAll()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	resp, err := a.Client.Get(ctx, routingPrefix(a.Prefix), clientv3.WithPrefix())
 	if err != nil {
 		return err
@@ -81,7 +98,19 @@ func (a *Agent) apply(ctx context.Context, t *RoutingTable) {
 		var err error
 		switch {
 		case idx == 0:
+			if a.Node.Role(t.DB, p) == node.Master {
+				err = a.Node.SetRole(t.DB, p, node.Master, route.Generation)
+				break
+			}
+			// Taking over: first drain what the old master committed
+			// (a planned move), unless it is gone (a failover).
+			prev := a.follower(k)
 			a.stop(k)
+			if prev != nil {
+				if err = a.Node.Drain(ctx, t.DB, p, node.NewRemote(prev.url, nil), a.drainLimit()); err != nil {
+					break
+				}
+			}
 			err = a.Node.SetRole(t.DB, p, node.Master, route.Generation)
 		case idx > 0:
 			master, url := t.Master(p)
@@ -102,6 +131,13 @@ func (a *Agent) apply(ctx context.Context, t *RoutingTable) {
 	}
 }
 
+func (a *Agent) drainLimit() time.Duration {
+	if a.DrainLimit == 0 {
+		return 5 * time.Second
+	}
+	return a.DrainLimit
+}
+
 func (a *Agent) follower(k partKey) *follower {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -112,7 +148,7 @@ func (a *Agent) follower(k partKey) *follower {
 // errors (the master may be unreachable until the controller moves on).
 func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 	fctx, cancel := context.WithCancel(ctx)
-	f := &follower{master: master, cancel: cancel, done: make(chan struct{})}
+	f := &follower{master: master, url: url, cancel: cancel, done: make(chan struct{})}
 	a.mu.Lock()
 	a.followers[k] = f
 	a.mu.Unlock()

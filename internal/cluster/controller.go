@@ -122,6 +122,9 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 	for p := range partitions {
 		route := PartitionRoute{Replicas: ideal[p], Generation: 1}
 		if cur != nil && p < len(cur.Partitions) {
+			route.Replicas = keepMasterUntilCaughtUp(cur.Partitions[p].Replicas, route.Replicas, urls)
+		}
+		if cur != nil && p < len(cur.Partitions) {
 			old := cur.Partitions[p]
 			route.Generation = old.Generation
 			if len(old.Replicas) == 0 || old.Replicas[0] != route.Replicas[0] {
@@ -147,6 +150,35 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		c.Log.Info("routing table published", "db", db, "version", next.Version, "nodes", len(urls))
 	}
 	return nil
+}
+
+// keepMasterUntilCaughtUp refuses to make a node master of a partition it
+// does not hold yet: a new replica first joins as slave and catches up;
+// only a later table, once it is an existing replica, moves mastership to
+// it (and the new master drains the old one before taking over). While the
+// current master is alive it stays master of the target replica set.
+func keepMasterUntilCaughtUp(current, target []string, live map[string]string) []string {
+	if len(current) == 0 || len(target) == 0 || slices.Contains(current, target[0]) {
+		return target
+	}
+	if _, alive := live[current[0]]; !alive || !slices.Contains(target, current[0]) {
+		// The old master is gone or leaves this partition: among the
+		// target replicas, prefer one that already holds the data.
+		for i, id := range target {
+			if slices.Contains(current, id) {
+				out := append([]string{id}, target[:i]...)
+				return append(out, target[i+1:]...)
+			}
+		}
+		return target
+	}
+	out := []string{current[0]}
+	for _, id := range target {
+		if id != current[0] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func mapsEqual(a, b map[string]string) bool {

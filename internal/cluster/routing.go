@@ -73,6 +73,10 @@ func Join(ctx context.Context, cli *clientv3.Client, prefix string, info NodeInf
 	return &Member{session: s}, nil
 }
 
+// Lost is closed when the lease has lapsed or was revoked: the node is no
+// longer a member and must fence itself.
+func (m *Member) Lost() <-chan struct{} { return m.session.Done() }
+
 // Leave revokes the lease: the node is gone at once.
 func (m *Member) Leave() error { return m.session.Close() }
 

@@ -35,7 +35,7 @@ func startClusterNode(t *testing.T, ctx context.Context, cli *clientv3.Client, r
 		t.Fatal(err)
 	}
 	actx, cancel := context.WithCancel(ctx)
-	a := &cluster.Agent{Client: cli, Prefix: "/c", ID: id, Node: sn.Node, Log: slog.New(slog.DiscardHandler)}
+	a := &cluster.Agent{Client: cli, Prefix: "/c", ID: id, Node: sn.Node, Member: m, Log: slog.New(slog.DiscardHandler)}
 	go a.Run(actx)
 	return &clusterNode{storageNode: sn, id: id, member: m, stop: cancel}
 }
@@ -49,111 +49,142 @@ func (n *clusterNode) kill() {
 	n.member.Abandon()
 }
 
-// TestControllerFailover runs three storage nodes, an elected controller
-// and a router in this process on a real etcd; kills the node that masters
-// the most partitions; and checks that every partition becomes writable
-// again through the router, no acknowledged write is lost, masters moved to
-// the next generation, and replicas hold identical contents.
-func TestControllerFailover(t *testing.T) {
+// testCluster is storage nodes, an elected controller and a router, in
+// this process, on a real etcd.
+type testCluster struct {
+	t     *testing.T
+	ctx   context.Context
+	cli   *clientv3.Client
+	reg   *registry.Registry
+	nodes map[string]*clusterNode
+	view  *cluster.RoutingView
+	url   string // the router
+}
+
+func startCluster(t *testing.T, nodes, partitions, replicas int) *testCluster {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	etcd := startEtcd(t)
 	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	t.Cleanup(func() { cli.Close() })
 	log := slog.New(slog.DiscardHandler)
 	reg, err := registry.Open(ctx, cli, "/c", log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer reg.Close()
-	const partitions = 8
-	reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: partitions, Replicas: 2})
+	t.Cleanup(reg.Close)
+	reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: partitions, Replicas: replicas})
 	if _, _, err := reg.RegisterVersion(ctx, "d", "T", []schema.KeyPart{{Name: "k"}}, `{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`); err != nil {
 		t.Fatal(err)
 	}
-	nodes := map[string]*clusterNode{}
-	for i := range 3 {
-		id := fmt.Sprintf("n%d", i)
-		nodes[id] = startClusterNode(t, ctx, cli, reg, id)
+	c := &testCluster{t: t, ctx: ctx, cli: cli, reg: reg, nodes: map[string]*clusterNode{}}
+	for range nodes {
+		c.addNode()
 	}
 	ctl := &cluster.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log}
 	go ctl.Run(ctx)
-	view, err := cluster.WatchRouting(ctx, cli, "/c")
-	if err != nil {
+	if c.view, err = cluster.WatchRouting(ctx, cli, "/c"); err != nil {
 		t.Fatal(err)
 	}
-	rt := httptest.NewServer(router.New(reg, schema.NewPlans(64), view, router.Options{}, log))
-	defer rt.Close()
+	rt := httptest.NewServer(router.New(reg, schema.NewPlans(64), c.view, router.Options{}, log))
+	t.Cleanup(rt.Close)
+	c.url = rt.URL
+	return c
+}
 
-	// put retries until the router accepts the write (503 while a
-	// partition has no master yet).
-	put := func(k, v string) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			req, _ := http.NewRequest("PUT", rt.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode < 300 {
-					return
-				}
-				if resp.StatusCode != 503 {
-					t.Fatalf("put %s: %d", k, resp.StatusCode)
-				}
+func (c *testCluster) addNode() string {
+	id := fmt.Sprintf("n%d", len(c.nodes))
+	for c.nodes[id] != nil {
+		id += "x"
+	}
+	c.nodes[id] = startClusterNode(c.t, c.ctx, c.cli, c.reg, id)
+	return id
+}
+
+// put retries until the router accepts the write (503 while a partition
+// has no master yet).
+func (c *testCluster) put(k, v string) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequest("PUT", c.url+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode < 300 {
+				return
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("put %s: no master within 20s", k)
+			if resp.StatusCode != 503 {
+				c.t.Errorf("put %s: %d", k, resp.StatusCode)
+				return
 			}
-			time.Sleep(20 * time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			c.t.Errorf("put %s: no master within 20s", k)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkAcked reads every acknowledged write back through the router.
+func (c *testCluster) checkAcked(acked map[string]string) {
+	c.t.Helper()
+	for k, v := range acked {
+		resp, err := http.Get(c.url + "/d/T/" + k)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != `{"v":"`+v+`"}` {
+			c.t.Fatalf("acknowledged %s=%s: %d %s", k, v, resp.StatusCode, body)
 		}
 	}
+}
+
+// TestControllerFailover kills the node that masters the most partitions
+// and checks that every partition becomes writable again through the
+// router, no acknowledged write is lost, masters moved to the next
+// generation, and replicas hold identical contents.
+func TestControllerFailover(t *testing.T) {
+	const partitions = 8
+	c := startCluster(t, 3, partitions, 2)
 	acked := map[string]string{}
 	for i := range 40 {
 		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)
-		put(k, v)
+		c.put(k, v)
 		acked[k] = v
 	}
 	// Semi-sync acknowledgement is not built yet, so wait until every
 	// slave has caught up before the crash.
-	awaitReplicasEqual(t, view, nodes, partitions)
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
 
-	before := view.Table("d")
+	before := c.view.Table("d")
 	count := map[string]int{}
 	for _, r := range before.Partitions {
 		count[r.Replicas[0]]++
 	}
 	victim := "n0"
-	for id, c := range count {
-		if c > count[victim] {
+	for id, n := range count {
+		if n > count[victim] {
 			victim = id
 		}
 	}
 	start := time.Now()
-	nodes[victim].kill()
-	delete(nodes, victim)
+	c.nodes[victim].kill()
+	delete(c.nodes, victim)
 	for i := range partitions * 4 { // spread over every partition
-		put(fmt.Sprintf("after%d", i), "x")
+		c.put(fmt.Sprintf("after%d", i), "x")
 	}
 	t.Logf("all partitions writable %v after killing %s (lease TTL 2s)", time.Since(start).Round(10*time.Millisecond), victim)
-
-	for k, v := range acked {
-		resp, err := http.Get(rt.URL + "/d/T/" + k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || string(body) != `{"v":"`+v+`"}` {
-			t.Fatalf("acknowledged %s=%s: %d %s", k, v, resp.StatusCode, body)
-		}
-	}
-	after := view.Table("d")
+	c.checkAcked(acked)
+	after := c.view.Table("d")
 	for p, r := range after.Partitions {
 		for _, id := range r.Replicas {
 			if id == victim {
@@ -164,7 +195,62 @@ func TestControllerFailover(t *testing.T) {
 			t.Fatalf("partition %d changed master without a new generation: %d → %d", p, before.Partitions[p].Generation, r.Generation)
 		}
 	}
-	awaitReplicasEqual(t, view, nodes, partitions)
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+}
+
+// TestControllerJoinUnderLoad adds a node while a writer keeps writing:
+// replicas and masters move to it (masters hand over after draining the
+// old master), and no acknowledged write is lost.
+func TestControllerJoinUnderLoad(t *testing.T) {
+	const partitions = 16
+	c := startCluster(t, 3, partitions, 2)
+	acked := map[string]string{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k, v := fmt.Sprintf("w%d", i), fmt.Sprint(i)
+			c.put(k, v)
+			acked[k] = v
+		}
+	}()
+	// Let the writer get going on the three-node layout, then join.
+	awaitTable(t, c, func(tb *cluster.RoutingTable) bool { return tb != nil })
+	for len(c.nodes) < 4 {
+		c.addNode()
+	}
+	awaitTable(t, c, func(tb *cluster.RoutingTable) bool {
+		masters := 0
+		for _, r := range tb.Partitions {
+			if r.Replicas[0] == "n3" {
+				masters++
+			}
+		}
+		return masters >= partitions/4
+	})
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+	close(stop)
+	<-done
+	t.Logf("%d writes acknowledged while a node joined", len(acked))
+	c.checkAcked(acked)
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+}
+
+func awaitTable(t *testing.T, c *testCluster, ok func(*cluster.RoutingTable) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok(c.view.Table("d")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("routing table never reached the expected state: %+v", c.view.Table("d"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // awaitReplicasEqual waits until every partition's live replicas have the
@@ -192,7 +278,14 @@ func awaitReplicasEqual(t *testing.T, view *cluster.RoutingView, nodes map[strin
 			continue
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("partition %d: replicas did not converge", p)
+			var state []string
+			for _, id := range route.Replicas {
+				if n, live := nodes[id]; live {
+					s, c, _ := n.Checksum("d", p)
+					state = append(state, fmt.Sprintf("%s(%s) at %s/%x", id, n.Role("d", p), s, c))
+				}
+			}
+			t.Fatalf("partition %d: replicas did not converge: %v", p, state)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -26,6 +26,11 @@ type LogResult struct {
 	Commits  []storage.Commit
 	Diverged bool
 	Common   storage.SCN
+	// SourceRole and SourceSCN are the answering replica's role and last
+	// SCN: a replica taking over mastership drains until the old master
+	// is no longer MASTER and it holds the old master's last SCN.
+	SourceRole Role
+	SourceSCN  storage.SCN
 }
 
 // LogSource is where a slave reads its master's log: a local Node, or a
@@ -49,20 +54,42 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !ok && !p.SCN().Less(req.After) {
+		if !ok && !behind(p, req.After) {
 			// The asker has a commit this timeline does not: it
-			// diverged after the newest commit both have.
+			// diverged after the newest commit both have. (Reading on
+			// from its position would hand it later commits of another
+			// history.)
 			common, err := p.LastCommitBefore(req.After)
 			if err != nil {
 				return nil, err
 			}
-			return &LogResult{Diverged: true, Common: common}, nil
+			return &LogResult{Diverged: true, Common: common, SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN()}, nil
 		}
 	}
 	deadline := time.Now().Add(req.Wait)
 	for {
 		changed := p.Changed()
-		res := &LogResult{}
+		if !req.After.IsZero() {
+			// Still behind the asker in its generation: nothing to
+			// serve until this replica catches up.
+			if ok, err := p.HasCommit(req.After); err != nil || !ok {
+				if err != nil {
+					return nil, err
+				}
+				if !behind(p, req.After) {
+					return n.Log(ctx, req) // diverged meanwhile
+				}
+				select {
+				case <-changed:
+					continue
+				case <-time.After(time.Until(deadline)):
+					return &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN()}, nil
+				case <-ctx.Done():
+					return &LogResult{}, nil
+				}
+			}
+		}
+		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN()}
 		err := p.ReadLog(req.After, func(c storage.Commit) bool {
 			if c.SCN == req.After {
 				return true
@@ -80,6 +107,13 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 			return res, nil
 		}
 	}
+}
+
+// behind reports whether replica p is behind a follower at after in the
+// follower's own generation and still in it, so it may yet reach after.
+func behind(p *storage.Partition, after storage.SCN) bool {
+	own := p.SCN()
+	return own.Gen == after.Gen && own.Seq < after.Seq && p.Generation() == own.Gen
 }
 
 // Follow keeps this node's replica of a partition on its master's
@@ -117,6 +151,34 @@ func (n *Node) Follow(ctx context.Context, db string, id int, master LogSource, 
 		}
 	}
 	return nil
+}
+
+// Drain brings this replica of a partition up to its old master before it
+// takes over: it applies the old master's commits until the old master has
+// stopped being MASTER and this replica holds its last SCN. If the old
+// master cannot be reached (it died: a failover) or does not step down
+// within limit, Drain returns and the caller proceeds with what it has.
+func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limit time.Duration) error {
+	p, err := n.partition(db, id)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		res, err := old.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN(), Wait: 50 * time.Millisecond})
+		if err != nil || res.Diverged {
+			return nil // unreachable, timed out, or not a predecessor
+		}
+		for _, c := range res.Commits {
+			if err := p.Apply(c); err != nil {
+				return err
+			}
+		}
+		if res.SourceRole != Master && p.SCN() == res.SourceSCN {
+			return nil
+		}
+	}
 }
 
 // Checksum returns a checksum of a partition's rows and the SCN it was

@@ -73,12 +73,12 @@ func (n *Node) SetRole(db string, id int, role Role, generation uint32) error {
 	n.roles.mu.Lock()
 	defer n.roles.mu.Unlock()
 	if role == Master {
-		if cur := p.SCN(); generation > cur.Gen {
+		if seen := p.Generation(); generation > seen {
 			if err := p.StartGeneration(generation); err != nil {
 				return err
 			}
-		} else if generation < cur.Gen || n.roles.lookup(db, id) != Master {
-			return fmt.Errorf("partition %s/%d: master of generation %d, but the partition is at %s", db, id, generation, cur)
+		} else if generation < seen || n.roles.lookup(db, id) != Master {
+			return fmt.Errorf("partition %s/%d: master of generation %d, but the partition has seen generation %d", db, id, generation, seen)
 		}
 	}
 	n.roles.m[partitionKey{db, id}] = role
@@ -89,3 +89,17 @@ func (n *Node) roleLocked(db string, id int) Role { return n.roles.lookup(db, id
 
 // Role returns this node's role for a partition.
 func (n *Node) Role(db string, id int) Role { return n.roles.get(db, id) }
+
+// FenceAll makes every partition this node masters OFFLINE, at once: a
+// node that lost its lease no longer knows it is master, and must not
+// accept writes a new master's timeline will not contain.
+func (n *Node) FenceAll() {
+	n.roles.mu.Lock()
+	defer n.roles.mu.Unlock()
+	for k, r := range n.roles.m {
+		if r == Master {
+			n.roles.m[k] = Offline
+		}
+	}
+	n.roles.allMaster = false
+}

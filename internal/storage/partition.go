@@ -23,6 +23,7 @@ type Partition struct {
 	// read-modify-write (conditionals, patches, auto-increment).
 	mu      sync.Mutex
 	scn     SCN           // last committed
+	gen     uint32        // generation of the next local commit (StartGeneration)
 	changed chan struct{} // closed at the next commit; see Changed
 }
 
@@ -40,7 +41,27 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 		}
 		p.scn = SCN{Gen: binary.BigEndian.Uint32(v), Seq: binary.BigEndian.Uint64(v[4:])}
 	}
+	g, closer, err := e.db.Get(keys.Meta(db, id, "gen"))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("partition %s/%d: read generation: %w", db, id, err)
+	default:
+		defer closer.Close()
+		if len(g) != 4 {
+			return nil, fmt.Errorf("partition %s/%d: corrupt generation", db, id)
+		}
+		p.gen = binary.BigEndian.Uint32(g)
+	}
 	return p, nil
+}
+
+// Generation returns the latest generation the partition has seen: of its
+// last commit, or a later one started since.
+func (p *Partition) Generation() uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(p.gen, p.scn.Gen)
 }
 
 // SCN returns the last committed SCN.
@@ -185,7 +206,11 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	next := SCN{Gen: p.scn.Gen, Seq: p.scn.Seq + 1}
-	if next.Gen == 0 {
+	switch {
+	case p.gen > p.scn.Gen:
+		// The first commit of a generation this replica started.
+		next = SCN{Gen: p.gen, Seq: 1}
+	case next.Gen == 0:
 		// A partition that was never given a generation (single-node
 		// mode) opens generation 1 with its first commit.
 		next.Gen = 1

@@ -81,21 +81,21 @@ func encodeSCN(s SCN) []byte {
 	return binary.BigEndian.AppendUint64(b, s.Seq)
 }
 
-// StartGeneration makes the partition's next commit (gen, 1), for a
+// StartGeneration makes the partition's next local commit (gen, 1), for a
 // replica promoted to master. gen must be later than every generation the
-// partition has seen. The generation is durable before it returns, so a
-// restarted master never reuses it.
+// partition has seen. It is durable before it returns, so a restarted
+// master never reuses a generation. The last committed SCN is unchanged
+// until that commit.
 func (p *Partition) StartGeneration(gen uint32) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if gen <= p.scn.Gen {
-		return fmt.Errorf("partition %s/%d: generation %d is not after %d: %w", p.DB, p.ID, gen, p.scn.Gen, ErrTimeline)
+	if seen := max(p.gen, p.scn.Gen); gen <= seen {
+		return fmt.Errorf("partition %s/%d: generation %d is not after %d: %w", p.DB, p.ID, gen, seen, ErrTimeline)
 	}
-	next := SCN{Gen: gen}
-	if err := p.e.db.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(next), pebble.Sync); err != nil {
+	if err := p.e.db.Set(keys.Meta(p.DB, p.ID, "gen"), binary.BigEndian.AppendUint32(nil, gen), pebble.Sync); err != nil {
 		return fmt.Errorf("partition %s/%d: start generation %d: %w", p.DB, p.ID, gen, err)
 	}
-	p.scn = next
+	p.gen = gen
 	return nil
 }
 
