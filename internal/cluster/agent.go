@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +30,9 @@ type Agent struct {
 	// DrainLimit bounds how long a new master waits for the old one to
 	// step down and hand over its last commits (default 5s).
 	DrainLimit time.Duration
+	// MaxTransitions bounds the partitions changing role at once on this
+	// node (default 16).
+	MaxTransitions int
 
 	mu        sync.Mutex
 	followers map[partKey]*follower
@@ -50,31 +54,61 @@ type follower struct {
 func (a *Agent) Run(ctx context.Context) error {
 	a.followers = map[partKey]*follower{}
 	defer a.stopAll()
-	if a.Member != nil {
-		go func() {
+	for ctx.Err() == nil {
+		rev, err := a.applyAll(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.Log.Warn("agent: read routing tables", "err", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		var lost <-chan struct{}
+		if a.Member != nil {
+			lost = a.Member.Lost()
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		watch := a.Client.Watch(wctx, routingPrefix(a.Prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	watching:
+		for {
 			select {
-			case <-a.Member.Lost():
+			case wr, ok := <-watch:
+				if !ok {
+					break watching
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypePut {
+						a.applyJSON(ctx, ev.Kv.Value)
+					}
+				}
+			case <-lost:
+				// Expelled from the cluster: whatever this node mastered
+				// may have a new master already. Stop writing and
+				// following, then start over from the current tables
+				// (the member is rejoining meanwhile).
 				a.Log.Warn("agent: lease lost; fencing every partition", "node", a.ID)
 				a.Node.FenceAll()
-			case <-ctx.Done():
+				a.stopAll()
+				break watching
 			}
-		}()
+		}
+		cancel()
 	}
+	return nil
+}
+
+// applyAll applies every database's current routing table and returns the
+// etcd revision they were read at.
+func (a *Agent) applyAll(ctx context.Context) (int64, error) {
 	resp, err := a.Client.Get(ctx, routingPrefix(a.Prefix), clientv3.WithPrefix())
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, kv := range resp.Kvs {
 		a.applyJSON(ctx, kv.Value)
 	}
-	for wr := range a.Client.Watch(ctx, routingPrefix(a.Prefix), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypePut {
-				a.applyJSON(ctx, ev.Kv.Value)
-			}
-		}
-	}
-	return nil
+	return resp.Header.Revision, nil
 }
 
 func (a *Agent) applyJSON(ctx context.Context, b []byte) {
@@ -86,48 +120,67 @@ func (a *Agent) applyJSON(ctx context.Context, b []byte) {
 	a.apply(ctx, &t)
 }
 
+// apply carries out a routing table's transitions for this node, up to
+// MaxTransitions at a time, and returns when all are done (so tables are
+// applied in order).
 func (a *Agent) apply(ctx context.Context, t *RoutingTable) {
-	for p, route := range t.Partitions {
-		k := partKey{t.DB, p}
-		idx := -1
-		for i, id := range route.Replicas {
-			if id == a.ID {
-				idx = i
+	limit := a.MaxTransitions
+	if limit <= 0 {
+		limit = 16
+	}
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for p := range t.Partitions {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := a.transition(ctx, t, p); err != nil {
+				a.Log.Error("agent: transition", "db", t.DB, "partition", p, "err", err)
 			}
+		})
+	}
+	wg.Wait()
+}
+
+// transition brings one partition to its role in t.
+func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
+	k := partKey{t.DB, p}
+	route := t.Partitions[p]
+	idx := slices.Index(route.Replicas, a.ID)
+	switch {
+	case idx == 0:
+		if a.Node.Role(t.DB, p) == node.Master {
+			return a.Node.SetRole(t.DB, p, node.Master, route.Generation)
 		}
-		var err error
-		switch {
-		case idx == 0:
-			if a.Node.Role(t.DB, p) == node.Master {
-				err = a.Node.SetRole(t.DB, p, node.Master, route.Generation)
-				break
-			}
-			// Taking over: first drain what the old master committed
-			// (a planned move), unless it is gone (a failover).
-			prev := a.follower(k)
-			a.stop(k)
-			if prev != nil {
-				if err = a.Node.Drain(ctx, t.DB, p, node.NewRemote(prev.url, nil), a.drainLimit()); err != nil {
-					break
+		// Taking over: first drain what the old master committed (a
+		// planned move), unless it is gone (a failover).
+		prev := a.follower(k)
+		a.stop(k)
+		if prev != nil {
+			if _, alive := t.Nodes[prev.master]; alive {
+				if err := a.Node.Drain(ctx, t.DB, p, node.NewRemote(prev.url, nil), a.drainLimit()); err != nil {
+					return err
 				}
 			}
-			err = a.Node.SetRole(t.DB, p, node.Master, route.Generation)
-		case idx > 0:
-			master, url := t.Master(p)
-			if f := a.follower(k); f != nil && f.master == master {
-				continue
-			}
-			a.stop(k)
-			if err = a.Node.SetRole(t.DB, p, node.Slave, 0); err == nil {
-				a.follow(ctx, k, master, url)
-			}
-		default:
-			a.stop(k)
-			err = a.Node.SetRole(t.DB, p, node.Offline, 0)
 		}
-		if err != nil {
-			a.Log.Error("agent: transition", "db", t.DB, "partition", p, "err", err)
+		return a.Node.SetRole(t.DB, p, node.Master, route.Generation)
+	case idx > 0:
+		master, url := t.Master(p)
+		if f := a.follower(k); f != nil && f.master == master && f.url == url {
+			return nil
 		}
+		a.stop(k)
+		if err := a.Node.SetRole(t.DB, p, node.Slave, 0); err != nil {
+			return err
+		}
+		a.follow(ctx, k, master, url)
+		return nil
+	default:
+		a.stop(k)
+		if a.Node.Role(t.DB, p) == node.Offline {
+			return nil
+		}
+		return a.Node.SetRole(t.DB, p, node.Offline, 0)
 	}
 }
 

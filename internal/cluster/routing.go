@@ -3,11 +3,9 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"strings"
+		"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // NodeInfo is what a storage node publishes about itself under its lease.
@@ -15,6 +13,10 @@ type NodeInfo struct {
 	ID   string `json:"id"`
 	URL  string `json:"url"` // its internal API
 	Rack string `json:"rack,omitempty"`
+	// Incarnation is the node's current lease: it changes when the node
+	// restarts or rejoins after losing its lease, and a master that comes
+	// back as a new incarnation gets a new generation.
+	Incarnation int64 `json:"incarnation"`
 }
 
 // PartitionRoute is one partition's replicas (the first is master) and the
@@ -31,6 +33,8 @@ type RoutingTable struct {
 	Version    int64             `json:"version"`
 	Partitions []PartitionRoute  `json:"partitions"`
 	Nodes      map[string]string `json:"nodes"` // id → internal API URL
+	// Incarnations are the nodes' leases when the table was computed.
+	Incarnations map[string]int64 `json:"incarnations,omitempty"`
 }
 
 // Master returns the URL of a partition's master, or "".
@@ -51,38 +55,6 @@ func nodeKey(prefix string, id string) string { return nodesPrefix(prefix) + id 
 func dbFromRoutingKey(prefix, key string) string {
 	return strings.TrimPrefix(key, routingPrefix(prefix))
 }
-
-// Member is a storage node's registration: its NodeInfo under an etcd
-// lease. When the process dies or is cut off, the lease lapses after its
-// TTL and the controller sees the node gone.
-type Member struct {
-	session *concurrency.Session
-}
-
-// Join registers a node with a lease of ttlSeconds.
-func Join(ctx context.Context, cli *clientv3.Client, prefix string, info NodeInfo, ttlSeconds int) (*Member, error) {
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds), concurrency.WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("node %s: lease: %w", info.ID, err)
-	}
-	val, _ := json.Marshal(info)
-	if _, err := cli.Put(ctx, nodeKey(prefix, info.ID), string(val), clientv3.WithLease(s.Lease())); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("node %s: register: %w", info.ID, err)
-	}
-	return &Member{session: s}, nil
-}
-
-// Lost is closed when the lease has lapsed or was revoked: the node is no
-// longer a member and must fence itself.
-func (m *Member) Lost() <-chan struct{} { return m.session.Done() }
-
-// Leave revokes the lease: the node is gone at once.
-func (m *Member) Leave() error { return m.session.Close() }
-
-// Abandon stops renewing the lease without revoking it, as a crashed
-// process would: the node disappears when the TTL lapses.
-func (m *Member) Abandon() { m.session.Orphan() }
 
 // LiveNodes lists the registered nodes.
 func LiveNodes(ctx context.Context, cli *clientv3.Client, prefix string) ([]NodeInfo, error) {

@@ -30,10 +30,11 @@ type clusterNode struct {
 func startClusterNode(t *testing.T, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string) *clusterNode {
 	t.Helper()
 	sn := newStorageNode(t, reg)
-	m, err := cluster.Join(ctx, cli, "/c", cluster.NodeInfo{ID: id, URL: sn.api.URL}, 2)
+	m, err := cluster.Join(ctx, cli, "/c", cluster.NodeInfo{ID: id, URL: sn.api.URL}, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sn.RequireLease(m.Valid)
 	actx, cancel := context.WithCancel(ctx)
 	a := &cluster.Agent{Client: cli, Prefix: "/c", ID: id, Node: sn.Node, Member: m, Log: slog.New(slog.DiscardHandler)}
 	go a.Run(actx)
@@ -262,13 +263,13 @@ func awaitReplicasEqual(t *testing.T, view *cluster.RoutingView, nodes map[strin
 		table := view.Table("d")
 		route := table.Partitions[p]
 		ok := true
-		ms, mc, _ := nodes[route.Replicas[0]].Checksum("d", p)
+		ms, mc := sum(t, nodes[route.Replicas[0]].storageNode, p)
 		for _, id := range route.Replicas[1:] {
 			n, live := nodes[id]
 			if !live {
 				continue
 			}
-			s, c, _ := n.Checksum("d", p)
+			s, c := sum(t, n.storageNode, p)
 			if s != ms || c != mc {
 				ok = false
 			}
@@ -281,7 +282,7 @@ func awaitReplicasEqual(t *testing.T, view *cluster.RoutingView, nodes map[strin
 			var state []string
 			for _, id := range route.Replicas {
 				if n, live := nodes[id]; live {
-					s, c, _ := n.Checksum("d", p)
+					s, c := sum(t, n.storageNode, p)
 					state = append(state, fmt.Sprintf("%s(%s) at %s/%x", id, n.Role("d", p), s, c))
 				}
 			}

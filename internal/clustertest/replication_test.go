@@ -69,29 +69,19 @@ func follow(t *testing.T, n *storageNode, src node.LogSource, truncated *int) (s
 	return func() { cancel(); wg.Wait() }
 }
 
-// awaitSCN waits until n's partition reaches scn.
+// awaitSCN waits until n's partition reaches scn (and fails if it
+// passes it without stopping there).
 func awaitSCN(t *testing.T, n *storageNode, scn storage.SCN) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, _, err := n.Checksum("d", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got == scn {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica at %s, waiting for %s", got, scn)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if _, err := n.Checksum(context.Background(), node.ChecksumRequest{DB: "d", At: scn, Wait: 10 * time.Second}); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func sameState(t *testing.T, a, b *storageNode) {
 	t.Helper()
-	as, ac, _ := a.Checksum("d", 0)
-	bs, bc, _ := b.Checksum("d", 0)
+	as, ac := sum(t, a, 0)
+	bs, bc := sum(t, b, 0)
 	if as != bs || ac != bc {
 		t.Fatalf("replicas differ: %s/%x vs %s/%x", as, ac, bs, bc)
 	}
@@ -177,4 +167,14 @@ func TestReplicationAndFailover(t *testing.T) {
 	last = write(t, b, "k4", "more")
 	awaitSCN(t, a, last)
 	sameState(t, a, b)
+}
+
+// sum is a replica's checksum and the SCN it was taken at.
+func sum(t *testing.T, n *storageNode, p int) (storage.SCN, uint64) {
+	t.Helper()
+	r, err := n.Checksum(context.Background(), node.ChecksumRequest{DB: "d", Partition: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.SCN, r.Sum
 }

@@ -31,7 +31,7 @@ type Options struct {
 // New returns a node over an open engine and registry. plans may be shared
 // with the router.
 func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *slog.Logger, opts Options) *Node {
-	return &Node{eng: eng, reg: reg, plans: plans, log: log, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]Role{}}}
+	return &Node{eng: eng, reg: reg, plans: plans, log: log, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]*partRole{}}}
 }
 
 var _ Service = (*Node)(nil)
@@ -178,11 +178,11 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	}
 	// Held for the whole write, so a demotion waits for writes in flight
 	// and no write starts after it.
-	n.roles.mu.RLock()
-	defer n.roles.mu.RUnlock()
-	if n.roleLocked(req.DB, req.Partition) != Master {
-		return nil, fmt.Errorf("partition %s/%d: %w", req.DB, req.Partition, ErrNotMaster)
+	release, err := n.beginWrite(req.DB, req.Partition)
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	tables := make([]*schema.Table, len(req.Ops))
 	for i, op := range req.Ops {
 		if tables[i], err = n.reg.Table(req.DB, op.Table); err != nil {

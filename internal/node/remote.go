@@ -12,9 +12,10 @@ import (
 
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
-// The storage node's internal API: POST /_node/{get,multiget,scan,write,log}
+// The storage node's internal API: POST /_node/{get,multiget,scan,write,log,status,checksum}
 // with the request as JSON, answered with the result as JSON or with a
 // wireError. Routers reach remote nodes through it; nothing else should.
 
@@ -41,6 +42,7 @@ var wireKinds = []struct {
 	{"no-table", registry.ErrNoTable},
 	{"no-version", registry.ErrNoVersion},
 	{"deadline", context.DeadlineExceeded},
+	{"passed", storage.ErrPassed},
 }
 
 func toWire(err error) wireError {
@@ -138,6 +140,20 @@ func Handler(n *Node) http.Handler {
 			return nil, err
 		}
 		return n.Log(ctx, req)
+	})
+	handle("status", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req StatusRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return n.Status(ctx, req)
+	})
+	handle("checksum", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req ChecksumRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return n.Checksum(ctx, req)
 	})
 	handle("write", func(ctx context.Context, dec *json.Decoder) (any, error) {
 		var req WriteRequest
@@ -240,6 +256,21 @@ func (r *Remote) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 func (r *Remote) Write(ctx context.Context, req WriteRequest) (*WriteResult, error) {
 	var res WriteResult
 	if err := r.call(ctx, "write", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Status lists the remote node's partitions.
+func (r *Remote) Status(ctx context.Context, req StatusRequest) ([]PartitionStatus, error) {
+	var res []PartitionStatus
+	return res, r.call(ctx, "status", req, &res)
+}
+
+// Checksum checksums a partition on the remote node.
+func (r *Remote) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResult, error) {
+	var res ChecksumResult
+	if err := r.call(ctx, "checksum", req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

@@ -180,13 +180,3 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 		}
 	}
 }
-
-// Checksum returns a checksum of a partition's rows and the SCN it was
-// taken at (see storage.Partition.Checksum), for the consistency check.
-func (n *Node) Checksum(db string, id int) (storage.SCN, uint64, error) {
-	p, err := n.partition(db, id)
-	if err != nil {
-		return storage.SCN{}, 0, err
-	}
-	return p.Checksum()
-}

@@ -33,9 +33,21 @@ var ErrNotMaster = errors.New("this node is not the partition's master")
 // roles holds the role of every partition this node hosts. With allMaster
 // (single-node serve) every partition is master in generation 1.
 type roles struct {
-	mu        sync.RWMutex
+	mu        sync.Mutex // guards m and allMaster
 	allMaster bool
-	m         map[partitionKey]Role
+	m         map[partitionKey]*partRole
+	// leaseValid, when set, is asked before every write: a node whose
+	// lease may have lapsed (it was paused, or cut off from etcd) must
+	// not write, whatever role it last knew.
+	leaseValid func() bool
+}
+
+// partRole is one partition's role. Writes in flight hold mu shared, a
+// change of role holds it exclusively, so a demotion waits for them and
+// no write starts after it; other partitions are not held up.
+type partRole struct {
+	mu   sync.RWMutex
+	role Role
 }
 
 type partitionKey struct {
@@ -43,21 +55,28 @@ type partitionKey struct {
 	id int
 }
 
-func (r *roles) get(db string, id int) Role {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.lookup(db, id)
+func (r *roles) entry(db string, id int) *partRole {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := partitionKey{db, id}
+	e, ok := r.m[k]
+	if !ok {
+		e = &partRole{role: Offline}
+		if r.allMaster {
+			e.role = Master
+		}
+		r.m[k] = e
+	}
+	return e
 }
 
-// lookup reads a role; the caller holds mu.
-func (r *roles) lookup(db string, id int) Role {
-	if role, ok := r.m[partitionKey{db, id}]; ok {
-		return role
+func (r *roles) keys() (ks []partitionKey, allMaster bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.m {
+		ks = append(ks, k)
 	}
-	if r.allMaster {
-		return Master
-	}
-	return Offline
+	return ks, r.allMaster
 }
 
 // SetRole makes this node's replica of a partition OFFLINE, SLAVE or
@@ -70,36 +89,98 @@ func (n *Node) SetRole(db string, id int, role Role, generation uint32) error {
 	if err != nil {
 		return err
 	}
-	n.roles.mu.Lock()
-	defer n.roles.mu.Unlock()
+	e := n.roles.entry(db, id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if role == Master {
 		if seen := p.Generation(); generation > seen {
 			if err := p.StartGeneration(generation); err != nil {
 				return err
 			}
-		} else if generation < seen || n.roles.lookup(db, id) != Master {
+		} else if generation < seen || e.role != Master {
 			return fmt.Errorf("partition %s/%d: master of generation %d, but the partition has seen generation %d", db, id, generation, seen)
 		}
 	}
-	n.roles.m[partitionKey{db, id}] = role
+	e.role = role
 	return nil
 }
 
-func (n *Node) roleLocked(db string, id int) Role { return n.roles.lookup(db, id) }
-
 // Role returns this node's role for a partition.
-func (n *Node) Role(db string, id int) Role { return n.roles.get(db, id) }
+func (n *Node) Role(db string, id int) Role {
+	n.roles.mu.Lock()
+	e, ok := n.roles.m[partitionKey{db, id}]
+	all := n.roles.allMaster
+	n.roles.mu.Unlock()
+	if !ok {
+		if all {
+			return Master
+		}
+		return Offline
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.role
+}
 
 // FenceAll makes every partition this node masters OFFLINE, at once: a
 // node that lost its lease no longer knows it is master, and must not
 // accept writes a new master's timeline will not contain.
 func (n *Node) FenceAll() {
 	n.roles.mu.Lock()
-	defer n.roles.mu.Unlock()
-	for k, r := range n.roles.m {
-		if r == Master {
-			n.roles.m[k] = Offline
-		}
-	}
 	n.roles.allMaster = false
+	entries := make([]*partRole, 0, len(n.roles.m))
+	for _, e := range n.roles.m {
+		entries = append(entries, e)
+	}
+	n.roles.mu.Unlock()
+	for _, e := range entries {
+		e.mu.Lock()
+		if e.role == Master {
+			e.role = Offline
+		}
+		e.mu.Unlock()
+	}
+}
+
+// RequireLease makes every write first ask valid whether this node's
+// cluster membership lease is still certainly held; when it is not, the
+// write fails as to a non-master (fencing a paused or cut-off master
+// before it has even heard that its lease lapsed).
+func (n *Node) RequireLease(valid func() bool) {
+	n.roles.mu.Lock()
+	n.roles.leaseValid = valid
+	n.roles.mu.Unlock()
+}
+
+// beginWrite holds a partition's role shared for a write, if this node
+// masters it; the caller calls the returned release when done.
+func (n *Node) beginWrite(db string, id int) (release func(), err error) {
+	n.roles.mu.Lock()
+	valid := n.roles.leaseValid
+	n.roles.mu.Unlock()
+	e := n.roles.entry(db, id)
+	e.mu.RLock()
+	if e.role != Master || valid != nil && !valid() {
+		e.mu.RUnlock()
+		return nil, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
+	}
+	return e.mu.RUnlock, nil
+}
+
+// MarshalText renders the role's name.
+func (r Role) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText parses a role's name.
+func (r *Role) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "OFFLINE":
+		*r = Offline
+	case "SLAVE":
+		*r = Slave
+	case "MASTER":
+		*r = Master
+	default:
+		return fmt.Errorf("unknown partition role %q", b)
+	}
+	return nil
 }

@@ -41,3 +41,14 @@ func ParseSCN(text string) (SCN, error) {
 	}
 	return SCN{Gen: uint32(gen), Seq: seq}, nil
 }
+
+// MarshalText renders the String form, so SCNs read the same in JSON as in
+// headers.
+func (s SCN) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText parses the String form.
+func (s *SCN) UnmarshalText(b []byte) error {
+	v, err := ParseSCN(string(b))
+	*s = v
+	return err
+}

@@ -227,6 +227,46 @@ func (p *Partition) Checksum() (SCN, uint64, error) {
 	snap := p.e.db.NewSnapshot()
 	scn := p.scn
 	p.mu.Unlock()
+	return p.checksum(snap, scn)
+}
+
+// ErrPassed is returned by ChecksumAt when the partition is already past
+// the asked SCN (or on another generation): the caller takes a new
+// reference checksum and asks again.
+var ErrPassed = errors.New("storage: partition is past the asked SCN")
+
+// ChecksumAt waits until the partition reaches exactly at (a slave
+// catching up to its master's reference point), then checksums it there.
+// It fails with ErrPassed if the partition went past at, and with the
+// done channel's closing if that comes first.
+func (p *Partition) ChecksumAt(at SCN, done <-chan struct{}) (uint64, error) {
+	for {
+		p.mu.Lock()
+		scn := p.scn
+		if scn == at {
+			snap := p.e.db.NewSnapshot()
+			p.mu.Unlock()
+			_, sum, err := p.checksum(snap, scn)
+			return sum, err
+		}
+		if at.Less(scn) {
+			p.mu.Unlock()
+			return 0, fmt.Errorf("partition %s/%d at %s, asked %s: %w", p.DB, p.ID, scn, at, ErrPassed)
+		}
+		if p.changed == nil {
+			p.changed = make(chan struct{})
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-done:
+			return 0, fmt.Errorf("partition %s/%d at %s did not reach %s", p.DB, p.ID, scn, at)
+		}
+	}
+}
+
+func (p *Partition) checksum(snap *pebble.Snapshot, scn SCN) (SCN, uint64, error) {
 	defer snap.Close()
 	prefix := append(keys.Partition(p.DB, p.ID), keys.SectionData)
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})

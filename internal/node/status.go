@@ -1,0 +1,96 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// PartitionStatus is one partition replica as its node sees it.
+type PartitionStatus struct {
+	DB        string      `json:"db"`
+	Partition int         `json:"partition"`
+	Role      Role        `json:"role"`
+	SCN       storage.SCN `json:"scn"`
+	// Generation is the generation in force: the one this replica
+	// writes in as master, or the newest it has applied as slave.
+	Generation uint32 `json:"generation"`
+}
+
+// StatusRequest asks for a node's partitions, of one database or all.
+type StatusRequest struct {
+	DB string `json:"db,omitempty"`
+}
+
+// Status lists the partitions this node hosts (every partition of every
+// database on a single node that masters all), in (db, partition) order.
+func (n *Node) Status(_ context.Context, req StatusRequest) ([]PartitionStatus, error) {
+	ids, all := n.roles.keys()
+	if all {
+		for _, d := range n.reg.Databases() {
+			for p := range d.Partitions {
+				if !slices.Contains(ids, partitionKey{d.Name, p}) {
+					ids = append(ids, partitionKey{d.Name, p})
+				}
+			}
+		}
+	}
+	slices.SortFunc(ids, func(a, b partitionKey) int {
+		if c := strings.Compare(a.db, b.db); c != 0 {
+			return c
+		}
+		return a.id - b.id
+	})
+	var out []PartitionStatus
+	for _, k := range ids {
+		if req.DB != "" && k.db != req.DB {
+			continue
+		}
+		p, err := n.partition(k.db, k.id)
+		if err != nil {
+			continue // a database dropped meanwhile
+		}
+		out = append(out, PartitionStatus{DB: k.db, Partition: k.id, Role: n.Role(k.db, k.id), SCN: p.SCN(), Generation: p.Generation()})
+	}
+	return out, nil
+}
+
+// ChecksumRequest asks for a partition's checksum: with At zero, now (the
+// reference, on the master); otherwise exactly at SCN At, waiting up to
+// Wait for the replica to get there.
+type ChecksumRequest struct {
+	DB        string        `json:"db"`
+	Partition int           `json:"partition"`
+	At        storage.SCN   `json:"at"`
+	Wait      time.Duration `json:"wait"`
+}
+
+// ChecksumResult is a partition's checksum and the SCN it was taken at.
+type ChecksumResult struct {
+	SCN storage.SCN `json:"scn"`
+	Sum uint64      `json:"sum"`
+}
+
+// Checksum checksums a partition's rows (see storage.Partition.Checksum);
+// with req.At set it fails with storage.ErrPassed when this replica is
+// already past At.
+func (n *Node) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResult, error) {
+	p, err := n.partition(req.DB, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if req.At.IsZero() {
+		scn, sum, err := p.Checksum()
+		return &ChecksumResult{SCN: scn, Sum: sum}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, req.Wait)
+	defer cancel()
+	sum, err := p.ChecksumAt(req.At, ctx.Done())
+	if err != nil {
+		return nil, err
+	}
+	return &ChecksumResult{SCN: req.At, Sum: sum}, nil
+}
