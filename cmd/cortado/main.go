@@ -13,7 +13,9 @@ var commands = []struct {
 }{
 	{"serve", "run every role in one process (embedded etcd, storage, router)", runServe},
 	{"storage", "run a storage node against an external etcd (--etcd-endpoints)", runStorage},
-	{"router", "run a router against an external etcd and a storage node (--storage)", runRouter},
+	{"router", "run a router against an external etcd: routes by the routing tables", runRouter},
+	{"controller", "run a controller against an external etcd (one leads, others stand by)", runController},
+	{"cluster", "inspect a cluster: cluster status|check", runCluster},
 	{"get", "read a document, collection or multi-get: get db/table/key…", runGet},
 	{"put", "insert or replace a document: put db/table/key… -d JSON (or stdin)", runPut},
 	{"insert", "insert with an auto-increment key: insert db/table/prefix… -d JSON", runInsert},
@@ -27,7 +29,7 @@ var commands = []struct {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: cortado <command> [flags] [args]\n\ncommands:")
 	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.help)
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.help)
 	}
 	fmt.Fprintln(os.Stderr, "\nRun 'cortado <command> -h' for a command's flags.")
 }

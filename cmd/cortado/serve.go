@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/server"
@@ -17,18 +18,25 @@ import (
 
 // roleFlags are the flags every server role takes.
 type roleFlags struct {
-	fs            *flag.FlagSet
-	dataDir       *string
-	listen        *string
-	etcdEndpoints *string
-	etcdClient    *string
-	etcdPeer      *string
-	maxBody       *int64
-	maxResp       *int
-	logLevel      *string
-	readyFile     *string
-	storageURL    *string
-	demo          *bool
+	fs             *flag.FlagSet
+	dataDir        *string
+	listen         *string
+	etcdEndpoints  *string
+	etcdClient     *string
+	etcdPeer       *string
+	maxBody        *int64
+	maxResp        *int
+	logLevel       *string
+	readyFile      *string
+	demo           *bool
+	nodes          *int
+	nodeID         *string
+	rack           *string
+	advertise      *string
+	leaseTTL       *int
+	maxTransitions *int
+	controllerID   *string
+	checkInterval  *time.Duration
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -39,25 +47,36 @@ func newRoleFlags(name, listen string) *roleFlags {
 		logLevel:      fs.String("log-level", "info", "debug, info, warn or error"),
 		readyFile:     fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)"),
 	}
-	if name != "router" {
+	if name == "serve" || name == "storage" {
 		f.dataDir = fs.String("data-dir", "cortado-data", "directory for storage (and, for serve, the embedded etcd)")
+		f.maxTransitions = fs.Int("max-transitions", 16, "partitions changing role at once on a storage node")
 	}
-	if name != "storage" {
+	if name == "serve" || name == "router" {
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
+	}
+	if name != "router" {
+		f.leaseTTL = fs.Int("lease-ttl", 5, "seconds a storage node or the leading controller may be silent before it is taken for dead")
+	}
+	if name == "serve" || name == "controller" {
+		f.controllerID = fs.String("controller-id", "", "this controller's name (default host-pid)")
+		f.checkInterval = fs.Duration("check-interval", 10*time.Minute, "how often the leading controller checks that replicas match their masters (0 disables)")
 	}
 	switch name {
 	case "serve":
 		f.etcdClient = fs.String("etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL (when --etcd-endpoints is empty)")
 		f.etcdPeer = fs.String("etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd peer URL")
 		f.demo = fs.Bool("demo", false, "create the demo database of the README")
-	case "router":
-		f.storageURL = fs.String("storage", "", "URL of the storage node (required)")
+		f.nodes = fs.Int("nodes", 1, "storage nodes to run in this process (2 or more adds a controller and replication)")
+	case "storage":
+		f.nodeID = fs.String("node-id", "", "this node's name, stable across restarts (default: its advertised address)")
+		f.rack = fs.String("rack", "", "this node's rack: no two replicas of a partition share one")
+		f.advertise = fs.String("advertise-url", "", "URL other processes reach this node at (default http:// + the listen address)")
 	}
 	return f
 }
 
-func (f *roleFlags) options(log *slog.Logger) server.Options {
+func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	o := server.Options{Logger: log}
 	if f.dataDir != nil {
 		o.DataDir = *f.dataDir
@@ -68,11 +87,30 @@ func (f *roleFlags) options(log *slog.Logger) server.Options {
 	if f.maxBody != nil {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp}
 	}
-	if f.storageURL != nil {
-		o.StorageURL = *f.storageURL
-	}
 	if *f.etcdEndpoints != "" {
 		o.EtcdEndpoints = strings.Split(*f.etcdEndpoints, ",")
+	}
+	if f.nodes != nil {
+		o.Nodes = *f.nodes
+	}
+	if f.leaseTTL != nil {
+		o.LeaseTTL = *f.leaseTTL
+	}
+	if f.maxTransitions != nil {
+		o.MaxTransitions = *f.maxTransitions
+	}
+	if f.controllerID != nil {
+		o.ControllerID = *f.controllerID
+		o.CheckInterval = *f.checkInterval
+		if o.CheckInterval == 0 {
+			o.CheckInterval = -1
+		}
+	}
+	if f.nodeID != nil {
+		o.NodeID, o.Rack, o.AdvertiseURL = *f.nodeID, *f.rack, *f.advertise
+		if o.AdvertiseURL == "" {
+			o.AdvertiseURL = "http://" + addr
+		}
 	}
 	return o
 }
@@ -103,10 +141,19 @@ func runStorage(args []string) error {
 func runRouter(args []string) error {
 	f := newRoleFlags("router", "127.0.0.1:8080")
 	f.fs.Parse(args)
-	if *f.etcdEndpoints == "" || *f.storageURL == "" {
-		return fmt.Errorf("--etcd-endpoints and --storage are required")
+	if *f.etcdEndpoints == "" {
+		return fmt.Errorf("--etcd-endpoints is required")
 	}
 	return runRole("router", f, server.OpenRouter)
+}
+
+func runController(args []string) error {
+	f := newRoleFlags("controller", "127.0.0.1:7000")
+	f.fs.Parse(args)
+	if *f.etcdEndpoints == "" {
+		return fmt.Errorf("--etcd-endpoints is required")
+	}
+	return runRole("controller", f, server.OpenController)
 }
 
 // runRole starts a role, serves HTTP until SIGINT/SIGTERM, and shuts down.
@@ -119,15 +166,17 @@ func runRole(name string, f *roleFlags, open func(context.Context, server.Option
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, err := open(ctx, f.options(log))
-	if err != nil {
-		return err
-	}
-	defer s.Close()
+	// Listen first: a storage node advertises the address it serves on.
 	ln, err := net.Listen("tcp", *f.listen)
 	if err != nil {
 		return err
 	}
+	s, err := open(ctx, f.options(log, ln.Addr().String()))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer s.Close()
 	log.Info("cortado serving", "addr", ln.Addr().String())
 	if *f.readyFile != "" {
 		if err := os.WriteFile(*f.readyFile, []byte(ln.Addr().String()), 0o644); err != nil {

@@ -149,6 +149,19 @@ func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
 	idx := slices.Index(route.Replicas, a.ID)
 	switch {
 	case idx == 0:
+		if a.Member != nil && t.Incarnations[a.ID] != a.Member.Incarnation() {
+			// A table from before this node (re)joined: the
+			// controller will publish one with a new generation.
+			a.stop(k)
+			return nil
+		}
+		slaves := 0
+		for _, id := range route.Replicas[1:] {
+			if _, live := t.Nodes[id]; live {
+				slaves++
+			}
+		}
+		a.Node.SetSlaves(t.DB, p, slaves)
 		if a.Node.Role(t.DB, p) == node.Master {
 			return a.Node.SetRole(t.DB, p, node.Master, route.Generation)
 		}

@@ -37,6 +37,10 @@ type Controller struct {
 	// OneByOne publishes one routing table version per changed partition
 	// instead of one for all (see publishOneByOne); for benchmarks.
 	OneByOne bool
+	// CheckInterval, when set, runs the consistency check (Check) this
+	// often while leading and hands the results to OnCheck.
+	CheckInterval time.Duration
+	OnCheck       func([]PartitionCheck)
 
 	mu      sync.Mutex
 	remotes map[string]*node.Remote
@@ -74,6 +78,9 @@ func (c *Controller) lead(ctx context.Context, s *concurrency.Session, e *concur
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changes := c.Client.Watch(wctx, nodesPrefix(c.Prefix), clientv3.WithPrefix())
+	if c.CheckInterval > 0 {
+		go c.checkEvery(wctx)
+	}
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
 	for {
@@ -294,4 +301,32 @@ func keepMasterUntilCaughtUp(current, target []string, live map[string]string, s
 		}
 	}
 	return out
+}
+
+// checkEvery runs the consistency check periodically until ctx ends.
+func (c *Controller) checkEvery(ctx context.Context) {
+	t := time.NewTicker(c.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := Check(ctx, c.Client, c.Prefix, "")
+		if err != nil {
+			c.Log.Warn("consistency check", "err", err)
+			continue
+		}
+		for _, pc := range res {
+			for _, r := range pc.Replicas {
+				if r.Result == CheckDiffers {
+					c.Log.Error("consistency check: replica differs from its master", "db", pc.DB, "partition", pc.Partition, "scn", pc.SCN, "master", pc.Master, "replica", r.Node)
+				}
+			}
+		}
+		if c.OnCheck != nil {
+			c.OnCheck(res)
+		}
+	}
 }

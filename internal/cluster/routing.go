@@ -3,7 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-		"strings"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -80,4 +81,46 @@ func (v *RoutingView) Node(db string, part int) (node.Service, error) {
 		v.remotes[url] = r
 	}
 	return r, nil
+}
+
+// AwaitDatabase waits until db has a routing table and every partition's
+// master has taken up its role in that table's generation.
+func (v *RoutingView) AwaitDatabase(ctx context.Context, db string) error {
+	for {
+		if t := v.Table(db); t != nil && v.mastersReady(ctx, t) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (v *RoutingView) mastersReady(ctx context.Context, t *RoutingTable) bool {
+	byNode := map[string][]int{}
+	for p := range t.Partitions {
+		id, _ := t.Master(p)
+		if id == "" {
+			return false
+		}
+		byNode[id] = append(byNode[id], p)
+	}
+	for id, parts := range byNode {
+		st, err := node.NewRemote(t.Nodes[id], adminHTTP).Status(ctx, node.StatusRequest{DB: t.DB})
+		if err != nil {
+			return false
+		}
+		ready := map[int]bool{}
+		for _, s := range st {
+			ready[s.Partition] = s.Role == node.Master && s.Generation == t.Partitions[s.Partition].Generation
+		}
+		for _, p := range parts {
+			if !ready[p] {
+				return false
+			}
+		}
+	}
+	return true
 }

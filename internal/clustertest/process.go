@@ -188,3 +188,10 @@ func (s *Serve) Log() string {
 	b, _ := os.ReadFile(s.logPath)
 	return string(b)
 }
+
+// Pause stops the process (SIGSTOP) without killing it: it neither
+// answers nor renews its lease until Resume.
+func (s *Serve) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (s *Serve) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }

@@ -8,14 +8,16 @@ import (
 	"github.com/cortado-db/cortado/client"
 )
 
-// TestRolesAsProcesses runs the storage node and the router as separate
-// processes against one etcd, with only flags to tell them apart, and runs
-// the client suite through the router. Killing the storage node makes
-// the router answer 503 with Retry-After instead of hanging or 500.
+// TestRolesAsProcesses runs a storage node, a controller and a router as
+// separate processes against one etcd, with only flags to tell them
+// apart, and runs the client suite through the router. Killing the
+// storage node makes the router answer 503 with Retry-After instead of
+// hanging or 500.
 func TestRolesAsProcesses(t *testing.T) {
 	etcd := startEtcd(t)
-	storage := StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint)
-	router := StartRole(t, "router", "--etcd-endpoints", etcd.Endpoint, "--storage", storage.URL)
+	storage := StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint, "--node-id", "s1", "--lease-ttl", "2")
+	StartRole(t, "controller", "--etcd-endpoints", etcd.Endpoint, "--lease-ttl", "2")
+	router := StartRole(t, "router", "--etcd-endpoints", etcd.Endpoint)
 	c := client.New(router.URL)
 	defer c.Close()
 	runSuite(t, c)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/registry"
@@ -19,6 +20,7 @@ type Node struct {
 	plans *schema.Plans
 	log   *slog.Logger
 	roles roles
+	opts  Options
 }
 
 // Options configures a Node.
@@ -26,12 +28,18 @@ type Options struct {
 	// AllMaster makes this node master of every partition (a single-node
 	// deployment). Otherwise partitions are OFFLINE until SetRole.
 	AllMaster bool
+	// SemiSyncTimeout is how long a write waits for a slave to confirm it
+	// (default 5s).
+	SemiSyncTimeout time.Duration
 }
 
 // New returns a node over an open engine and registry. plans may be shared
 // with the router.
 func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *slog.Logger, opts Options) *Node {
-	return &Node{eng: eng, reg: reg, plans: plans, log: log, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]*partRole{}}}
+	if opts.SemiSyncTimeout == 0 {
+		opts.SemiSyncTimeout = 5 * time.Second
+	}
+	return &Node{eng: eng, reg: reg, plans: plans, log: log, opts: opts, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]*partRole{}}}
 }
 
 var _ Service = (*Node)(nil)
@@ -178,11 +186,28 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	}
 	// Held for the whole write, so a demotion waits for writes in flight
 	// and no write starts after it.
-	release, err := n.beginWrite(req.DB, req.Partition)
+	e, err := n.beginWrite(req.DB, req.Partition)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
+	res, err := n.write(ctx, p, req)
+	e.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	// Semi-sync: acknowledge once a slave holds the commit. The role is
+	// not held meanwhile: the commit is made, and a demotion need not
+	// wait for slaves.
+	if d, derr := n.reg.Database(req.DB); derr == nil && d.Replication != "async" {
+		if err := e.awaitAck(ctx, res.SCN, n.opts.SemiSyncTimeout); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (n *Node) write(ctx context.Context, p *storage.Partition, req WriteRequest) (*WriteResult, error) {
+	var err error
 	tables := make([]*schema.Table, len(req.Ops))
 	for i, op := range req.Ops {
 		if tables[i], err = n.reg.Table(req.DB, op.Table); err != nil {

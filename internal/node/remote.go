@@ -37,6 +37,7 @@ var wireKinds = []struct {
 	{"precondition-failed", ErrPreconditionFailed},
 	{"not-modified", ErrNotModified},
 	{"not-master", ErrNotMaster},
+	{"not-replicated", ErrNotReplicated},
 	{"bad-patch", ErrBadPatch},
 	{"no-database", registry.ErrNoDatabase},
 	{"no-table", registry.ErrNoTable},

@@ -17,6 +17,9 @@ type LogRequest struct {
 	Max int
 	// Wait is how long to wait for a commit when there is none yet.
 	Wait time.Duration
+	// Ack says the asker is a slave that durably holds every commit up
+	// to After: semi-sync writes waiting for After are acknowledged.
+	Ack bool
 }
 
 // LogResult is a batch of commits in SCN order, or word that the asker's
@@ -53,6 +56,9 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		ok, err := p.HasCommit(req.After)
 		if err != nil {
 			return nil, err
+		}
+		if ok && req.Ack {
+			n.roles.entry(req.DB, req.Partition).ack(req.After)
 		}
 		if !ok && !behind(p, req.After) {
 			// The asker has a commit this timeline does not: it
@@ -127,7 +133,7 @@ func (n *Node) Follow(ctx context.Context, db string, id int, master LogSource, 
 		return err
 	}
 	for ctx.Err() == nil {
-		res, err := master.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN(), Wait: time.Second})
+		res, err := master.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN(), Wait: time.Second, Ack: true})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

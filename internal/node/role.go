@@ -1,9 +1,13 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // Role is a partition's state on this node, as the controller sets it.
@@ -30,6 +34,12 @@ func (r Role) String() string {
 // master (503: the client retries, through a fresh routing table).
 var ErrNotMaster = errors.New("this node is not the partition's master")
 
+// ErrNotReplicated is returned for a write the master committed but no
+// slave confirmed in time under semi-sync replication: its outcome is
+// uncertain (a failover now may or may not keep it), so it is not
+// acknowledged (503: retry; a retried PUT is idempotent).
+var ErrNotReplicated = errors.New("write committed on the master but not confirmed by a replica")
+
 // roles holds the role of every partition this node hosts. With allMaster
 // (single-node serve) every partition is master in generation 1.
 type roles struct {
@@ -48,6 +58,68 @@ type roles struct {
 type partRole struct {
 	mu   sync.RWMutex
 	role Role
+
+	// Semi-sync state, under ackMu: how many live slaves the routing
+	// table gives this master, the newest SCN a slave is known to hold,
+	// and a channel closed when that advances.
+	ackMu   sync.Mutex
+	slaves  int
+	acked   storage.SCN
+	ackedCh chan struct{}
+}
+
+// ack records that a replica holds every commit up to scn.
+func (e *partRole) ack(scn storage.SCN) {
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	if e.acked.Less(scn) {
+		e.acked = scn
+		if e.ackedCh != nil {
+			close(e.ackedCh)
+			e.ackedCh = nil
+		}
+	}
+}
+
+// awaitAck waits until a slave holds scn, if the partition has slaves.
+func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, timeout time.Duration) error {
+	var timer <-chan time.Time
+	for {
+		e.ackMu.Lock()
+		if e.slaves == 0 || !e.acked.Less(scn) {
+			e.ackMu.Unlock()
+			return nil
+		}
+		if e.ackedCh == nil {
+			e.ackedCh = make(chan struct{})
+		}
+		ch := e.ackedCh
+		e.ackMu.Unlock()
+		if timer == nil {
+			timer = time.After(timeout)
+		}
+		select {
+		case <-ch:
+		case <-timer:
+			return fmt.Errorf("commit %s: no slave confirmed it within %v: %w", scn, timeout, ErrNotReplicated)
+		case <-ctx.Done():
+			return fmt.Errorf("commit %s: %w: %w", scn, ErrNotReplicated, ctx.Err())
+		}
+	}
+}
+
+// SetSlaves tells a master how many live slaves its partition has: with
+// semi-sync replication a write is acknowledged once one of them holds it;
+// with none, at once.
+func (n *Node) SetSlaves(db string, id int, slaves int) {
+	e := n.roles.entry(db, id)
+	e.ackMu.Lock()
+	e.slaves = slaves
+	if e.ackedCh != nil {
+		close(e.ackedCh) // waiters look again
+		e.ackedCh = nil
+	}
+	e.ackMu.Unlock()
 }
 
 type partitionKey struct {
@@ -153,8 +225,8 @@ func (n *Node) RequireLease(valid func() bool) {
 }
 
 // beginWrite holds a partition's role shared for a write, if this node
-// masters it; the caller calls the returned release when done.
-func (n *Node) beginWrite(db string, id int) (release func(), err error) {
+// masters it; the caller releases it (e.mu.RUnlock) when done.
+func (n *Node) beginWrite(db string, id int) (*partRole, error) {
 	n.roles.mu.Lock()
 	valid := n.roles.leaseValid
 	n.roles.mu.Unlock()
@@ -164,7 +236,7 @@ func (n *Node) beginWrite(db string, id int) (release func(), err error) {
 		e.mu.RUnlock()
 		return nil, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
 	}
-	return e.mu.RUnlock, nil
+	return e, nil
 }
 
 // MarshalText renders the role's name.

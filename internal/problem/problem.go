@@ -32,6 +32,7 @@ const (
 	TypeUnsupportedMedia   = "urn:cortado:problem:unsupported-media-type"
 	TypeMethodNotAllowed   = "urn:cortado:problem:method-not-allowed"
 	TypeUnavailable        = "urn:cortado:problem:unavailable"
+	TypeNotReplicated      = "urn:cortado:problem:not-replicated"
 	TypeTimeout            = "urn:cortado:problem:deadline-exceeded"
 	TypeInternal           = "urn:cortado:problem:internal"
 )

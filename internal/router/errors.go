@@ -118,6 +118,10 @@ func toProblem(err error) *problem.Problem {
 		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Storage unavailable", err.Error())
 		p.RetryAfter = 1
 		return p
+	case errors.Is(err, node.ErrNotReplicated):
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeNotReplicated, "Write not confirmed by a replica", err.Error()+"; the write may or may not survive a failover: read it back or retry it")
+		p.RetryAfter = 1
+		return p
 	case errors.Is(err, node.ErrNotMaster):
 		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Partition unavailable", "the partition has no master here right now; retry")
 		p.RetryAfter = 1

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
@@ -30,8 +31,22 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 	if err != nil {
 		return nil, false, err
 	}
+	if a, ok := r.backend.(awaiter); ok {
+		// In a cluster, answer once the partitions have masters, so the
+		// first write does not meet a 503. If none come (no storage
+		// node is up yet), the database exists all the same.
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		a.AwaitDatabase(actx, name)
+		cancel()
+	}
 	out, _ := json.Marshal(stored)
 	return out, created, nil
+}
+
+// awaiter is a Backend that can tell when a new database's partitions are
+// ready for writes.
+type awaiter interface {
+	AwaitDatabase(ctx context.Context, db string) error
 }
 
 type tableSummary struct {

@@ -1,9 +1,11 @@
 // Package server assembles Cortado's roles into processes: coordination
-// (embedded or external etcd), the schema registry, the storage engine and
-// node, the router, and the HTTP listener with /metrics and /healthz. It
-// owns their start order and shuts them down in reverse. `cortado serve`
-// (every role) and the embedded client use Open; `cortado storage` and
-// `cortado router` use OpenStorage and OpenRouter, against an external etcd.
+// (embedded or external etcd), the schema registry, storage nodes with
+// their cluster membership and agent, the controller, the router, and the
+// HTTP listener with /metrics, /healthz and /_cluster. It owns their start
+// order and shuts them down in reverse. `cortado serve` (every role) and
+// the embedded client use Open; `cortado storage`, `cortado router` and
+// `cortado controller` use OpenStorage, OpenRouter and OpenController,
+// against an external etcd.
 package server
 
 import (
@@ -20,6 +22,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cortado-db/cortado/internal/cluster"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/metrics"
 	"github.com/cortado-db/cortado/internal/node"
@@ -46,11 +49,34 @@ type Options struct {
 	Storage storage.Options
 	Router  router.Options
 	Logger  *slog.Logger
-	// StorageURL is the storage node a router-only process sends work to.
-	StorageURL string
+
+	// Nodes is how many storage nodes `serve` runs (default 1: a single
+	// node mastering every partition, without a controller). With 2 or
+	// more, serve runs a controller and each node's internal API on its
+	// own loopback port, like separate processes would.
+	Nodes int
+	// NodeID names a storage node (default: its advertised address).
+	NodeID string
+	// Rack is the storage node's rack: no two replicas of a partition
+	// are placed on one rack.
+	Rack string
+	// AdvertiseURL is how other processes reach this storage node's
+	// internal API (default http:// + its listen address).
+	AdvertiseURL string
+	// LeaseTTL, in seconds, is how long a storage node (or the leading
+	// controller) may be silent before it is taken for dead (default 5).
+	LeaseTTL int
+	// MaxTransitions bounds the partitions changing role at once on a
+	// storage node (default 16).
+	MaxTransitions int
+	// ControllerID names a controller (default: host and process ID).
+	ControllerID string
+	// CheckInterval is how often the leading controller runs the
+	// consistency check (default 10 minutes; negative disables it).
+	CheckInterval time.Duration
 }
 
-// Server is every role of Cortado in one process.
+// Server is one Cortado process: every role (serve), or one of them.
 type Server struct {
 	Router  *router.Router
 	Metrics *metrics.Metrics
@@ -63,6 +89,10 @@ type Server struct {
 	http    *http.Server
 	api     http.Handler
 	routeOf func(*http.Request) string
+	cluster *metrics.Cluster
+	members []*member // storage nodes in a cluster
+	stop    []func()  // background roles (controller, routing view), stopped first
+	extra   []*http.Server
 
 	closeOnce sync.Once
 	closeErr  error
@@ -72,23 +102,33 @@ type localBackend struct{ n node.Service }
 
 func (b localBackend) Node(string, int) (node.Service, error) { return b.n, nil }
 
-// Open starts every role: coordination, registry, storage and router. It
-// does not listen; see Serve.
+// Open starts every role: coordination, registry, storage and router (and
+// with opts.Nodes ≥ 2, a controller and that many storage nodes). It does
+// not listen; see Serve.
 func Open(ctx context.Context, opts Options) (*Server, error) {
 	return open(ctx, opts, roleAll)
 }
 
-// OpenStorage starts the storage role: registry (on opts.EtcdEndpoints,
-// or an embedded etcd), storage engine and node, served by Handler as the
-// node's internal API.
+// OpenStorage starts a storage node: registry, storage engine and node,
+// served by Handler as the node's internal API, registered in the cluster
+// under a lease and driven by the routing tables. opts.AdvertiseURL must be
+// where Handler will be served.
 func OpenStorage(ctx context.Context, opts Options) (*Server, error) {
 	return open(ctx, opts, roleStorage)
 }
 
-// OpenRouter starts the router role: registry and router, reaching the
-// storage node at opts.StorageURL. It keeps no data.
+// OpenRouter starts a router: registry and router, sending each
+// partition's work to the master the routing table names. It keeps no
+// data.
 func OpenRouter(ctx context.Context, opts Options) (*Server, error) {
 	return open(ctx, opts, roleRouter)
+}
+
+// OpenController starts a controller: it campaigns for leadership and,
+// while leading, keeps the routing tables at the ideal state. Several may
+// run; one leads.
+func OpenController(ctx context.Context, opts Options) (*Server, error) {
+	return open(ctx, opts, roleController)
 }
 
 type role int
@@ -97,6 +137,7 @@ const (
 	roleAll role = iota
 	roleStorage
 	roleRouter
+	roleController
 )
 
 func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
@@ -109,8 +150,16 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
-		return nil, err
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 5
+	}
+	if opts.CheckInterval == 0 {
+		opts.CheckInterval = 10 * time.Minute
+	}
+	if r != roleRouter && r != roleController {
+		if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	s := &Server{opts: opts, Metrics: metrics.New()}
 	defer func() {
@@ -134,29 +183,43 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if s.reg, err = registry.Open(ctx, s.cli, opts.Prefix, opts.Logger); err != nil {
 		return nil, err
 	}
+	s.cluster = s.Metrics.Cluster()
 	plans := schema.NewPlans(4096)
-	var backend router.Backend
-	if r == roleRouter {
-		if opts.StorageURL == "" {
-			return nil, fmt.Errorf("the router role needs the storage node's URL")
+	switch {
+	case r == roleController:
+		s.startController()
+		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
+		return s, nil
+	case r == roleStorage:
+		m, err := s.startMember(ctx, opts.DataDir, opts.NodeID, opts.AdvertiseURL, plans)
+		if err != nil {
+			return nil, err
 		}
-		backend = localBackend{node.NewRemote(opts.StorageURL, nil)}
-	} else {
+		s.api, s.routeOf = node.Handler(m.node), func(*http.Request) string { return "node" }
+		return s, nil
+	case r == roleAll && opts.Nodes <= 1:
 		opts.Storage.Logger = opts.Logger
 		if s.engine, err = storage.Open(filepath.Join(opts.DataDir, "storage"), opts.Storage); err != nil {
 			return nil, err
 		}
 		s.Metrics.RegisterPebble(s.engine.Metrics)
-		// Until the cluster manager assigns roles, a storage node
-		// masters every partition.
 		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true})
-		backend = localBackend{n}
-		if r == roleStorage {
-			s.api, s.routeOf = node.Handler(n), func(*http.Request) string { return "node" }
-			return s, nil
+		s.Router = router.New(s.reg, plans, localBackend{n}, opts.Router, opts.Logger)
+	default: // a router, or serve with several nodes
+		if r == roleAll {
+			if err := s.startLocalCluster(ctx, plans); err != nil {
+				return nil, err
+			}
 		}
+		vctx, cancel := context.WithCancel(context.Background())
+		view, err := cluster.WatchRouting(vctx, s.cli, opts.Prefix)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		s.stop = append(s.stop, cancel)
+		s.Router = router.New(s.reg, plans, view, opts.Router, opts.Logger)
 	}
-	s.Router = router.New(s.reg, plans, backend, opts.Router, opts.Logger)
 	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
 	return s, nil
 }
@@ -170,6 +233,8 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}`))
 	})
+	mux.HandleFunc("GET /_cluster", s.serveClusterStatus)
+	mux.HandleFunc("POST /_cluster/check", s.serveClusterCheck)
 	mux.Handle("/", s.Metrics.Instrument(s.api, s.routeOf))
 	return mux
 }
@@ -201,9 +266,18 @@ func (s *Server) Close() error {
 
 func (s *Server) close() error {
 	var errs []error
-	if s.http != nil {
+	for _, stop := range s.stop {
+		stop()
+	}
+	for _, m := range s.members {
+		errs = append(errs, m.close())
+	}
+	for _, h := range append(s.extra, s.http) {
+		if h == nil {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		errs = append(errs, s.http.Shutdown(ctx))
+		errs = append(errs, h.Shutdown(ctx))
 		cancel()
 	}
 	if s.engine != nil {
@@ -224,7 +298,8 @@ func (s *Server) close() error {
 // DemoDatabase creates the demo database the README's examples use. It is
 // idempotent.
 func (s *Server) DemoDatabase(ctx context.Context) error {
-	if _, _, err := s.Router.CreateDatabase(ctx, "demo", []byte(`{"partitions":64}`)); err != nil {
+	replicas := min(max(s.opts.Nodes, 1), 3)
+	if _, _, err := s.Router.CreateDatabase(ctx, "demo", fmt.Appendf(nil, `{"partitions":64,"replicas":%d}`, replicas)); err != nil {
 		return fmt.Errorf("demo database: %w", err)
 	}
 	for _, t := range demoTables {

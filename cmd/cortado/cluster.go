@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/cortado-db/cortado/internal/cluster"
+)
+
+func runCluster(args []string) error {
+	if len(args) == 0 || (args[0] != "status" && args[0] != "check") {
+		return fmt.Errorf("usage: cortado cluster status [--json] | check [--db NAME] [--json]")
+	}
+	fs := flag.NewFlagSet("cluster "+args[0], flag.ExitOnError)
+	c := commonFlags(fs)
+	asJSON := fs.Bool("json", false, "print the JSON the server answers")
+	db := fs.String("db", "", "check: only this database")
+	fs.Parse(args[1:])
+	ctx, cancel := context.WithTimeout(context.Background(), *c.timeout)
+	defer cancel()
+	method, path := http.MethodGet, "/_cluster"
+	if args[0] == "check" {
+		method, path = http.MethodPost, "/_cluster/check"
+		if *db != "" {
+			path += "?db=" + *db
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(*c.url, "/")+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	if *asJSON {
+		_, err := os.Stdout.Write(body)
+		return err
+	}
+	if args[0] == "status" {
+		var st cluster.Status
+		if err := json.Unmarshal(body, &st); err != nil {
+			return err
+		}
+		printStatus(&st)
+		return nil
+	}
+	var res struct{ Partitions []cluster.PartitionCheck }
+	if err := json.Unmarshal(body, &res); err != nil {
+		return err
+	}
+	return printCheck(res.Partitions)
+}
+
+func printStatus(st *cluster.Status) {
+	leader := st.Controller
+	if leader == "" {
+		leader = "(none elected)"
+	}
+	fmt.Println("controller:", leader)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nNODE\tLIVE\tMASTERS\tSLAVES\tRACK\tURL")
+	for _, n := range st.Nodes {
+		live := "yes"
+		if !n.Live {
+			live = "no"
+		}
+		url := n.URL
+		if n.Error != "" {
+			url += "  (" + n.Error + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, live, n.Masters, n.Slaves, n.Rack, url)
+	}
+	for _, d := range st.Databases {
+		fmt.Fprintf(w, "\ndatabase %s (routing table v%d)\nPART\tGEN\tMASTER\tSCN\tSLAVES (scn, lag in commits)\n", d.Name, d.Version)
+		for _, p := range d.Partitions {
+			if len(p.Replicas) == 0 {
+				fmt.Fprintf(w, "%d\t%d\t-\t\t\n", p.Partition, p.Generation)
+				continue
+			}
+			m := p.Replicas[0]
+			var slaves []string
+			for _, r := range p.Replicas[1:] {
+				lag := "?"
+				if r.Lag != nil {
+					lag = fmt.Sprint(*r.Lag)
+				}
+				slaves = append(slaves, fmt.Sprintf("%s %s %s lag %s", r.Node, strings.ToLower(r.Role), r.SCN, lag))
+			}
+			master := m.Node
+			if m.Role != "MASTER" {
+				master += " (" + strings.ToLower(m.Role) + ")"
+			}
+			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\n", p.Partition, p.Generation, master, m.SCN, strings.Join(slaves, ", "))
+		}
+	}
+	w.Flush()
+}
+
+func printCheck(parts []cluster.PartitionCheck) error {
+	counts := map[string]int{}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "DB\tPART\tSCN\tMASTER\tREPLICA\tRESULT\tDETAIL")
+	for _, p := range parts {
+		for _, r := range p.Replicas {
+			counts[r.Result]++
+			if r.Result == cluster.CheckEqual {
+				continue
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.DB, p.Partition, p.SCN, p.Master, r.Node, r.Result, r.Error)
+		}
+	}
+	w.Flush()
+	fmt.Printf("%d partitions: %d replicas equal, %d differ, %d unsettled, %d unreachable\n", len(parts),
+		counts[cluster.CheckEqual], counts[cluster.CheckDiffers], counts[cluster.CheckUnsettled], counts[cluster.CheckUnreachable])
+	if counts[cluster.CheckDiffers] > 0 {
+		return fmt.Errorf("%d replicas differ from their masters", counts[cluster.CheckDiffers])
+	}
+	return nil
+}

@@ -1,0 +1,173 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// Status is the cluster as `cortado cluster status` and GET /_cluster show
+// it: the leading controller, the nodes, and every partition's replicas
+// with their roles, SCNs and replication lag.
+type Status struct {
+	Controller string           `json:"controller"` // the leader's ID, "" if none
+	Nodes      []NodeStatus     `json:"nodes"`
+	Databases  []DatabaseStatus `json:"databases"`
+}
+
+// NodeStatus is one storage node.
+type NodeStatus struct {
+	ID   string `json:"id"`
+	URL  string `json:"url"`
+	Rack string `json:"rack,omitempty"`
+	// Live: the node holds its membership lease.
+	Live    bool   `json:"live"`
+	Masters int    `json:"masters"`
+	Slaves  int    `json:"slaves"`
+	Error   string `json:"error,omitempty"` // why it could not be asked
+}
+
+// DatabaseStatus is one database's routing table and replicas.
+type DatabaseStatus struct {
+	Name       string            `json:"name"`
+	Version    int64             `json:"routingVersion"`
+	Partitions []PartitionStatus `json:"partitions"`
+}
+
+// PartitionStatus is one partition: the generation its master writes in,
+// and each replica as its node reports it.
+type PartitionStatus struct {
+	Partition  int             `json:"partition"`
+	Generation uint32          `json:"generation"`
+	Replicas   []ReplicaStatus `json:"replicas"` // the routing table's order: master first
+}
+
+// ReplicaStatus is one replica. Lag is how many commits it is behind its
+// master, when both are in the same generation (nil otherwise, or when
+// either did not answer).
+type ReplicaStatus struct {
+	Node string      `json:"node"`
+	Role string      `json:"role"` // as the node reports it; UNKNOWN if it did not answer
+	SCN  storage.SCN `json:"scn"`
+	Lag  *uint64     `json:"lag,omitempty"`
+}
+
+// ClusterStatus gathers the cluster's status from etcd and from each node.
+func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*Status, error) {
+	st := &Status{}
+	if resp, err := cli.Get(ctx, electionPrefix(prefix)+"/", append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...); err != nil {
+		return nil, err
+	} else if len(resp.Kvs) > 0 {
+		st.Controller = string(resp.Kvs[0].Value)
+	}
+	live, err := LiveNodes(ctx, cli, prefix)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := routingTables(ctx, cli, prefix)
+	if err != nil {
+		return nil, err
+	}
+	nodes := map[string]*NodeStatus{}
+	for _, n := range live {
+		nodes[n.ID] = &NodeStatus{ID: n.ID, URL: n.URL, Rack: n.Rack, Live: true}
+	}
+	for _, t := range tables {
+		for id, url := range t.Nodes {
+			if nodes[id] == nil {
+				nodes[id] = &NodeStatus{ID: id, URL: url}
+			}
+		}
+	}
+	reports := askNodes(ctx, nodes)
+	for _, t := range tables {
+		ds := DatabaseStatus{Name: t.DB, Version: t.Version}
+		for p, route := range t.Partitions {
+			ps := PartitionStatus{Partition: p, Generation: route.Generation}
+			var master *node.PartitionStatus
+			for i, id := range route.Replicas {
+				rs := ReplicaStatus{Node: id, Role: "UNKNOWN"}
+				if r, ok := reports[id][partKey{t.DB, p}]; ok {
+					rs.Role, rs.SCN = r.Role.String(), r.SCN
+					if i == 0 {
+						master = &r
+					} else if master != nil && master.SCN.Gen == r.SCN.Gen && r.SCN.Seq <= master.SCN.Seq {
+						lag := master.SCN.Seq - r.SCN.Seq
+						rs.Lag = &lag
+					}
+					switch r.Role {
+					case node.Master:
+						nodes[id].Masters++
+					case node.Slave:
+						nodes[id].Slaves++
+					}
+				}
+				ps.Replicas = append(ps.Replicas, rs)
+			}
+			ds.Partitions = append(ds.Partitions, ps)
+		}
+		st.Databases = append(st.Databases, ds)
+	}
+	for _, id := range slices.Sorted(maps.Keys(nodes)) {
+		st.Nodes = append(st.Nodes, *nodes[id])
+	}
+	return st, nil
+}
+
+// routingTables reads every database's routing table, by name.
+func routingTables(ctx context.Context, cli *clientv3.Client, prefix string) ([]*RoutingTable, error) {
+	resp, err := cli.Get(ctx, routingPrefix(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []*RoutingTable
+	for _, kv := range resp.Kvs {
+		var t RoutingTable
+		if err := json.Unmarshal(kv.Value, &t); err == nil {
+			out = append(out, &t)
+		}
+	}
+	slices.SortFunc(out, func(a, b *RoutingTable) int { return strings.Compare(a.DB, b.DB) })
+	return out, nil
+}
+
+// adminHTTP is the client for status and checksum calls to nodes.
+var adminHTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+
+// askNodes asks every node, in parallel, for its partitions; a node that
+// does not answer within two seconds gets its Error set.
+func askNodes(ctx context.Context, nodes map[string]*NodeStatus) map[string]map[partKey]node.PartitionStatus {
+	out := map[string]map[partKey]node.PartitionStatus{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for id, n := range nodes {
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			st, err := node.NewRemote(n.URL, adminHTTP).Status(rctx, node.StatusRequest{})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				n.Error = err.Error()
+				return
+			}
+			m := map[partKey]node.PartitionStatus{}
+			for _, s := range st {
+				m[partKey{s.DB, s.Partition}] = s
+			}
+			out[id] = m
+		})
+	}
+	wg.Wait()
+	return out
+}

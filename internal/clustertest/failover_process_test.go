@@ -1,0 +1,382 @@
+package clustertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// procCluster is Cortado as separate processes on loopback ports: storage
+// nodes, two controllers (one leads) and a router, on one etcd.
+type procCluster struct {
+	t           *testing.T
+	cli         *clientv3.Client
+	storage     map[string]*Serve
+	controllers map[string]*Serve
+	router      *Serve
+	partitions  int
+	// history is every routing table version published, in order.
+	mu      sync.Mutex
+	history []*cluster.RoutingTable
+}
+
+const procPrefix = "/cortado"
+
+func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
+	etcd := startEtcd(t)
+	cli, err := coord.Connect(context.Background(), []string{etcd.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	c := &procCluster{t: t, cli: cli, storage: map[string]*Serve{}, controllers: map[string]*Serve{}, partitions: partitions}
+	wctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for wr := range cli.Watch(wctx, procPrefix+"/routing/", clientv3.WithPrefix()) {
+			for _, ev := range wr.Events {
+				var rt cluster.RoutingTable
+				if json.Unmarshal(ev.Kv.Value, &rt) == nil {
+					c.mu.Lock()
+					c.history = append(c.history, &rt)
+					c.mu.Unlock()
+				}
+			}
+		}
+	}()
+	for i := range nodes {
+		id := fmt.Sprintf("s%d", i)
+		c.storage[id] = StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint, "--node-id", id, "--lease-ttl", "2")
+	}
+	for _, id := range []string{"c1", "c2"} {
+		c.controllers[id] = StartRole(t, "controller", "--etcd-endpoints", etcd.Endpoint, "--controller-id", id, "--lease-ttl", "2", "--check-interval", "0")
+	}
+	c.router = StartRole(t, "router", "--etcd-endpoints", etcd.Endpoint)
+	c.do("PUT", "/_schemata/d", fmt.Sprintf(`{"partitions":%d,"replicas":3}`, partitions), 201)
+	c.do("PUT", "/_schemata/d/T", `{"key":[{"name":"k"}],"schema":{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}}`, 201)
+	return c
+}
+
+func (c *procCluster) do(method, path, body string, want int) {
+	c.t.Helper()
+	req, _ := http.NewRequest(method, c.router.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		c.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+}
+
+func (c *procCluster) table() *cluster.RoutingTable {
+	c.t.Helper()
+	rt, err := cluster.LoadRoutingTable(context.Background(), c.cli, procPrefix, "d")
+	if err != nil || rt == nil {
+		c.t.Fatalf("routing table: %v %v", rt, err)
+	}
+	return rt
+}
+
+// busiestMaster is the node mastering the most partitions.
+func (c *procCluster) busiestMaster() string {
+	count := map[string]int{}
+	for _, r := range c.table().Partitions {
+		count[r.Replicas[0]]++
+	}
+	best := ""
+	for id, n := range count {
+		if best == "" || n > count[best] {
+			best = id
+		}
+	}
+	return best
+}
+
+// writers runs n writers through the router until stop is closed; each
+// retries a write answered 503 (no master yet, or not confirmed by a
+// replica) and logs every acknowledged one.
+type writers struct {
+	mu    sync.Mutex
+	acked map[string]string
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	errs  []string
+}
+
+func (c *procCluster) startWriters(n int) *writers {
+	w := &writers{acked: map[string]string{}, stop: make(chan struct{})}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for g := range n {
+		w.wg.Go(func() {
+			for i := 0; ; i++ {
+				k, v := fmt.Sprintf("w%d-%d", g, i), fmt.Sprint(i)
+				for {
+					select {
+					case <-w.stop:
+						return
+					default:
+					}
+					req, _ := http.NewRequest("PUT", c.router.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+					req.Header.Set("Content-Type", "application/json")
+					resp, err := hc.Do(req)
+					if err != nil {
+						continue
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode < 300 {
+						w.mu.Lock()
+						w.acked[k] = v
+						w.mu.Unlock()
+						break
+					}
+					if resp.StatusCode != 503 {
+						w.mu.Lock()
+						w.errs = append(w.errs, fmt.Sprintf("put %s: %d %s", k, resp.StatusCode, b))
+						w.mu.Unlock()
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		})
+	}
+	return w
+}
+
+func (w *writers) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+func (w *writers) finish(t *testing.T) map[string]string {
+	close(w.stop)
+	w.wg.Wait()
+	if len(w.errs) > 0 {
+		t.Fatalf("writers failed: %v", w.errs)
+	}
+	return w.acked
+}
+
+// await polls cond until it holds, for up to d.
+func await(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitWrites waits until the writers have had n more writes acknowledged.
+func awaitWrites(t *testing.T, w *writers, n int) {
+	t.Helper()
+	target := w.count() + n
+	await(t, 30*time.Second, fmt.Sprintf("%d acknowledged writes", target), func() bool { return w.count() >= target })
+}
+
+// verify checks, once the cluster has settled: every acknowledged write
+// reads back; every routing table version gave a partition whose master
+// changed a later generation; every replica of every partition holds the
+// same rows (consistency check) and the same sequence of SCNs.
+func (c *procCluster) verify(acked map[string]string) {
+	t := c.t
+	t.Helper()
+	for k, v := range acked {
+		resp, err := http.Get(c.router.URL + "/d/T/" + k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != `{"v":"`+v+`"}` {
+			t.Fatalf("acknowledged %s=%s lost: %d %s", k, v, resp.StatusCode, b)
+		}
+	}
+	c.mu.Lock()
+	history := slices.Clone(c.history)
+	c.mu.Unlock()
+	for i := 1; i < len(history); i++ {
+		prev, cur := history[i-1], history[i]
+		if cur.Version <= prev.Version {
+			t.Fatalf("routing table versions out of order: %d after %d", cur.Version, prev.Version)
+		}
+		for p, r := range cur.Partitions {
+			old := prev.Partitions[p]
+			if r.Generation < old.Generation || r.Replicas[0] != old.Replicas[0] && r.Generation == old.Generation {
+				t.Fatalf("partition %d: master %s gen %d → master %s gen %d (v%d → v%d)", p, old.Replicas[0], old.Generation, r.Replicas[0], r.Generation, prev.Version, cur.Version)
+			}
+		}
+	}
+	await(t, 30*time.Second, "every replica to match its master", func() bool {
+		res, err := cluster.Check(context.Background(), c.cli, procPrefix, "d")
+		if err != nil {
+			return false
+		}
+		for _, pc := range res {
+			if len(pc.Replicas) != 2 {
+				return false
+			}
+			for _, r := range pc.Replicas {
+				if r.Result == cluster.CheckDiffers {
+					t.Fatalf("partition %d: replica %s differs from master %s at %s", pc.Partition, r.Node, pc.Master, pc.SCN)
+				}
+				if r.Result != cluster.CheckEqual {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	rt := c.table()
+	for p, r := range rt.Partitions {
+		var want []storage.SCN
+		for i, id := range r.Replicas {
+			got := timeline(t, rt.Nodes[id], p)
+			if i == 0 {
+				want = got
+			} else if !slices.Equal(got, want) {
+				t.Fatalf("partition %d: %s's timeline (%d commits) differs from master %s's (%d commits)", p, id, len(got), r.Replicas[0], len(want))
+			}
+		}
+	}
+}
+
+// timeline reads a replica's whole commit log and returns its SCNs.
+func timeline(t *testing.T, url string, p int) []storage.SCN {
+	t.Helper()
+	r := node.NewRemote(url, nil)
+	var out []storage.SCN
+	after := storage.SCN{}
+	for {
+		res, err := r.Log(context.Background(), node.LogRequest{DB: "d", Partition: p, After: after, Max: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Commits) == 0 {
+			return out
+		}
+		for _, c := range res.Commits {
+			out = append(out, c.SCN)
+		}
+		after = out[len(out)-1]
+	}
+}
+
+// TestFailoverKillMasterAndController kills -9 the storage node mastering
+// the most partitions under a steady write load, and right after it the
+// leading controller: the standby controller completes the failover. The
+// killed node restarts and rejoins as a slave. Nothing acknowledged is
+// lost and every replica ends on the same timeline.
+func TestFailoverKillMasterAndController(t *testing.T) {
+	c := startProcCluster(t, 3, 8)
+	w := c.startWriters(4)
+	awaitWrites(t, w, 50)
+
+	victim := c.busiestMaster()
+	st, err := cluster.ClusterStatus(context.Background(), c.cli, procPrefix)
+	if err != nil || c.controllers[st.Controller] == nil {
+		t.Fatalf("leading controller: %q %v", st.Controller, err)
+	}
+	killed := time.Now()
+	c.storage[victim].Kill()
+	c.controllers[st.Controller].Kill()
+	await(t, 30*time.Second, "masters off the killed node", func() bool {
+		for _, r := range c.table().Partitions {
+			if r.Replicas[0] == victim {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("masters moved %v after kill -9 of %s and of controller %s (lease TTL 2s)", time.Since(killed).Round(10*time.Millisecond), victim, st.Controller)
+	awaitWrites(t, w, 100)
+
+	c.storage[victim].Restart()
+	await(t, 30*time.Second, "the restarted node to host partitions again", func() bool {
+		for _, r := range c.table().Partitions {
+			if slices.Contains(r.Replicas, victim) {
+				return true
+			}
+		}
+		return false
+	})
+	awaitWrites(t, w, 50)
+	acked := w.finish(t)
+	t.Logf("%d writes acknowledged", len(acked))
+	c.verify(acked)
+}
+
+// TestFailoverPausedMaster pauses (SIGSTOP) the busiest master past its
+// lease: its partitions fail over; when it resumes it must not accept a
+// write (its lease is gone: fencing), and it rejoins as a slave.
+func TestFailoverPausedMaster(t *testing.T) {
+	c := startProcCluster(t, 3, 8)
+	w := c.startWriters(4)
+	awaitWrites(t, w, 50)
+
+	victim := c.busiestMaster()
+	var mastered []int
+	for p, r := range c.table().Partitions {
+		if r.Replicas[0] == victim {
+			mastered = append(mastered, p)
+		}
+	}
+	url := c.table().Nodes[victim]
+	c.storage[victim].Pause()
+	await(t, 30*time.Second, "masters off the paused node", func() bool {
+		for _, r := range c.table().Partitions {
+			if r.Replicas[0] == victim {
+				return false
+			}
+		}
+		return true
+	})
+	awaitWrites(t, w, 100)
+	c.storage[victim].Resume()
+	// The old master is asked directly, as a router with a stale table
+	// would: it must refuse.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := node.NewRemote(url, nil).Write(ctx, node.WriteRequest{DB: "d", Partition: mastered[0], Ops: []node.Op{{Kind: node.OpDelete, Table: "T", Key: nil}}})
+	if err == nil || !strings.Contains(err.Error(), "not the partition's master") {
+		t.Fatalf("the resumed old master answered a write: %v", err)
+	}
+	await(t, 30*time.Second, "the resumed node to host partitions again", func() bool {
+		st, err := cluster.ClusterStatus(context.Background(), c.cli, procPrefix)
+		if err != nil {
+			return false
+		}
+		for _, n := range st.Nodes {
+			if n.ID == victim {
+				return n.Live && n.Slaves+n.Masters > 0
+			}
+		}
+		return false
+	})
+	awaitWrites(t, w, 50)
+	acked := w.finish(t)
+	t.Logf("%d writes acknowledged", len(acked))
+	c.verify(acked)
+}

@@ -1,0 +1,48 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Cluster is the replication and cluster-management instrumentation of a
+// process: events a rejoining replica undid, and the consistency check's
+// latest results.
+type Cluster struct {
+	Truncated   prometheus.Counter
+	checks      *prometheus.GaugeVec
+	lastCheck   prometheus.Gauge
+	divergences prometheus.Counter
+}
+
+// Cluster registers the cluster metrics.
+func (m *Metrics) Cluster() *Cluster {
+	c := &Cluster{
+		Truncated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cortado_replica_truncated_events_total",
+			Help: "Events a replica undid when it rejoined a timeline that did not contain them.",
+		}),
+		checks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cortado_consistency_check_replicas",
+			Help: "Slave replicas by result of the latest consistency check (equal, differs, unsettled, unreachable).",
+		}, []string{"result"}),
+		lastCheck: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cortado_consistency_check_timestamp_seconds",
+			Help: "When the latest consistency check finished.",
+		}),
+		divergences: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cortado_consistency_divergent_replicas_total",
+			Help: "Replicas found to differ from their master at the same SCN, over all checks.",
+		}),
+	}
+	m.Registry.MustRegister(c.Truncated, c.checks, c.lastCheck, c.divergences)
+	return c
+}
+
+// Checked records one consistency check: how many replicas had each
+// result.
+func (c *Cluster) Checked(results map[string]int, at float64) {
+	c.checks.Reset()
+	for r, n := range results {
+		c.checks.WithLabelValues(r).Set(float64(n))
+	}
+	c.divergences.Add(float64(results["differs"]))
+	c.lastCheck.Set(at)
+}

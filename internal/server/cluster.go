@@ -1,0 +1,179 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/problem"
+	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// member is one storage node in a cluster: its engine and node, its
+// membership lease, and the agent that carries out the routing tables.
+type member struct {
+	engine *storage.Engine
+	node   *node.Node
+	member *cluster.Member
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startMember opens a storage node in dir, registers it as id at url
+// (where its internal API is served) and starts its agent.
+func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *schema.Plans) (*member, error) {
+	if url == "" {
+		return nil, errors.New("a storage node needs the URL its internal API is reached at")
+	}
+	if id == "" {
+		id = strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://")
+	}
+	opts := s.opts.Storage
+	opts.Logger = s.opts.Logger
+	eng, err := storage.Open(filepath.Join(dir, "storage"), opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.members) == 0 {
+		s.Metrics.RegisterPebble(eng.Metrics)
+	}
+	m := &member{engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{})}
+	s.members = append(s.members, m)
+	info := cluster.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack}
+	if m.member, err = cluster.Join(ctx, s.cli, s.opts.Prefix, info, s.opts.LeaseTTL, s.opts.Logger); err != nil {
+		return nil, err
+	}
+	m.node.RequireLease(m.member.Valid)
+	actx, cancel := context.WithCancel(context.Background())
+	m.cancel, m.done = cancel, make(chan struct{})
+	a := &cluster.Agent{
+		Client: s.cli, Prefix: s.opts.Prefix, ID: id, Node: m.node, Member: m.member,
+		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions,
+		Truncated: func(n int) { s.cluster.Truncated.Add(float64(n)) },
+	}
+	go func() {
+		defer close(m.done)
+		a.Run(actx)
+	}()
+	return m, nil
+}
+
+// close leaves the cluster at once (a clean stop does not wait for the
+// lease to lapse), after fencing: nothing is written once the controller
+// may have moved on.
+func (m *member) close() error {
+	var errs []error
+	if m.member != nil {
+		m.node.FenceAll()
+		errs = append(errs, m.member.Leave())
+	}
+	if m.cancel != nil {
+		m.cancel()
+		<-m.done
+	}
+	return errors.Join(append(errs, m.engine.Close())...)
+}
+
+// startLocalCluster runs, for `serve --nodes N`, N storage nodes with
+// their internal APIs on loopback ports, and a controller.
+func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) error {
+	for i := range s.opts.Nodes {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join(s.opts.DataDir, fmt.Sprintf("node%d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			ln.Close()
+			return err
+		}
+		// Node IDs are stable across restarts (the data stays with
+		// them); the port is new each time and advertised again.
+		m, err := s.startMember(ctx, dir, fmt.Sprintf("node%d", i), "http://"+ln.Addr().String(), plans)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		h := &http.Server{Handler: node.Handler(m.node), ReadHeaderTimeout: 10 * time.Second}
+		s.extra = append(s.extra, h)
+		go h.Serve(ln)
+	}
+	s.startController()
+	return nil
+}
+
+// startController campaigns for leadership in the background.
+func (s *Server) startController() {
+	id := s.opts.ControllerID
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	c := &cluster.Controller{
+		Client: s.cli, Prefix: s.opts.Prefix, Registry: s.reg, ID: id, LeaseTTL: s.opts.LeaseTTL,
+		Log: s.opts.Logger.With("controller", id),
+	}
+	if s.opts.CheckInterval > 0 {
+		c.CheckInterval = s.opts.CheckInterval
+		c.OnCheck = func(res []cluster.PartitionCheck) {
+			counts := map[string]int{}
+			for _, pc := range res {
+				for _, r := range pc.Replicas {
+					counts[r.Result]++
+				}
+			}
+			s.cluster.Checked(counts, float64(time.Now().Unix()))
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	s.stop = append(s.stop, func() { cancel(); <-done })
+}
+
+// serveClusterStatus answers GET /_cluster.
+func (s *Server) serveClusterStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := cluster.ClusterStatus(r.Context(), s.cli, s.opts.Prefix)
+	if err != nil {
+		unavailable(w, fmt.Sprintf("cluster state: %v", err))
+		return
+	}
+	writeJSON(w, st)
+}
+
+// serveClusterCheck answers POST /_cluster/check[?db=name]: it runs the
+// consistency check now.
+func (s *Server) serveClusterCheck(w http.ResponseWriter, r *http.Request) {
+	res, err := cluster.Check(r.Context(), s.cli, s.opts.Prefix, r.URL.Query().Get("db"))
+	if err != nil {
+		unavailable(w, fmt.Sprintf("consistency check: %v", err))
+		return
+	}
+	writeJSON(w, map[string]any{"partitions": res})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func unavailable(w http.ResponseWriter, detail string) {
+	p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Service unavailable", detail)
+	p.RetryAfter = 1
+	problem.Write(w, p)
+}
