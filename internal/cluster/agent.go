@@ -131,6 +131,9 @@ func (a *Agent) apply(ctx context.Context, t *RoutingTable) {
 	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
 	for p := range t.Partitions {
+		if ctx.Err() != nil {
+			break
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()

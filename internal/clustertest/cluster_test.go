@@ -27,7 +27,7 @@ type clusterNode struct {
 	stop   context.CancelFunc
 }
 
-func startClusterNode(t *testing.T, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string) *clusterNode {
+func startClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string) *clusterNode {
 	t.Helper()
 	sn := newStorageNode(t, reg)
 	m, err := cluster.Join(ctx, cli, "/c", cluster.NodeInfo{ID: id, URL: sn.api.URL}, 2, nil)
@@ -37,8 +37,14 @@ func startClusterNode(t *testing.T, ctx context.Context, cli *clientv3.Client, r
 	sn.RequireLease(m.Valid)
 	actx, cancel := context.WithCancel(ctx)
 	a := &cluster.Agent{Client: cli, Prefix: "/c", ID: id, Node: sn.Node, Member: m, Log: slog.New(slog.DiscardHandler)}
-	go a.Run(actx)
-	return &clusterNode{storageNode: sn, id: id, member: m, stop: cancel}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Run(actx)
+	}()
+	// Before the engine closes (cleanups run last first).
+	t.Cleanup(func() { cancel(); <-done })
+	return &clusterNode{storageNode: sn, id: id, member: m, stop: func() { cancel(); <-done }}
 }
 
 // kill makes the node vanish as a crashed process would: its API stops
@@ -53,7 +59,7 @@ func (n *clusterNode) kill() {
 // testCluster is storage nodes, an elected controller and a router, in
 // this process, on a real etcd.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	cli   *clientv3.Client
 	reg   *registry.Registry
@@ -62,7 +68,18 @@ type testCluster struct {
 	url   string // the router
 }
 
-func startCluster(t *testing.T, nodes, partitions, replicas int) *testCluster {
+func startCluster(t testing.TB, nodes, partitions, replicas int) *testCluster {
+	return startClusterWith(t, clusterOptions{nodes: nodes, partitions: partitions, replicas: replicas})
+}
+
+// clusterOptions configures startClusterWith.
+type clusterOptions struct {
+	nodes, partitions, replicas int
+	oneByOne                    bool // the controller publishes one partition's transition at a time
+}
+
+func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
+	nodes, partitions, replicas := o.nodes, o.partitions, o.replicas
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	etcd := startEtcd(t)
@@ -85,7 +102,7 @@ func startCluster(t *testing.T, nodes, partitions, replicas int) *testCluster {
 	for range nodes {
 		c.addNode()
 	}
-	ctl := &cluster.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log}
+	ctl := &cluster.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
 	go ctl.Run(ctx)
 	if c.view, err = cluster.WatchRouting(ctx, cli, "/c"); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ type storageNode struct {
 	api *httptest.Server
 }
 
-func startEtcd(t *testing.T) *coord.Embedded {
+func startEtcd(t testing.TB) *coord.Embedded {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		cu, _ := coord.FreeLoopbackURL()
@@ -42,7 +42,7 @@ func startEtcd(t *testing.T) *coord.Embedded {
 	}
 }
 
-func newStorageNode(t *testing.T, reg *registry.Registry) *storageNode {
+func newStorageNode(t testing.TB, reg *registry.Registry) *storageNode {
 	t.Helper()
 	eng, err := storage.Open(t.TempDir(), storage.Options{})
 	if err != nil {
@@ -170,7 +170,7 @@ func TestReplicationAndFailover(t *testing.T) {
 }
 
 // sum is a replica's checksum and the SCN it was taken at.
-func sum(t *testing.T, n *storageNode, p int) (storage.SCN, uint64) {
+func sum(t testing.TB, n *storageNode, p int) (storage.SCN, uint64) {
 	t.Helper()
 	r, err := n.Checksum(context.Background(), node.ChecksumRequest{DB: "d", Partition: p})
 	if err != nil {
