@@ -16,8 +16,12 @@ var (
 	ErrPreconditionFailed = errors.New("precondition failed")
 	ErrNotModified        = errors.New("not modified")
 	ErrBadPatch           = errors.New("bad patch")
-	// ErrUnavailable means the storage node could not be reached.
+	// ErrUnavailable means the storage node could not be reached, or
+	// stopped answering: a write's outcome is unknown.
 	ErrUnavailable = errors.New("storage node unavailable")
+	// ErrNotDelivered comes with ErrUnavailable when the request never
+	// reached the node (the connection was refused): nothing was done.
+	ErrNotDelivered = errors.New("request not delivered")
 )
 
 // Service is what a router needs from a storage node.

@@ -99,8 +99,15 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	if err != nil {
 		return nil, err
 	}
+	before := p.SCN()
 	d, ok, err := p.Get(req.Table, req.Key)
 	if err != nil {
+		return nil, err
+	}
+	if ok {
+		before = d.SCN
+	}
+	if err := n.awaitReplicated(ctx, req.DB, req.Partition, before); err != nil {
 		return nil, err
 	}
 	if err := req.Cond.Check(&d, ok, true); err != nil {
@@ -122,6 +129,7 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 		return nil, err
 	}
 	var items []*Item
+	before, newest := p.SCN(), storage.SCN{}
 	for _, k := range req.Keys {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -131,15 +139,47 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 			return nil, err
 		}
 		if !ok {
+			newest = later(newest, before)
 			continue
 		}
+		newest = later(newest, d.SCN)
 		it, err := n.render(t, k, &d, req.Read)
 		if err != nil {
 			return nil, err
 		}
 		items = append(items, it)
 	}
+	if err := n.awaitReplicated(ctx, req.DB, req.Partition, newest); err != nil {
+		return nil, err
+	}
 	return items, nil
+}
+
+func later(a, b storage.SCN) storage.SCN {
+	if a.Less(b) {
+		return b
+	}
+	return a
+}
+
+// awaitReplicated holds back a read on a semi-sync master until a slave
+// holds scn (the read's newest commit, or the partition's last for a
+// document not found): a commit not yet confirmed may be lost in a
+// failover, and a reader must not see what could then un-happen.
+func (n *Node) awaitReplicated(ctx context.Context, db string, id int, scn storage.SCN) error {
+	if scn.IsZero() {
+		return nil
+	}
+	if d, err := n.reg.Database(db); err != nil || d.Replication == "async" {
+		return nil
+	}
+	n.roles.mu.Lock()
+	e := n.roles.m[partitionKey{db, id}]
+	n.roles.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	return e.awaitAck(ctx, scn, n.opts.SemiSyncTimeout)
 }
 
 // Scan reads one page of a collection.
@@ -173,6 +213,13 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	}
 	if renderErr != nil {
 		return nil, renderErr
+	}
+	newest := res.SCN
+	for _, it := range res.Items {
+		newest = later(newest, it.SCN)
+	}
+	if err := n.awaitReplicated(ctx, req.DB, req.Partition, newest); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 
@@ -197,6 +198,10 @@ func (r *Remote) call(ctx context.Context, name string, req, res any) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fmt.Errorf("storage node %s: %w (%w): %v", r.base, ErrUnavailable, ErrNotDelivered, err)
 		}
 		return fmt.Errorf("storage node %s: %w: %v", r.base, ErrUnavailable, err)
 	}
