@@ -15,6 +15,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/cluster"
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
@@ -27,9 +28,9 @@ type clusterNode struct {
 	stop   context.CancelFunc
 }
 
-func startClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string) *clusterNode {
+func startClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string, opts node.Options) *clusterNode {
 	t.Helper()
-	sn := newStorageNode(t, reg)
+	sn := newStorageNodeWith(t, reg, opts)
 	m, err := cluster.Join(ctx, cli, "/c", cluster.NodeInfo{ID: id, URL: sn.api.URL}, 2, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +67,8 @@ type testCluster struct {
 	nodes map[string]*clusterNode
 	view  *cluster.RoutingView
 	url   string // the router
+
+	nodeOpts node.Options
 }
 
 func startCluster(t testing.TB, nodes, partitions, replicas int) *testCluster {
@@ -76,6 +79,8 @@ func startCluster(t testing.TB, nodes, partitions, replicas int) *testCluster {
 type clusterOptions struct {
 	nodes, partitions, replicas int
 	oneByOne                    bool // the controller publishes one partition's transition at a time
+	replication                 string
+	node                        node.Options
 }
 
 func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
@@ -94,11 +99,11 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)
-	reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: partitions, Replicas: replicas})
+	reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: partitions, Replicas: replicas, Replication: o.replication})
 	if _, _, err := reg.RegisterVersion(ctx, "d", "T", []schema.KeyPart{{Name: "k"}}, `{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`); err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{t: t, ctx: ctx, cli: cli, reg: reg, nodes: map[string]*clusterNode{}}
+	c := &testCluster{t: t, ctx: ctx, cli: cli, reg: reg, nodes: map[string]*clusterNode{}, nodeOpts: o.node}
 	for range nodes {
 		c.addNode()
 	}
@@ -118,7 +123,7 @@ func (c *testCluster) addNode() string {
 	for c.nodes[id] != nil {
 		id += "x"
 	}
-	c.nodes[id] = startClusterNode(c.t, c.ctx, c.cli, c.reg, id)
+	c.nodes[id] = startClusterNode(c.t, c.ctx, c.cli, c.reg, id, c.nodeOpts)
 	return id
 }
 

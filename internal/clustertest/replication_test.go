@@ -43,13 +43,17 @@ func startEtcd(t testing.TB) *coord.Embedded {
 }
 
 func newStorageNode(t testing.TB, reg *registry.Registry) *storageNode {
+	return newStorageNodeWith(t, reg, node.Options{})
+}
+
+func newStorageNodeWith(t testing.TB, reg *registry.Registry, opts node.Options) *storageNode {
 	t.Helper()
 	eng, err := storage.Open(t.TempDir(), storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
-	n := node.New(eng, reg, schema.NewPlans(64), slog.New(slog.DiscardHandler), node.Options{})
+	n := node.New(eng, reg, schema.NewPlans(64), slog.New(slog.DiscardHandler), opts)
 	api := httptest.NewServer(node.Handler(n))
 	t.Cleanup(api.Close)
 	return &storageNode{Node: n, eng: eng, api: api}

@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // latest results.
 type Cluster struct {
 	Truncated   prometheus.Counter
+	Lag         prometheus.Histogram
 	checks      *prometheus.GaugeVec
 	lastCheck   prometheus.Gauge
 	divergences prometheus.Counter
@@ -18,6 +19,11 @@ func (m *Metrics) Cluster() *Cluster {
 		Truncated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cortado_replica_truncated_events_total",
 			Help: "Events a replica undid when it rejoined a timeline that did not contain them.",
+		}),
+		Lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cortado_replication_lag_seconds",
+			Help:    "Time from a master's commit to a slave applying it.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 		}),
 		checks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortado_consistency_check_replicas",
@@ -32,7 +38,7 @@ func (m *Metrics) Cluster() *Cluster {
 			Help: "Replicas found to differ from their master at the same SCN, over all checks.",
 		}),
 	}
-	m.Registry.MustRegister(c.Truncated, c.checks, c.lastCheck, c.divergences)
+	m.Registry.MustRegister(c.Truncated, c.Lag, c.checks, c.lastCheck, c.divergences)
 	return c
 }
 

@@ -31,6 +31,9 @@ type Options struct {
 	// SemiSyncTimeout is how long a write waits for a slave to confirm it
 	// (default 5s).
 	SemiSyncTimeout time.Duration
+	// ReplicationLag, when set, is told for every commit a slave applies
+	// how long after its master committed it (same clock assumed).
+	ReplicationLag func(time.Duration)
 }
 
 // New returns a node over an open engine and registry. plans may be shared

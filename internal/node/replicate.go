@@ -150,9 +150,12 @@ func (n *Node) Follow(ctx context.Context, db string, id int, master LogSource, 
 			}
 			continue
 		}
-		for _, c := range res.Commits {
-			if err := p.Apply(c); err != nil {
-				return err
+		if err := p.ApplyAll(res.Commits); err != nil {
+			return err
+		}
+		if n.opts.ReplicationLag != nil {
+			for _, c := range res.Commits {
+				n.opts.ReplicationLag(time.Since(c.Timestamp))
 			}
 		}
 	}
@@ -176,10 +179,8 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 		if err != nil || res.Diverged {
 			return nil // unreachable, timed out, or not a predecessor
 		}
-		for _, c := range res.Commits {
-			if err := p.Apply(c); err != nil {
-				return err
-			}
+		if err := p.ApplyAll(res.Commits); err != nil {
+			return err
 		}
 		if res.SourceRole != Master && p.SCN() == res.SourceSCN {
 			return nil

@@ -47,7 +47,9 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	if len(s.members) == 0 {
 		s.Metrics.RegisterPebble(eng.Metrics)
 	}
-	m := &member{engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{})}
+	m := &member{engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
+		ReplicationLag: func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
+	})}
 	s.members = append(s.members, m)
 	info := cluster.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack}
 	if m.member, err = cluster.Join(ctx, s.cli, s.opts.Prefix, info, s.opts.LeaseTTL, s.opts.Logger); err != nil {

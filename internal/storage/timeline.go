@@ -30,34 +30,54 @@ func follows(last, next SCN) bool {
 // rows, the same log entry, the same SCN, in one batch with fsync. It
 // refuses (ErrTimeline) a commit that does not directly follow the last
 // one, so every replica passes through the same sequence of states.
-func (p *Partition) Apply(c Commit) error {
+func (p *Partition) Apply(c Commit) error { return p.ApplyAll([]Commit{c}) }
+
+// ApplyAll applies consecutive commits as Apply does, in one batch and
+// one fsync: a slave that is behind catches up at the cost of one sync per
+// batch, not per commit. Each commit must follow the one before it.
+func (p *Partition) ApplyAll(cs []Commit) error {
+	if len(cs) == 0 {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !follows(p.scn, c.SCN) {
-		return fmt.Errorf("partition %s/%d: apply %s after %s: %w", p.DB, p.ID, c.SCN, p.scn, ErrTimeline)
-	}
 	b := p.e.db.NewBatch()
 	defer b.Close()
-	for _, e := range c.Events {
-		k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
-		switch e.Op {
-		case OpInsert, OpUpdate:
-			d := Doc{Version: e.Version, SCN: c.SCN, Modified: c.Timestamp, CRC: crc32.ChecksumIEEE(e.Value), Value: e.Value}
-			if err := b.Set(k, encodeRow(nil, &d), nil); err != nil {
-				return err
-			}
-		case OpDelete:
-			if err := b.Delete(k, nil); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
+	last := p.scn
+	for i := range cs {
+		c := &cs[i]
+		if !follows(last, c.SCN) {
+			return fmt.Errorf("partition %s/%d: apply %s after %s: %w", p.DB, p.ID, c.SCN, last, ErrTimeline)
 		}
+		for _, e := range c.Events {
+			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
+			switch e.Op {
+			case OpInsert, OpUpdate:
+				d := Doc{Version: e.Version, SCN: c.SCN, Modified: c.Timestamp, CRC: crc32.ChecksumIEEE(e.Value), Value: e.Value}
+				if err := b.Set(k, encodeRow(nil, &d), nil); err != nil {
+					return err
+				}
+			case OpDelete:
+				if err := b.Delete(k, nil); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
+			}
+		}
+		if err := b.Set(keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c), nil); err != nil {
+			return err
+		}
+		last = c.SCN
 	}
-	if err := p.commitLog(b, &c); err != nil {
+	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(last), nil); err != nil {
 		return err
 	}
-	p.scn = c.SCN
+	if err := b.Commit(p.e.writeOptions()); err != nil {
+		return fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
+	}
+	p.scn = last
+	p.notify()
 	return nil
 }
 
