@@ -48,7 +48,7 @@ func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *
 var _ Service = (*Node)(nil)
 
 func (n *Node) partition(db string, id int) (*storage.Partition, error) {
-	d, err := n.reg.Database(db)
+	d, err := n.reg.DatabaseFresh(context.Background(), db)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,9 @@ func (n *Node) partition(db string, id int) (*storage.Partition, error) {
 
 // open finds the table and the partition a read addresses.
 func (n *Node) open(db, table string, part int) (*schema.Table, *storage.Partition, error) {
-	t, err := n.reg.Table(db, table)
+	// A table just registered through another process may not have
+	// reached this one's mirror yet: TableAtLeast looks in etcd.
+	t, err := n.reg.TableAtLeast(context.Background(), db, table, 1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -260,7 +262,7 @@ func (n *Node) write(ctx context.Context, p *storage.Partition, req WriteRequest
 	var err error
 	tables := make([]*schema.Table, len(req.Ops))
 	for i, op := range req.Ops {
-		if tables[i], err = n.reg.Table(req.DB, op.Table); err != nil {
+		if tables[i], err = n.reg.TableAtLeast(ctx, req.DB, op.Table, max(op.Version, 1)); err != nil {
 			return nil, &OpError{i, err}
 		}
 	}

@@ -225,6 +225,19 @@ func (r *Registry) Database(name string) (*schema.Database, error) {
 	return d, nil
 }
 
+// DatabaseFresh is Database, but on a miss it reads etcd before giving
+// up: a database just created through another process may not have
+// reached this one's mirror yet.
+func (r *Registry) DatabaseFresh(ctx context.Context, name string) (*schema.Database, error) {
+	if d, err := r.Database(name); err == nil {
+		return d, nil
+	}
+	if err := r.reload(ctx, r.dbKey(name)); err != nil {
+		return nil, err
+	}
+	return r.Database(name)
+}
+
 // Databases lists all databases by name.
 func (r *Registry) Databases() []*schema.Database {
 	r.mu.RLock()
