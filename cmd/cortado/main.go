@@ -15,6 +15,7 @@ var commands = []struct {
 	{"storage", "run a storage node against an external etcd (--etcd-endpoints)", runStorage},
 	{"router", "run a router against an external etcd: routes by the routing tables", runRouter},
 	{"controller", "run a controller against an external etcd (one leads, others stand by)", runController},
+	{"etcd", "run a single-member etcd for a local multi-process cluster", runEtcd},
 	{"cluster", "inspect a cluster: cluster status|check", runCluster},
 	{"get", "read a document, collection or multi-get: get db/table/key…", runGet},
 	{"put", "insert or replace a document: put db/table/key… -d JSON (or stdin)", runPut},

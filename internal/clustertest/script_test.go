@@ -1,0 +1,62 @@
+package clustertest
+
+import (
+	"encoding/json"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/coord"
+)
+
+// TestClusterScript runs `scripts/cluster up`, writes and reads through
+// both routers, checks `cortado cluster status --json`, and `down`.
+func TestClusterScript(t *testing.T) {
+	bin := Binary(t)
+	free, err := coord.FreeLoopbackURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(free)
+	base, _ := strconv.Atoi(u.Port())
+	base = min(base, 65000)
+	dir := t.TempDir()
+	env := append(os.Environ(), "CORTADO_BIN="+bin, "CLUSTER_DIR="+dir, "CLUSTER_PORT="+strconv.Itoa(base), "LEASE_TTL=2")
+	script := filepath.Join("..", "..", "scripts", "cluster")
+	run := func(name string, args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return out
+	}
+	run(script, "up")
+	t.Cleanup(func() { run(script, "down") })
+	r1 := "http://127.0.0.1:" + strconv.Itoa(base+31)
+	r2 := "http://127.0.0.1:" + strconv.Itoa(base+32)
+	run(bin, "put", "--url", r1, "-d", `{"total":3,"unread":1}`, "demo/MailboxStats/alice")
+	if out := run(bin, "get", "--url", r2, "demo/MailboxStats/alice"); !json.Valid(out) || !strings.Contains(string(out), `"total": 3`) {
+		t.Fatalf("read through the second router: %s", out)
+	}
+	var st cluster.Status
+	if err := json.Unmarshal(run(bin, "cluster", "status", "--json", "--url", r1), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Nodes) != 3 || st.Controller == "" || len(st.Databases) != 1 || len(st.Databases[0].Partitions) != 16 {
+		t.Fatalf("status: %+v", st)
+	}
+	for _, n := range st.Nodes {
+		if !n.Live || n.Masters == 0 || n.Slaves == 0 || n.Rack == "" {
+			t.Fatalf("node %+v", n)
+		}
+	}
+	run(bin, "cluster", "check", "--url", r1)
+}
