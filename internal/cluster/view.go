@@ -66,13 +66,23 @@ func (v *RoutingView) Table(db string) *RoutingTable {
 	return v.tables[db]
 }
 
-// Node returns the master of a partition (router.Backend). With no master
-// known it fails with node.ErrNotMaster, which clients see as 503.
-func (v *RoutingView) Node(db string, part int) (node.Service, error) {
-	_, url := v.Table(db).Master(part)
-	if url == "" {
-		return nil, fmt.Errorf("partition %s/%d has no master: %w", db, part, node.ErrNotMaster)
+// Slaves returns a partition's slaves, in the routing table's order (for
+// reads that accept staleness when the master cannot answer).
+func (v *RoutingView) Slaves(db string, part int) []node.Service {
+	t := v.Table(db)
+	if t == nil || part < 0 || part >= len(t.Partitions) {
+		return nil
 	}
+	var out []node.Service
+	for _, id := range t.Partitions[part].Replicas[min(1, len(t.Partitions[part].Replicas)):] {
+		if url, ok := t.Nodes[id]; ok {
+			out = append(out, v.remote(url))
+		}
+	}
+	return out
+}
+
+func (v *RoutingView) remote(url string) *node.Remote {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	r, ok := v.remotes[url]
@@ -80,7 +90,17 @@ func (v *RoutingView) Node(db string, part int) (node.Service, error) {
 		r = node.NewRemote(url, nil)
 		v.remotes[url] = r
 	}
-	return r, nil
+	return r
+}
+
+// Node returns the master of a partition (router.Backend). With no master
+// known it fails with node.ErrNotMaster, which clients see as 503.
+func (v *RoutingView) Node(db string, part int) (node.Service, error) {
+	_, url := v.Table(db).Master(part)
+	if url == "" {
+		return nil, fmt.Errorf("partition %s/%d has no master: %w", db, part, node.ErrNotMaster)
+	}
+	return v.remote(url), nil
 }
 
 // AwaitDatabase waits until db has a routing table and every partition's

@@ -16,6 +16,9 @@ var (
 	ErrPreconditionFailed = errors.New("precondition failed")
 	ErrNotModified        = errors.New("not modified")
 	ErrBadPatch           = errors.New("bad patch")
+	// ErrTooStale is a slave's refusal of a read whose max-stale it
+	// cannot honour.
+	ErrTooStale = errors.New("replica too stale")
 	// ErrUnavailable means the storage node could not be reached, or
 	// stopped answering: a write's outcome is unknown.
 	ErrUnavailable = errors.New("storage node unavailable")
@@ -60,6 +63,9 @@ type Item struct {
 	// request's fields.
 	Body        []byte
 	BodyVersion int
+	// Stale, set when a slave answered, bounds how far behind its master
+	// it may be: the time since it last heard from the master.
+	Stale time.Duration `json:",omitempty"`
 }
 
 // GetRequest reads one document.
@@ -69,6 +75,9 @@ type GetRequest struct {
 	Key       []keys.Part
 	Read      ReadSpec
 	Cond      Preconditions
+	// MaxStale, when positive, lets a slave answer if it heard from its
+	// master within that long (Cache-Control: max-stale).
+	MaxStale time.Duration
 }
 
 // MultiGetRequest reads documents of one partition; missing ones are

@@ -104,6 +104,15 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	if err != nil {
 		return nil, err
 	}
+	var stale time.Duration
+	if req.MaxStale > 0 {
+		// A read a slave may answer (the router tries slaves when the
+		// master cannot): refuse it if this replica is not current enough.
+		var known bool
+		if stale, known = n.staleness(req.DB, req.Partition); !known || stale > req.MaxStale {
+			return nil, fmt.Errorf("partition %s/%d: last heard from the master %v ago, max-stale %v: %w", req.DB, req.Partition, stale.Round(time.Millisecond), req.MaxStale, ErrTooStale)
+		}
+	}
 	before := p.SCN()
 	d, ok, err := p.Get(req.Table, req.Key)
 	if err != nil {
@@ -124,7 +133,11 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	return n.render(t, req.Key, &d, req.Read)
+	it, err := n.render(t, req.Key, &d, req.Read)
+	if it != nil {
+		it.Stale = stale
+	}
+	return it, err
 }
 
 // MultiGet reads several documents of one partition.

@@ -39,6 +39,7 @@ var wireKinds = []struct {
 	{"not-modified", ErrNotModified},
 	{"not-master", ErrNotMaster},
 	{"not-replicated", ErrNotReplicated},
+	{"too-stale", ErrTooStale},
 	{"bad-patch", ErrBadPatch},
 	{"no-database", registry.ErrNoDatabase},
 	{"no-table", registry.ErrNoTable},

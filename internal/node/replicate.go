@@ -140,6 +140,7 @@ func (n *Node) Follow(ctx context.Context, db string, id int, master LogSource, 
 			}
 			return fmt.Errorf("partition %s/%d: read master log: %w", db, id, err)
 		}
+		n.roles.entry(db, id).heardFromMaster()
 		if res.Diverged {
 			undone, err := p.TruncateAfter(res.Common)
 			if err != nil {

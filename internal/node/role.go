@@ -63,6 +63,7 @@ type partRole struct {
 	// table gives this master, the newest SCN a slave is known to hold,
 	// and a channel closed when that advances.
 	ackMu   sync.Mutex
+	heard   time.Time // a slave's last answer from its master
 	slaves  int
 	acked   storage.SCN
 	ackedCh chan struct{}
@@ -255,4 +256,38 @@ func (r *Role) UnmarshalText(b []byte) error {
 		return fmt.Errorf("unknown partition role %q", b)
 	}
 	return nil
+}
+
+// heardFromMaster records that a slave's master just answered.
+func (e *partRole) heardFromMaster() {
+	e.ackMu.Lock()
+	e.heard = time.Now()
+	e.ackMu.Unlock()
+}
+
+// staleness is, for a slave, the time since it last heard from its
+// master; for a master, zero. ok is false for a replica that is neither.
+func (n *Node) staleness(db string, id int) (d time.Duration, ok bool) {
+	n.roles.mu.Lock()
+	e := n.roles.m[partitionKey{db, id}]
+	all := n.roles.allMaster
+	n.roles.mu.Unlock()
+	if e == nil {
+		return 0, all
+	}
+	e.mu.RLock()
+	role := e.role
+	e.mu.RUnlock()
+	switch role {
+	case Master:
+		return 0, true
+	case Slave:
+		e.ackMu.Lock()
+		defer e.ackMu.Unlock()
+		if e.heard.IsZero() {
+			return 0, false
+		}
+		return time.Since(e.heard), true
+	}
+	return 0, false
 }

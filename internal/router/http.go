@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
@@ -19,7 +20,9 @@ import (
 
 // Response headers.
 const (
-	HeaderSCN           = "X-Cortado-SCN"
+	HeaderSCN = "X-Cortado-SCN"
+	// HeaderReplica says a slave answered (a read with max-stale).
+	HeaderReplica       = "X-Cortado-Replica"
 	HeaderSchemaVersion = "X-Cortado-Schema-Version"
 	MediaAvro           = "avro/binary"
 )
@@ -304,7 +307,7 @@ func unescapeAll(raw []string) ([]string, error) {
 
 // readFormat reads Accept and ?fields=.
 func readFormat(req *http.Request) (Format, error) {
-	var f Format
+	f := Format{MaxStale: maxStale(req)}
 	if fields := req.URL.Query().Get("fields"); fields != "" {
 		for _, p := range strings.Split(fields, ",") {
 			if p = strings.TrimSpace(p); p != "" {
@@ -389,6 +392,30 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 	h.Set("ETag", d.ETag)
 	h.Set("Last-Modified", d.Modified.UTC().Format(http.TimeFormat))
 	h.Set(HeaderSCN, d.SCN.String())
+	if d.FromSlave {
+		// RFC 9111 Age: how long the answer may have been stale.
+		h.Set("Age", strconv.Itoa(int((d.Stale+time.Second-1)/time.Second)))
+		h.Set(HeaderReplica, "slave")
+	}
+}
+
+// maxStale reads Cache-Control: max-stale[=seconds] (RFC 9111 §5.2.1.2):
+// without a value any staleness is accepted.
+func maxStale(req *http.Request) time.Duration {
+	for _, v := range req.Header.Values("Cache-Control") {
+		for _, d := range strings.Split(v, ",") {
+			d = strings.TrimSpace(strings.ToLower(d))
+			if d == "max-stale" {
+				return 365 * 24 * time.Hour
+			}
+			if s, ok := strings.CutPrefix(d, "max-stale="); ok {
+				if n, err := strconv.Atoi(strings.Trim(s, `"`)); err == nil && n > 0 {
+					return time.Duration(n) * time.Second
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func writePage(w http.ResponseWriter, req *http.Request, p *Page) {

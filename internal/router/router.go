@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -72,6 +73,10 @@ type Format struct {
 	// for Avro, 0 means each document as written.
 	Version int
 	Fields  []string
+	// MaxStale, when positive, lets a slave answer a document read the
+	// master cannot (Cache-Control: max-stale), if it heard from the
+	// master within that long.
+	MaxStale time.Duration
 }
 
 // Document is one rendered document.
@@ -83,6 +88,10 @@ type Document struct {
 	// Body is JSON, or Avro of schema BodyVersion.
 	Body        []byte
 	BodyVersion int
+	// FromSlave is set when a slave answered (max-stale); Stale bounds
+	// how far behind the master it was.
+	FromSlave bool
+	Stale     time.Duration
 }
 
 // Page is a rendered multi-document response (collection or multi-get).
@@ -201,7 +210,12 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	if err != nil {
 		return nil, err
 	}
-	it, err := n.Get(ctx, node.GetRequest{DB: db, Table: table, Partition: tg.part, Key: tg.key, Read: spec, Cond: cond})
+	req := node.GetRequest{DB: db, Table: table, Partition: tg.part, Key: tg.key, Read: spec, Cond: cond}
+	it, err := n.Get(ctx, req)
+	fromSlave := false
+	if err != nil && f.MaxStale > 0 && (errors.Is(err, node.ErrUnavailable) || errors.Is(err, node.ErrNotMaster)) {
+		it, fromSlave, err = r.slaveGet(ctx, req, f.MaxStale, err)
+	}
 	if err != nil {
 		if it != nil { // not modified: headers only
 			return &Document{Key: it.Key, SCN: it.SCN, ETag: it.ETag, Modified: it.Modified}, err
@@ -212,6 +226,7 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	if err != nil {
 		return nil, err
 	}
+	doc.FromSlave, doc.Stale = fromSlave, it.Stale
 	if len(doc.Body) > r.opts.MaxResponseBytes {
 		return nil, &responseTooLarge{size: len(doc.Body), limit: r.opts.MaxResponseBytes}
 	}
@@ -401,4 +416,30 @@ func (r *Router) renderPage(t *schema.Table, items []*node.Item, missing [][]key
 	}
 	b = append(b, '}')
 	return &Page{Body: b, Documents: len(items)}, nil
+}
+
+// replicaBackend is a Backend that also knows a partition's slaves.
+type replicaBackend interface {
+	Slaves(db string, partition int) []node.Service
+}
+
+// slaveGet asks the partition's slaves, in order, for a read the master
+// could not answer (masterErr); the first that is current enough answers.
+// Without an answer it returns masterErr.
+func (r *Router) slaveGet(ctx context.Context, req node.GetRequest, maxStale time.Duration, masterErr error) (*node.Item, bool, error) {
+	rb, ok := r.backend.(replicaBackend)
+	if !ok {
+		return nil, false, masterErr
+	}
+	req.MaxStale = maxStale
+	for _, s := range rb.Slaves(req.DB, req.Partition) {
+		it, err := s.Get(ctx, req)
+		switch {
+		case err == nil:
+			return it, true, nil
+		case errors.Is(err, node.ErrNotFound), errors.Is(err, node.ErrNotModified):
+			return it, true, err // a current-enough slave's answer
+		}
+	}
+	return nil, false, masterErr
 }
