@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -78,6 +79,7 @@ func (c *Controller) lead(ctx context.Context, s *concurrency.Session, e *concur
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changes := c.Client.Watch(wctx, nodesPrefix(c.Prefix), clientv3.WithPrefix())
+	reports := c.Client.Watch(wctx, reportsPrefix(c.Prefix), clientv3.WithPrefix())
 	if c.CheckInterval > 0 {
 		go c.checkEvery(wctx)
 	}
@@ -91,6 +93,7 @@ func (c *Controller) lead(ctx context.Context, s *concurrency.Session, e *concur
 		case <-s.Done(): // lost the lease: someone else leads now
 			return
 		case <-changes:
+		case <-reports:
 		case <-tick.C:
 		}
 	}
@@ -101,6 +104,16 @@ func (c *Controller) reconcileAll(ctx context.Context, e *concurrency.Election) 
 	if err != nil {
 		c.Log.Warn("controller: list nodes", "err", err)
 		return
+	}
+	// Nodes most routers cannot reach count as failed, lease or not.
+	if sick, err := sickNodes(ctx, c.Client, c.Prefix); err == nil && len(sick) > 0 {
+		nodes = slices.DeleteFunc(nodes, func(n NodeInfo) bool {
+			reported := sick[fmt.Sprintf("%s/%d", n.ID, n.Incarnation)]
+			if reported {
+				c.Log.Warn("controller: treating a node routers cannot reach as failed", "node", n.ID)
+			}
+			return reported
+		})
 	}
 	for _, db := range c.Registry.Databases() {
 		if err := c.reconcile(ctx, e, db.Name, db.Partitions, db.Replicas, nodes); err != nil {

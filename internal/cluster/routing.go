@@ -51,6 +51,8 @@ func nodesPrefix(prefix string) string        { return prefix + "/nodes/" }
 func routingPrefix(prefix string) string      { return prefix + "/routing/" }
 func routingKey(prefix, db string) string     { return routingPrefix(prefix) + db }
 func electionPrefix(prefix string) string     { return prefix + "/controller" }
+func routersPrefix(prefix string) string      { return prefix + "/routers/" }
+func reportsPrefix(prefix string) string      { return prefix + "/reports/" }
 func nodeKey(prefix string, id string) string { return nodesPrefix(prefix) + id }
 func dbFromRoutingKey(prefix, key string) string {
 	return strings.TrimPrefix(key, routingPrefix(prefix))

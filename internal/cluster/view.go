@@ -19,6 +19,8 @@ type RoutingView struct {
 	tables  map[string]*RoutingTable
 	remotes map[string]*node.Remote
 	done    chan struct{}
+	// reporter, when set, reports nodes this router cannot reach.
+	reporter *reporter
 }
 
 // WatchRouting loads the routing tables and follows them until ctx ends.
@@ -76,10 +78,22 @@ func (v *RoutingView) Slaves(db string, part int) []node.Service {
 	var out []node.Service
 	for _, id := range t.Partitions[part].Replicas[min(1, len(t.Partitions[part].Replicas)):] {
 		if url, ok := t.Nodes[id]; ok {
-			out = append(out, v.remote(url))
+			out = append(out, v.service(t, id, url))
 		}
 	}
 	return out
+}
+
+// service is node id at url, reporting to the reporter if there is one.
+func (v *RoutingView) service(t *RoutingTable, id, url string) node.Service {
+	r := v.remote(url)
+	v.mu.RLock()
+	rep := v.reporter
+	v.mu.RUnlock()
+	if rep == nil {
+		return r
+	}
+	return reporting{Service: r, id: id, inc: t.Incarnations[id], r: rep}
 }
 
 func (v *RoutingView) remote(url string) *node.Remote {
@@ -96,11 +110,12 @@ func (v *RoutingView) remote(url string) *node.Remote {
 // Node returns the master of a partition (router.Backend). With no master
 // known it fails with node.ErrNotMaster, which clients see as 503.
 func (v *RoutingView) Node(db string, part int) (node.Service, error) {
-	_, url := v.Table(db).Master(part)
+	t := v.Table(db)
+	id, url := t.Master(part)
 	if url == "" {
 		return nil, fmt.Errorf("partition %s/%d has no master: %w", db, part, node.ErrNotMaster)
 	}
-	return v.remote(url), nil
+	return v.service(t, id, url), nil
 }
 
 // AwaitDatabase waits until db has a routing table and every partition's

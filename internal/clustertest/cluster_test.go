@@ -58,6 +58,14 @@ func (n *clusterNode) kill() {
 	n.member.Abandon()
 }
 
+// cutOff makes the node unreachable to routers and other nodes while it
+// keeps its lease (it still talks to etcd): a network fault between
+// clients and the node that etcd does not see.
+func (n *clusterNode) cutOff() {
+	n.api.CloseClientConnections()
+	n.api.Close()
+}
+
 // testCluster is storage nodes, an elected controller and a router, in
 // this process, on a real etcd.
 type testCluster struct {
@@ -111,6 +119,9 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	ctl := &cluster.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
 	go ctl.Run(ctx)
 	if c.view, err = cluster.WatchRouting(ctx, cli, "/c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.view.ReportSickNodes(ctx, cli, "/c", "router", 2, log); err != nil {
 		t.Fatal(err)
 	}
 	rt := httptest.NewServer(router.New(reg, schema.NewPlans(64), c.view, router.Options{}, log))
@@ -356,4 +367,47 @@ func (c *testCluster) get(k, cacheControl string) response {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return response{resp, string(b)}
+}
+
+// TestRouterReportsUnreachableNode cuts the busiest master off from the
+// router while it keeps its etcd lease: the router's reports make the
+// controller treat it as failed, its partitions get new masters, the node
+// steps down (its agent applies the new table), and no acknowledged write
+// is lost.
+func TestRouterReportsUnreachableNode(t *testing.T) {
+	const partitions = 8
+	c := startCluster(t, 3, partitions, 2)
+	acked := map[string]string{}
+	for i := range 24 {
+		k, v := fmt.Sprintf("k%d", i), fmt.Sprint(i)
+		c.put(k, v)
+		acked[k] = v
+	}
+	before := c.view.Table("d")
+	count := map[string]int{}
+	for _, r := range before.Partitions {
+		count[r.Replicas[0]]++
+	}
+	victim := "n0"
+	for id, n := range count {
+		if n > count[victim] {
+			victim = id
+		}
+	}
+	c.nodes[victim].cutOff()
+	for i := range partitions * 4 {
+		c.put(fmt.Sprintf("after%d", i), "x")
+	}
+	for p, r := range c.view.Table("d").Partitions {
+		if r.Replicas[0] == victim {
+			t.Fatalf("partition %d still mastered by the unreachable node", p)
+		}
+		if c.nodes[victim].Role("d", p) == node.Master {
+			t.Fatalf("the unreachable node still acts as master of partition %d", p)
+		}
+	}
+	if !c.nodes[victim].member.Valid() {
+		t.Fatal("the victim lost its lease; the test meant to keep it")
+	}
+	c.checkAcked(acked)
 }

@@ -146,6 +146,7 @@ func (c *procCluster) startWriters(n int) *writers {
 						w.mu.Lock()
 						w.acked[k] = v
 						w.mu.Unlock()
+						time.Sleep(5 * time.Millisecond) // a steady load, not a flood
 						break
 					}
 					if resp.StatusCode != 503 {
@@ -203,16 +204,36 @@ func awaitWrites(t *testing.T, w *writers, n int) {
 func (c *procCluster) verify(acked map[string]string) {
 	t := c.t
 	t.Helper()
-	for k, v := range acked {
-		resp, err := http.Get(c.router.URL + "/d/T/" + k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || string(b) != `{"v":"`+v+`"}` {
-			t.Fatalf("acknowledged %s=%s lost: %d %s", k, v, resp.StatusCode, b)
-		}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	var lost sync.Map
+	for range 8 {
+		wg.Go(func() {
+			for k := range work {
+				resp, err := http.Get(c.router.URL + "/d/T/" + k)
+				if err != nil {
+					lost.Store(k, err.Error())
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(b) != `{"v":"`+acked[k]+`"}` {
+					lost.Store(k, fmt.Sprintf("%d %s", resp.StatusCode, b))
+				}
+			}
+		})
+	}
+	for k := range acked {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	lost.Range(func(k, v any) bool {
+		t.Errorf("acknowledged %s=%s lost: %s", k, acked[k.(string)], v)
+		return true
+	})
+	if t.Failed() {
+		t.FailNow()
 	}
 	c.mu.Lock()
 	history := slices.Clone(c.history)

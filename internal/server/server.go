@@ -218,6 +218,10 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 		s.stop = append(s.stop, cancel)
+		host, _ := os.Hostname()
+		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, fmt.Sprintf("%s-%d", host, os.Getpid()), opts.LeaseTTL, opts.Logger); err != nil {
+			return nil, err
+		}
 		s.Router = router.New(s.reg, plans, view, opts.Router, opts.Logger)
 	}
 	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
