@@ -46,7 +46,13 @@ func (k Key) texts() []string {
 
 // Database is a database definition; zero fields take server defaults.
 type Database struct {
-	Partitions  int    `json:"partitions,omitempty"`
+	// Partitioning is "hash" (default) or "range".
+	Partitioning string `json:"partitioning,omitempty"`
+	Partitions   int    `json:"partitions,omitempty"`
+	// Boundaries, for range partitioning, are the partition keys (all
+	// strings or all integers, ascending) at which partitions 1, 2, …
+	// begin.
+	Boundaries  []any  `json:"boundaries,omitempty"`
 	Replicas    int    `json:"replicas,omitempty"`
 	Replication string `json:"replication,omitempty"`
 }

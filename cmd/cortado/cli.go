@@ -35,6 +35,26 @@ func (c common) client() (*client.Client, context.Context, context.CancelFunc) {
 	return client.New(*c.url), ctx, cancel
 }
 
+// parseArgs parses flags wherever they stand, before or after the path
+// (`cortado get shop/Order/42 --fields qty`); "--" ends the flags.
+func parseArgs(fs *flag.FlagSet, args []string) {
+	var positional []string
+	for {
+		fs.Parse(args)
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	fs.Parse(append([]string{"--"}, positional...))
+}
+
 // parsePath splits "db/table/k1/k2" into its parts.
 func parsePath(fs *flag.FlagSet, minParts int) (db, table string, key client.Key, err error) {
 	if fs.NArg() != 1 {
@@ -92,7 +112,7 @@ func runGet(args []string) error {
 	fields := fs.String("fields", "", "comma-separated dot paths to project")
 	limit := fs.Int("limit", 0, "page size for collections")
 	next := fs.String("next", "", "continuation token for collections")
-	fs.Parse(args)
+	parseArgs(fs, args)
 	db, table, key, err := parsePath(fs, 3)
 	if err != nil {
 		return err
@@ -151,7 +171,7 @@ func writeCmd(name string, args []string, do func(ctx context.Context, cl *clien
 	c := commonFlags(fs)
 	data := fs.String("d", "", "request body: JSON, @file, or - for stdin (default stdin)")
 	ifMatch := fs.String("if-match", "", "only if the document's ETag matches (compare-and-swap)")
-	fs.Parse(args)
+	parseArgs(fs, args)
 	db, table, key, err := parsePath(fs, 3)
 	if err != nil {
 		return err
@@ -209,7 +229,7 @@ func runQuery(args []string) error {
 	fields := fs.String("fields", "", "comma-separated dot paths to project")
 	limit := fs.Int("limit", 100, "page size")
 	all := fs.Bool("all", false, "follow continuation tokens to the end of the collection")
-	fs.Parse(args)
+	parseArgs(fs, args)
 	db, table, key, err := parsePath(fs, 3)
 	if err != nil {
 		return err
@@ -244,7 +264,7 @@ func runSchema(args []string) error {
 	partitions := fs.Int("partitions", 0, "create-db: number of partitions (default 64)")
 	replicas := fs.Int("replicas", 0, "create-db: replicas per partition")
 	data := fs.String("d", "", "register: table definition {\"key\":[…],\"schema\":{…}}: JSON, @file or - (stdin)")
-	fs.Parse(args[1:])
+	parseArgs(fs, args[1:])
 	if fs.NArg() != 1 {
 		return fmt.Errorf("schema %s takes one path argument", args[0])
 	}

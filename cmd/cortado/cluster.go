@@ -22,7 +22,7 @@ func runCluster(args []string) error {
 	c := commonFlags(fs)
 	asJSON := fs.Bool("json", false, "print the JSON the server answers")
 	db := fs.String("db", "", "check: only this database")
-	fs.Parse(args[1:])
+	parseArgs(fs, args[1:])
 	ctx, cancel := context.WithTimeout(context.Background(), *c.timeout)
 	defer cancel()
 	method, path := http.MethodGet, "/_cluster"

@@ -19,7 +19,7 @@ func TestCLI(t *testing.T) {
 		}
 		return m
 	}
-	// run puts --url right after the command words (flags precede the path).
+	// run puts --url right after the command words.
 	run := func(args ...string) string {
 		t.Helper()
 		words := 1
@@ -45,6 +45,10 @@ func TestCLI(t *testing.T) {
 	d := jsonOf(run("get", "--fields", "lastName", "demo/Profile/1"))
 	if len(d) != 1 || d["lastName"] != "L" {
 		t.Fatalf("get printed %v", d)
+	}
+	// Flags may also follow the path.
+	if d := jsonOf(run("get", "demo/Profile/1", "--fields", "firstName")); len(d) != 1 || d["firstName"] == nil {
+		t.Fatalf("get with --fields after the path printed %v", d)
 	}
 	run("patch", "-d", `{"set":{"headline":"hi"}}`, "demo/Profile/1")
 	if d := jsonOf(run("get", "demo/Profile/1")); d["headline"] != "hi" {

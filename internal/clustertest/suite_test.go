@@ -391,6 +391,27 @@ func runSuite(t *testing.T, c *client.Client) {
 		}
 	})
 
+	t.Run("range partitioning", func(t *testing.T) {
+		must(c.CreateDatabase(ctx, "ranged", client.Database{Partitioning: "range", Boundaries: []any{"h", "p"}}))
+		if _, err := c.RegisterSchema(ctx, "ranged", "Stats", client.TableSchema{Key: []client.KeyPart{{Name: "mailboxId"}}, Schema: json.RawMessage(statsV1)}); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"alice", "h", "mallory", "zed"} {
+			if _, err := c.Put(ctx, "ranged", "Stats", client.Key{k}, map[string]any{"total": 1, "unread": 0}, nil); err != nil {
+				t.Fatalf("put %s: %v", k, err)
+			}
+			if _, err := c.Get(ctx, "ranged", "Stats", client.Key{k}, nil); err != nil {
+				t.Fatalf("get %s: %v", k, err)
+			}
+		}
+		// An integer partition key cannot live on string boundaries.
+		_, err := c.RegisterSchema(ctx, "ranged", "ByNumber", client.TableSchema{Key: []client.KeyPart{{Name: "n", Type: "long"}}, Schema: json.RawMessage(statsV1)})
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != 400 {
+			t.Fatalf("integer key on string boundaries: %v", err)
+		}
+	})
+
 	t.Run("unknown database and table", func(t *testing.T) {
 		_, err := c.Get(ctx, "nodb", "Message", client.Key{"a", 1}, nil)
 		wantErr(t, err, client.ErrNoDatabase)

@@ -9,6 +9,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,7 +204,7 @@ func (r *Registry) CreateDatabase(ctx context.Context, d schema.Database) (db *s
 	if !resp.Succeeded {
 		var existing schema.Database
 		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 1 && json.Unmarshal(kvs[0].Value, &existing) == nil && existing == d {
+		if len(kvs) == 1 && json.Unmarshal(kvs[0].Value, &existing) == nil && sameDatabase(&existing, &d) {
 			return &existing, false, nil
 		}
 		return &existing, false, fmt.Errorf("database %s: %w", d.Name, ErrDatabaseExists)
@@ -212,6 +213,13 @@ func (r *Registry) CreateDatabase(ctx context.Context, d schema.Database) (db *s
 		return nil, false, err
 	}
 	return &d, true, nil
+}
+
+// sameDatabase reports whether two normalized definitions are equal.
+func sameDatabase(a, b *schema.Database) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
 }
 
 // Database returns a database definition.
@@ -309,7 +317,8 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 	if err := r.reload(ctx, r.dbKey(db)); err != nil {
 		return 0, false, err
 	}
-	if _, err := r.Database(db); err != nil {
+	d, err := r.Database(db)
+	if err != nil {
 		return 0, false, err
 	}
 	if !schema.ValidName(table) {
@@ -331,6 +340,8 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 				return t.Latest().Number, false, nil
 			}
 		} else if err := schema.ValidateKey(key); err != nil {
+			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
+		} else if err := d.CheckPartitionKey(key[0]); err != nil {
 			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
 		}
 		v, err := schema.NewVersion(next, text)

@@ -284,3 +284,48 @@ func TestJSONWriterMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestRangePartitioning checks range partitions: a boundary begins its
+// partition, keys order as their encoding does, and bad definitions are
+// refused.
+func TestRangePartitioning(t *testing.T) {
+	d := &Database{Name: "r", Partitioning: "range", Boundaries: []json.RawMessage{[]byte(`"g"`), []byte(` "n"`), []byte(`"t"`)}}
+	if err := d.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if d.Partitions != 4 || string(d.Boundaries[1]) != `"n"` {
+		t.Fatalf("normalized to %d partitions, boundaries %s", d.Partitions, d.Boundaries)
+	}
+	for k, want := range map[string]int{"": 0, "alice": 0, "g": 1, "gz": 1, "m": 1, "n": 2, "nancy": 2, "t": 3, "zed": 3} {
+		if got := d.PartitionOf(keys.S(k)); got != want {
+			t.Errorf("partition of %q = %d, want %d", k, got, want)
+		}
+	}
+	n := &Database{Name: "n", Partitioning: "range", Boundaries: []json.RawMessage{[]byte(`-5`), []byte(`100`)}}
+	if err := n.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[int64]int{-6: 0, -5: 1, 0: 1, 99: 1, 100: 2, 1 << 40: 2} {
+		if got := n.PartitionOf(keys.I(k)); got != want {
+			t.Errorf("partition of %d = %d, want %d", k, got, want)
+		}
+	}
+	if err := n.CheckPartitionKey(KeyPart{Name: "id", Type: keys.String}); err == nil {
+		t.Error("a string partition key was accepted for integer boundaries")
+	}
+	if err := n.CheckPartitionKey(KeyPart{Name: "id", Type: keys.Long}); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []string{`{"partitioning":"range"}`, `{"partitioning":"range","boundaries":["b","a"]}`,
+		`{"partitioning":"range","boundaries":["a",1]}`, `{"partitioning":"range","boundaries":[1.5]}`,
+		`{"partitioning":"range","boundaries":["a"],"partitions":3}`, `{"boundaries":["a"]}`, `{"partitioning":"list"}`} {
+		var d Database
+		if err := json.Unmarshal([]byte(bad), &d); err != nil {
+			t.Fatal(err)
+		}
+		d.Name = "x"
+		if err := d.Normalize(); err == nil {
+			t.Errorf("%s was accepted", bad)
+		}
+	}
+}

@@ -1,11 +1,13 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/hamba/avro/v2"
@@ -16,10 +18,16 @@ import (
 // Database is a database definition: the unit of partitioning.
 type Database struct {
 	Name string `json:"name"`
-	// Partitioning is "hash" (the only function in this version).
+	// Partitioning is "hash" (default) or "range".
 	Partitioning string `json:"partitioning"`
-	// Partitions is the number of partitions (default 64).
+	// Partitions is the number of partitions (default 64; for range
+	// partitioning, one more than the boundaries).
 	Partitions int `json:"partitions"`
+	// Boundaries, for range partitioning, are the partition keys at which
+	// partitions 1, 2, … begin, ascending: partition i holds the keys k
+	// with Boundaries[i-1] ≤ k < Boundaries[i]. All strings or all
+	// integers; every table's partition key must be of that kind.
+	Boundaries []json.RawMessage `json:"boundaries,omitempty"`
 	// Replicas is the number of copies of each partition (default 1 on
 	// one node; used by the cluster manager).
 	Replicas int `json:"replicas"`
@@ -48,11 +56,43 @@ func (d *Database) Normalize() error {
 	if d.Partitioning == "" {
 		d.Partitioning = "hash"
 	}
-	if d.Partitioning != "hash" {
-		return fmt.Errorf("partitioning %q is not supported (use hash)", d.Partitioning)
-	}
-	if d.Partitions == 0 {
-		d.Partitions = 64
+	switch d.Partitioning {
+	case "hash":
+		if len(d.Boundaries) > 0 {
+			return fmt.Errorf("boundaries are for range partitioning; this database is hash-partitioned")
+		}
+		if d.Partitions == 0 {
+			d.Partitions = 64
+		}
+	case "range":
+		bounds, err := d.boundaries()
+		if err != nil {
+			return err
+		}
+		if len(bounds) == 0 {
+			return fmt.Errorf("range partitioning needs boundaries (the partition keys where partitions 1, 2, … begin)")
+		}
+		for i := 1; i < len(bounds); i++ {
+			if bounds[i-1].IsInt != bounds[i].IsInt {
+				return fmt.Errorf("boundaries must be all strings or all integers")
+			}
+			if bytes.Compare(keys.AppendPart(nil, bounds[i-1]), keys.AppendPart(nil, bounds[i])) >= 0 {
+				return fmt.Errorf("boundaries must ascend strictly: %s then %s", d.Boundaries[i-1], d.Boundaries[i])
+			}
+		}
+		if d.Partitions != 0 && d.Partitions != len(bounds)+1 {
+			return fmt.Errorf("%d boundaries make %d partitions, not %d", len(bounds), len(bounds)+1, d.Partitions)
+		}
+		d.Partitions = len(bounds) + 1
+		for i, b := range bounds { // one spelling, so equal definitions compare equal
+			if b.IsInt {
+				d.Boundaries[i] = json.RawMessage(strconv.FormatInt(b.Int, 10))
+			} else {
+				d.Boundaries[i], _ = json.Marshal(b.Str)
+			}
+		}
+	default:
+		return fmt.Errorf("partitioning %q is not supported (use hash or range)", d.Partitioning)
 	}
 	if d.Partitions < 1 || d.Partitions > 4096 {
 		return fmt.Errorf("partitions must be between 1 and 4096, got %d", d.Partitions)
@@ -240,11 +280,79 @@ func KeyJSON(parts []keys.Part) json.RawMessage {
 func SameKey(a, b []KeyPart) bool { return slices.Equal(a, b) }
 
 // PartitionOf returns the partition that holds the document group of
-// partition key pk. It is the one partitioning function of the system:
-// FNV-1a of the key part's order-preserving encoding, modulo the number of
-// partitions, so every role computes the same answer.
+// partition key pk. It is the one partitioning function of the system, so
+// every role computes the same answer: for hash partitioning, FNV-1a of
+// the key part's order-preserving encoding modulo the number of
+// partitions; for range partitioning, the number of boundaries at or
+// below the key (in the same encoding's order).
 func (d *Database) PartitionOf(pk keys.Part) int {
+	enc := keys.AppendPart(nil, pk)
+	if d.Partitioning == "range" {
+		bounds, _ := d.boundaries() // checked when the database was created
+		n, _ := slices.BinarySearchFunc(bounds, enc, func(b keys.Part, k []byte) int {
+			return bytes.Compare(keys.AppendPart(nil, b), k)
+		})
+		if n < len(bounds) && bytes.Equal(keys.AppendPart(nil, bounds[n]), enc) {
+			n++ // a boundary begins its own partition
+		}
+		return n
+	}
 	h := fnv.New32a()
-	h.Write(keys.AppendPart(nil, pk))
+	h.Write(enc)
 	return int(h.Sum32() % uint32(d.Partitions))
+}
+
+// boundaries parses the range boundaries.
+func (d *Database) boundaries() ([]keys.Part, error) {
+	out := make([]keys.Part, len(d.Boundaries))
+	for i, raw := range d.Boundaries {
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("boundary %d: %w", i, err)
+		}
+		switch v := v.(type) {
+		case string:
+			out[i] = keys.S(v)
+		case json.Number:
+			n, err := v.Int64()
+			if err != nil {
+				return nil, fmt.Errorf("boundary %d: %s is not an integer", i, v)
+			}
+			out[i] = keys.I(n)
+		default:
+			return nil, fmt.Errorf("boundary %d: %s is neither a string nor an integer", i, raw)
+		}
+	}
+	return out, nil
+}
+
+// CheckPartitionKey says whether a table whose first key part is pk may
+// live in this database: under range partitioning its type must be of the
+// boundaries' kind.
+func (d *Database) CheckPartitionKey(pk KeyPart) error {
+	if d.Partitioning != "range" {
+		return nil
+	}
+	bounds, err := d.boundaries()
+	if err != nil || len(bounds) == 0 {
+		return err
+	}
+	isInt := pk.Type == keys.Long || pk.Type == keys.Int
+	if isInt != bounds[0].IsInt {
+		kind := "string"
+		if bounds[0].IsInt {
+			kind = "integer"
+		}
+		return fmt.Errorf("partition key %s is %s but database %s is range-partitioned on %s boundaries", pk.Name, keyTypeName(pk.Type), d.Name, kind)
+	}
+	return nil
+}
+
+func keyTypeName(t keys.Type) string {
+	if t == "" {
+		return string(keys.String)
+	}
+	return string(t)
 }
