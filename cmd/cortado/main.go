@@ -14,6 +14,7 @@ var commands = []struct {
 	{"serve", "run every role in one process (embedded etcd, storage, router)", runServe},
 	{"storage", "run a storage node against an external etcd (--etcd-endpoints)", runStorage},
 	{"router", "run a router against an external etcd: routes by the routing tables", runRouter},
+	{"relay", "run a relay against an external etcd: buffers masters' logs and serves slaves", runRelay},
 	{"controller", "run a controller against an external etcd (one leads, others stand by)", runController},
 	{"etcd", "run a single-member etcd for a local multi-process cluster", runEtcd},
 	{"cluster", "inspect a cluster: cluster status|check", runCluster},

@@ -37,6 +37,7 @@ type roleFlags struct {
 	maxTransitions *int
 	controllerID   *string
 	checkInterval  *time.Duration
+	relayBuffer    *int
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -72,6 +73,10 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.nodeID = fs.String("node-id", "", "this node's name, stable across restarts (default: its advertised address)")
 		f.rack = fs.String("rack", "", "this node's rack: no two replicas of a partition share one")
 		f.advertise = fs.String("advertise-url", "", "URL other processes reach this node at (default http:// + the listen address)")
+	case "relay":
+		f.nodeID = fs.String("relay-id", "", "this relay's name (default: its advertised address)")
+		f.advertise = fs.String("advertise-url", "", "URL slaves reach this relay at (default http:// + the listen address)")
+		f.relayBuffer = fs.Int("buffer", 10000, "commits kept per partition; older ones are re-read from the master")
 	}
 	return f
 }
@@ -106,8 +111,14 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 			o.CheckInterval = -1
 		}
 	}
+	if f.relayBuffer != nil {
+		o.RelayBuffer = *f.relayBuffer
+	}
+	if f.rack != nil {
+		o.Rack = *f.rack
+	}
 	if f.nodeID != nil {
-		o.NodeID, o.Rack, o.AdvertiseURL = *f.nodeID, *f.rack, *f.advertise
+		o.NodeID, o.AdvertiseURL = *f.nodeID, *f.advertise
 		if o.AdvertiseURL == "" {
 			o.AdvertiseURL = "http://" + addr
 		}
@@ -145,6 +156,15 @@ func runRouter(args []string) error {
 		return fmt.Errorf("--etcd-endpoints is required")
 	}
 	return runRole("router", f, server.OpenRouter)
+}
+
+func runRelay(args []string) error {
+	f := newRoleFlags("relay", "127.0.0.1:7100")
+	f.fs.Parse(args)
+	if *f.etcdEndpoints == "" {
+		return fmt.Errorf("--etcd-endpoints is required")
+	}
+	return runRole("relay", f, server.OpenRelay)
 }
 
 func runController(args []string) error {

@@ -36,6 +36,8 @@ type Agent struct {
 
 	mu        sync.Mutex
 	followers map[partKey]*follower
+	relay     *relayWatch
+	relays    map[string]*node.Remote
 }
 
 type partKey struct {
@@ -48,11 +50,14 @@ type follower struct {
 	url    string
 	cancel context.CancelFunc
 	done   chan struct{}
+	// directUntil: the relay failed; read from the master until then.
+	directUntil time.Time
 }
 
 // Run applies every routing table, then each change, until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	a.followers = map[partKey]*follower{}
+	a.relay = watchRelays(ctx, a.Client, a.Prefix)
 	defer a.stopAll()
 	for ctx.Err() == nil {
 		rev, err := a.applyAll(ctx)
@@ -173,8 +178,14 @@ func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
 		prev := a.follower(k)
 		a.stop(k)
 		if prev != nil {
+			var from node.LogSource
 			if _, alive := t.Nodes[prev.master]; alive {
-				if err := a.Node.Drain(ctx, t.DB, p, node.NewRemote(prev.url, nil), a.drainLimit()); err != nil {
+				from = node.NewRemote(prev.url, nil) // a planned move
+			} else if relay := a.relay.get(); relay != "" {
+				from = node.NewRemote(relay, nil) // a failover: what the relay holds
+			}
+			if from != nil {
+				if err := a.Node.Drain(ctx, t.DB, p, from, a.drainLimit()); err != nil {
 					return err
 				}
 			}
@@ -221,12 +232,26 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 	a.mu.Lock()
 	a.followers[k] = f
 	a.mu.Unlock()
-	src := node.NewRemote(url, nil)
+	direct := node.NewRemote(url, nil)
 	go func() {
 		defer close(f.done)
+		// Read through the relay when there is one; when it fails, from
+		// the master for a while, then try the relay again.
 		for fctx.Err() == nil {
-			if err := a.Node.Follow(fctx, k.db, k.id, src, a.Truncated); err != nil {
+			src, sctx, cancel := node.LogSource(direct), fctx, context.CancelFunc(func() {})
+			if relay := a.relay.get(); relay != "" && time.Now().After(f.directUntil) {
+				src = a.relayRemote(relay)
+			} else {
+				sctx, cancel = context.WithTimeout(fctx, 5*time.Second)
+			}
+			err := a.Node.Follow(sctx, k.db, k.id, src, a.Truncated)
+			cancel()
+			if err != nil {
 				a.Log.Debug("agent: follow", "db", k.db, "partition", k.id, "master", master, "err", err)
+				if src != node.LogSource(direct) {
+					f.directUntil = time.Now().Add(5 * time.Second)
+					continue
+				}
 				select {
 				case <-fctx.Done():
 				case <-time.After(100 * time.Millisecond):
@@ -257,4 +282,18 @@ func (a *Agent) stopAll() {
 	for _, k := range ks {
 		a.stop(k)
 	}
+}
+
+func (a *Agent) relayRemote(url string) *node.Remote {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.relays == nil {
+		a.relays = map[string]*node.Remote{}
+	}
+	r, ok := a.relays[url]
+	if !ok {
+		r = node.NewRemote(url, nil)
+		a.relays[url] = r
+	}
+	return r
 }

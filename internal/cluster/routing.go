@@ -53,6 +53,7 @@ func routingKey(prefix, db string) string     { return routingPrefix(prefix) + d
 func electionPrefix(prefix string) string     { return prefix + "/controller" }
 func routersPrefix(prefix string) string      { return prefix + "/routers/" }
 func reportsPrefix(prefix string) string      { return prefix + "/reports/" }
+func relaysPrefix(prefix string) string       { return prefix + "/relays/" }
 func nodeKey(prefix string, id string) string { return nodesPrefix(prefix) + id }
 func dbFromRoutingKey(prefix, key string) string {
 	return strings.TrimPrefix(key, routingPrefix(prefix))

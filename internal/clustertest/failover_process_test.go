@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortado-db/cortado/internal/cluster"
@@ -28,7 +31,11 @@ type procCluster struct {
 	storage     map[string]*Serve
 	controllers map[string]*Serve
 	router      *Serve
-	partitions  int
+	relay       *Serve
+	// relayProxy is toxiproxy in front of the relay: slaves reach the
+	// relay only through it, so a test can cut them off.
+	relayProxy *toxiproxy.Proxy
+	partitions int
 	// history is every routing table version published, in order.
 	mu      sync.Mutex
 	history []*cluster.RoutingTable
@@ -62,6 +69,19 @@ func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
 		id := fmt.Sprintf("s%d", i)
 		c.storage[id] = StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint, "--node-id", id, "--lease-ttl", "2")
 	}
+	// The relay listens on a port of its own but advertises the proxy.
+	relayPort, err := coord.FreeLoopbackURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayAddr := strings.TrimPrefix(relayPort, "http://")
+	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	c.relayProxy = toxiproxy.NewProxy(tp, "relay", "127.0.0.1:0", relayAddr)
+	if err := c.relayProxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.relayProxy.Stop)
+	c.relay = StartRole(t, "relay", "--etcd-endpoints", etcd.Endpoint, "--listen", relayAddr, "--advertise-url", "http://"+c.relayProxy.Listen, "--lease-ttl", "2")
 	for _, id := range []string{"c1", "c2"} {
 		c.controllers[id] = StartRole(t, "controller", "--etcd-endpoints", etcd.Endpoint, "--controller-id", id, "--lease-ttl", "2", "--check-interval", "0")
 	}
@@ -400,4 +420,67 @@ func TestFailoverPausedMaster(t *testing.T) {
 	acked := w.finish(t)
 	t.Logf("%d writes acknowledged", len(acked))
 	c.verify(acked)
+}
+
+// TestFailoverRelayCut runs with slaves reading through the relay, then
+// cuts them off from it (toxiproxy): they fall back to their masters, and
+// semi-sync writes keep being acknowledged. Then the busiest master is
+// killed -9 while the relay is still cut: nothing acknowledged is lost and
+// the replicas end on one timeline. Healing the cut, slaves return to the
+// relay.
+func TestFailoverRelayCut(t *testing.T) {
+	c := startProcCluster(t, 3, 8)
+	w := c.startWriters(4)
+	awaitWrites(t, w, 50)
+	await(t, 10*time.Second, "slaves reading through the relay", func() bool {
+		return metric(t, c.relay.URL, "cortado_relay_served_commits_total") > 0
+	})
+	c.relayProxy.Stop()
+	awaitWrites(t, w, 100)
+	victim := c.busiestMaster()
+	c.storage[victim].Kill()
+	await(t, 30*time.Second, "masters off the killed node", func() bool {
+		for _, r := range c.table().Partitions {
+			if r.Replicas[0] == victim {
+				return false
+			}
+		}
+		return true
+	})
+	awaitWrites(t, w, 100)
+	if err := c.relayProxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c.storage[victim].Restart()
+	await(t, 30*time.Second, "the restarted node to host partitions again", func() bool {
+		for _, r := range c.table().Partitions {
+			if slices.Contains(r.Replicas, victim) {
+				return true
+			}
+		}
+		return false
+	})
+	awaitWrites(t, w, 50)
+	acked := w.finish(t)
+	t.Logf("%d writes acknowledged", len(acked))
+	c.verify(acked)
+}
+
+// metric reads one unlabelled counter or gauge from a process's /metrics.
+func metric(t *testing.T, base, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
 }

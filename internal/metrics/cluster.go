@@ -6,11 +6,13 @@ import "github.com/prometheus/client_golang/prometheus"
 // process: events a rejoining replica undid, and the consistency check's
 // latest results.
 type Cluster struct {
-	Truncated   prometheus.Counter
-	Lag         prometheus.Histogram
-	checks      *prometheus.GaugeVec
-	lastCheck   prometheus.Gauge
-	divergences prometheus.Counter
+	Truncated prometheus.Counter
+	Lag       prometheus.Histogram
+	// RelayPulled and RelayServed count a relay's commits.
+	RelayPulled, RelayServed prometheus.Counter
+	checks                   *prometheus.GaugeVec
+	lastCheck                prometheus.Gauge
+	divergences              prometheus.Counter
 }
 
 // Cluster registers the cluster metrics.
@@ -25,6 +27,14 @@ func (m *Metrics) Cluster() *Cluster {
 			Help:    "Time from a master's commit to a slave applying it.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 		}),
+		RelayPulled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cortado_relay_pulled_commits_total",
+			Help: "Commits a relay pulled from masters into its buffers.",
+		}),
+		RelayServed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cortado_relay_served_commits_total",
+			Help: "Commits a relay served from its buffers.",
+		}),
 		checks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortado_consistency_check_replicas",
 			Help: "Slave replicas by result of the latest consistency check (equal, differs, unsettled, unreachable).",
@@ -38,7 +48,7 @@ func (m *Metrics) Cluster() *Cluster {
 			Help: "Replicas found to differ from their master at the same SCN, over all checks.",
 		}),
 	}
-	m.Registry.MustRegister(c.Truncated, c.Lag, c.checks, c.lastCheck, c.divergences)
+	m.Registry.MustRegister(c.Truncated, c.Lag, c.RelayPulled, c.RelayServed, c.checks, c.lastCheck, c.divergences)
 	return c
 }
 

@@ -95,26 +95,24 @@ type remoteError struct {
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.is }
 
+// LogHandler serves only POST /_node/log, with log: what a relay serves.
+func LogHandler(log func(context.Context, LogRequest) (*LogResult, error)) http.Handler {
+	mux := http.NewServeMux()
+	handleCall(mux, "log", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req LogRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return log(ctx, req)
+	})
+	return mux
+}
+
 // Handler serves this node's internal API.
 func Handler(n *Node) http.Handler {
 	mux := http.NewServeMux()
 	handle := func(name string, do func(context.Context, *json.Decoder) (any, error)) {
-		mux.HandleFunc("POST /_node/"+name, func(w http.ResponseWriter, r *http.Request) {
-			dec := json.NewDecoder(r.Body)
-			dec.UseNumber()
-			res, err := do(r.Context(), dec)
-			w.Header().Set("Content-Type", "application/json")
-			if err != nil {
-				we := toWire(err)
-				if errors.Is(err, ErrNotModified) {
-					we.Item, _ = res.(*Item)
-				}
-				w.WriteHeader(http.StatusConflict)
-				json.NewEncoder(w).Encode(we)
-				return
-			}
-			json.NewEncoder(w).Encode(res)
-		})
+		handleCall(mux, name, do)
 	}
 	handle("get", func(ctx context.Context, dec *json.Decoder) (any, error) {
 		var req GetRequest
@@ -281,4 +279,25 @@ func (r *Remote) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumRe
 		return nil, err
 	}
 	return &res, nil
+}
+
+// handleCall serves POST /_node/{name}: the request as JSON in, the result
+// as JSON out, or a wireError with 409.
+func handleCall(mux *http.ServeMux, name string, do func(context.Context, *json.Decoder) (any, error)) {
+	mux.HandleFunc("POST /_node/"+name, func(w http.ResponseWriter, r *http.Request) {
+		dec := json.NewDecoder(r.Body)
+		dec.UseNumber()
+		res, err := do(r.Context(), dec)
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			we := toWire(err)
+			if errors.Is(err, ErrNotModified) {
+				we.Item, _ = res.(*Item)
+			}
+			w.WriteHeader(http.StatusConflict)
+			json.NewEncoder(w).Encode(we)
+			return
+		}
+		json.NewEncoder(w).Encode(res)
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cortado-db/cortado/internal/cluster"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/problem"
+	"github.com/cortado-db/cortado/internal/relay"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
 )
@@ -110,8 +111,46 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		s.extra = append(s.extra, h)
 		go h.Serve(ln)
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h, err := s.startRelay(ctx, "relay", "http://"+ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	s.extra = append(s.extra, hs)
+	go hs.Serve(ln)
 	s.startController()
 	return nil
+}
+
+// startRelay runs a relay in the background, registered as id at url
+// (where the returned handler will be served).
+func (s *Server) startRelay(ctx context.Context, id, url string) (http.Handler, error) {
+	if url == "" {
+		return nil, errors.New("a relay needs the URL its log API is reached at")
+	}
+	if id == "" {
+		id = strings.TrimPrefix(url, "http://")
+	}
+	r := &relay.Relay{Client: s.cli, Prefix: s.opts.Prefix, Buffer: s.opts.RelayBuffer, Logger: s.opts.Logger.With("relay", id),
+		Pulled: func(n int) { s.cluster.RelayPulled.Add(float64(n)) },
+		Served: func(n int) { s.cluster.RelayServed.Add(float64(n)) },
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(rctx)
+	}()
+	s.stop = append(s.stop, func() { cancel(); <-done })
+	if err := cluster.RegisterRelay(rctx, s.cli, s.opts.Prefix, id, url, s.opts.LeaseTTL); err != nil {
+		return nil, err
+	}
+	return r.Handler(), nil
 }
 
 // startController campaigns for leadership in the background.

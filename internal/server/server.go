@@ -71,6 +71,9 @@ type Options struct {
 	MaxTransitions int
 	// ControllerID names a controller (default: host and process ID).
 	ControllerID string
+	// RelayBuffer is how many commits per partition a relay keeps
+	// (default 10,000).
+	RelayBuffer int
 	// CheckInterval is how often the leading controller runs the
 	// consistency check (default 10 minutes; negative disables it).
 	CheckInterval time.Duration
@@ -124,6 +127,13 @@ func OpenRouter(ctx context.Context, opts Options) (*Server, error) {
 	return open(ctx, opts, roleRouter)
 }
 
+// OpenRelay starts a relay: it pulls every master's log into bounded
+// buffers and serves slaves from them (Handler), registered at
+// opts.AdvertiseURL.
+func OpenRelay(ctx context.Context, opts Options) (*Server, error) {
+	return open(ctx, opts, roleRelay)
+}
+
 // OpenController starts a controller: it campaigns for leadership and,
 // while leading, keeps the routing tables at the ideal state. Several may
 // run; one leads.
@@ -138,6 +148,7 @@ const (
 	roleStorage
 	roleRouter
 	roleController
+	roleRelay
 )
 
 func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
@@ -156,7 +167,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.CheckInterval == 0 {
 		opts.CheckInterval = 10 * time.Minute
 	}
-	if r != roleRouter && r != roleController {
+	if r == roleAll || r == roleStorage {
 		if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 			return nil, err
 		}
@@ -189,6 +200,13 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	case r == roleController:
 		s.startController()
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
+		return s, nil
+	case r == roleRelay:
+		h, err := s.startRelay(ctx, opts.NodeID, opts.AdvertiseURL)
+		if err != nil {
+			return nil, err
+		}
+		s.api, s.routeOf = h, func(*http.Request) string { return "relay" }
 		return s, nil
 	case r == roleStorage:
 		m, err := s.startMember(ctx, opts.DataDir, opts.NodeID, opts.AdvertiseURL, plans)

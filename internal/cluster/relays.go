@@ -1,0 +1,63 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// RegisterRelay publishes a relay's URL under a lease of ttlSeconds until
+// ctx ends; slaves then read their masters' logs through it.
+func RegisterRelay(ctx context.Context, cli *clientv3.Client, prefix, id, url string, ttlSeconds int) error {
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds), concurrency.WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	if _, err := cli.Put(ctx, relaysPrefix(prefix)+id, url, clientv3.WithLease(s.Lease())); err != nil {
+		s.Close()
+		return err
+	}
+	go func() { <-ctx.Done(); s.Close() }()
+	return nil
+}
+
+// relayWatch keeps the URL of a registered relay ("" if none).
+type relayWatch struct {
+	mu  sync.Mutex
+	url string
+}
+
+func (w *relayWatch) get() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.url
+}
+
+// watchRelays follows the registered relays until ctx ends.
+func watchRelays(ctx context.Context, cli *clientv3.Client, prefix string) *relayWatch {
+	w := &relayWatch{}
+	load := func() int64 {
+		resp, err := cli.Get(ctx, relaysPrefix(prefix), clientv3.WithPrefix(), clientv3.WithLimit(1))
+		if err != nil {
+			return 0
+		}
+		w.mu.Lock()
+		w.url = ""
+		if len(resp.Kvs) > 0 {
+			w.url = string(resp.Kvs[0].Value)
+		}
+		w.mu.Unlock()
+		return resp.Header.Revision
+	}
+	rev := load()
+	go func() {
+		for ctx.Err() == nil {
+			for range cli.Watch(ctx, relaysPrefix(prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+				rev = load()
+			}
+		}
+	}()
+	return w
+}
