@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/relay"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
 )
@@ -78,6 +81,7 @@ type testCluster struct {
 	url   string // the router
 
 	nodeOpts node.Options
+	relay    *relay.Relay
 }
 
 func startCluster(t testing.TB, nodes, partitions, replicas int) *testCluster {
@@ -90,6 +94,8 @@ type clusterOptions struct {
 	oneByOne                    bool // the controller publishes one partition's transition at a time
 	replication                 string
 	node                        node.Options
+	relayBuffer                 int // > 0 runs a relay keeping this many commits per partition
+	relayPulled, relayServed    func(int)
 }
 
 func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
@@ -115,6 +121,17 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	c := &testCluster{t: t, ctx: ctx, cli: cli, reg: reg, nodes: map[string]*clusterNode{}, nodeOpts: o.node}
 	for range nodes {
 		c.addNode()
+	}
+	if o.relayBuffer > 0 {
+		c.relay = &relay.Relay{Client: cli, Prefix: "/c", Buffer: o.relayBuffer, Logger: log, Pulled: o.relayPulled, Served: o.relayServed}
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); c.relay.Run(rctx) }()
+		api := httptest.NewServer(c.relay.Handler())
+		t.Cleanup(func() { rcancel(); <-done; api.Close() })
+		if err := cluster.RegisterRelay(rctx, cli, "/c", "relay", api.URL, 2); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctl := &cluster.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
 	go ctl.Run(ctx)
@@ -409,5 +426,42 @@ func TestRouterReportsUnreachableNode(t *testing.T) {
 	if !c.nodes[victim].member.Valid() {
 		t.Fatal("the victim lost its lease; the test meant to keep it")
 	}
+	c.checkAcked(acked)
+}
+
+// TestRelayBuffer runs slaves through a relay whose buffer holds only 5
+// commits per partition: a node joining later must start from the
+// beginning, which the relay no longer holds, so it re-reads from the
+// master; every replica still ends identical.
+func TestRelayBuffer(t *testing.T) {
+	const partitions = 4
+	var served, pulled atomic.Int64
+	c := startClusterWith(t, clusterOptions{nodes: 2, partitions: partitions, replicas: 2, relayBuffer: 5,
+		relayPulled: func(n int) { pulled.Add(int64(n)) }, relayServed: func(n int) { served.Add(int64(n)) }})
+	acked := map[string]string{}
+	for i := range 60 {
+		k, v := fmt.Sprintf("k%d", i), fmt.Sprint(i)
+		c.put(k, v)
+		acked[k] = v
+	}
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+	if served.Load() == 0 || pulled.Load() == 0 {
+		t.Fatalf("the relay served %d and pulled %d commits", served.Load(), pulled.Load())
+	}
+	// Before the relay's buffer: answered from the master.
+	res, err := c.relay.Log(context.Background(), node.LogRequest{DB: "d", Partition: 0})
+	if err != nil || len(res.Commits) == 0 || res.Commits[0].SCN.Seq != 1 {
+		t.Fatalf("reading partition 0 from its start through the relay: %v %+v", err, res)
+	}
+	c.addNode()
+	awaitTable(t, c, func(tb *cluster.RoutingTable) bool {
+		for _, r := range tb.Partitions {
+			if slices.Contains(r.Replicas, "n2") {
+				return true
+			}
+		}
+		return false
+	})
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
 	c.checkAcked(acked)
 }

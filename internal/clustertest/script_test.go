@@ -15,7 +15,8 @@ import (
 )
 
 // TestClusterScript runs `scripts/cluster up`, writes and reads through
-// both routers, checks `cortado cluster status --json`, and `down`.
+// both routers, checks `cortado cluster status --json`, the consistency
+// check and that the relay pulled the write, and `down`.
 func TestClusterScript(t *testing.T) {
 	bin := Binary(t)
 	free, err := coord.FreeLoopbackURL()
@@ -59,4 +60,7 @@ func TestClusterScript(t *testing.T) {
 		}
 	}
 	run(bin, "cluster", "check", "--url", r1)
+	if served := metric(t, "http://127.0.0.1:"+strconv.Itoa(base+5), "cortado_relay_pulled_commits_total"); served == 0 {
+		t.Fatal("the relay pulled nothing")
+	}
 }
