@@ -27,8 +27,9 @@ func BenchmarkFailover(b *testing.B) {
 		for _, mode := range []string{"grouped", "one-by-one"} {
 			b.Run(fmt.Sprintf("partitions=%d/%s", partitions, mode), func(b *testing.B) {
 				for range b.N {
-					afterExpiry, afterKill, moved := failoverOnce(b, partitions, mode == "one-by-one")
+					afterExpiry, afterKill, toTable, moved := failoverOnce(b, partitions, mode == "one-by-one")
 					b.ReportMetric(afterExpiry.Seconds(), "s-after-expiry")
+					b.ReportMetric(toTable.Seconds(), "s-to-first-table")
 					b.ReportMetric(afterKill.Seconds(), "s-after-kill")
 					b.ReportMetric(float64(moved), "masters-moved")
 				}
@@ -37,7 +38,7 @@ func BenchmarkFailover(b *testing.B) {
 	}
 }
 
-func failoverOnce(b *testing.B, partitions int, oneByOne bool) (afterExpiry, afterKill time.Duration, moved int) {
+func failoverOnce(b *testing.B, partitions int, oneByOne bool) (afterExpiry, afterKill, toTable time.Duration, moved int) {
 	c := startClusterWith(b, clusterOptions{nodes: 3, partitions: partitions, replicas: 3, oneByOne: oneByOne})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -74,11 +75,14 @@ func failoverOnce(b *testing.B, partitions int, oneByOne bool) (afterExpiry, aft
 		}
 	}
 	gone := c.cli.Watch(ctx, "/c/nodes/"+victim, clientv3.WithFilterPut())
+	published := c.cli.Watch(ctx, "/c/routing/d")
 	killed := time.Now()
 	c.nodes[victim].kill()
 	delete(c.nodes, victim)
 	<-gone
 	expired := time.Now()
+	<-published
+	toTable = time.Since(expired)
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range 32 {
@@ -94,5 +98,5 @@ func failoverOnce(b *testing.B, partitions int, oneByOne bool) (afterExpiry, aft
 	close(work)
 	wg.Wait()
 	done := time.Now()
-	return done.Sub(expired), done.Sub(killed), len(victimParts)
+	return done.Sub(expired), done.Sub(killed), toTable, len(victimParts)
 }
