@@ -122,7 +122,11 @@ func printCheck(parts []cluster.PartitionCheck) error {
 			if r.Result == cluster.CheckEqual {
 				continue
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.DB, p.Partition, p.SCN, p.Master, r.Node, r.Result, r.Error)
+			detail := r.Error
+			if len(r.Tables) > 0 {
+				detail = "tables " + strings.Join(r.Tables, ", ")
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.DB, p.Partition, p.SCN, p.Master, r.Node, r.Result, detail)
 		}
 	}
 	w.Flush()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,8 @@ type ReplicaCheck struct {
 	Result string `json:"result"`
 	Sum    string `json:"sum,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Tables are the tables whose key ranges differ, when it differs.
+	Tables []string `json:"tables,omitempty"`
 }
 
 // Check compares every partition's slaves with its master (of database
@@ -76,6 +79,17 @@ func Check(ctx context.Context, cli *clientv3.Client, prefix, db string) ([]Part
 	}
 	wg.Wait()
 	return out, nil
+}
+
+func mergeKeys(a, b map[string]uint64) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
 }
 
 func checkPartition(ctx context.Context, t *RoutingTable, p int) PartitionCheck {
@@ -122,6 +136,12 @@ func checkPartition(ctx context.Context, t *RoutingTable, p int) PartitionCheck 
 				rc.Result, rc.Sum = CheckEqual, fmt.Sprintf("%016x", got.Sum)
 			default:
 				rc.Result, rc.Sum = CheckDiffers, fmt.Sprintf("%016x", got.Sum)
+				for t := range mergeKeys(ref.Tables, got.Tables) {
+					if ref.Tables[t] != got.Tables[t] {
+						rc.Tables = append(rc.Tables, t)
+					}
+				}
+				slices.Sort(rc.Tables)
 			}
 			pc.Replicas = append(pc.Replicas, rc)
 		}

@@ -68,13 +68,15 @@ type ChecksumRequest struct {
 	Wait      time.Duration `json:"wait"`
 }
 
-// ChecksumResult is a partition's checksum and the SCN it was taken at.
+// ChecksumResult is a partition's checksum and the SCN it was taken at,
+// with the checksum of each table's key range.
 type ChecksumResult struct {
-	SCN storage.SCN `json:"scn"`
-	Sum uint64      `json:"sum"`
+	SCN    storage.SCN       `json:"scn"`
+	Sum    uint64            `json:"sum"`
+	Tables map[string]uint64 `json:"tables,omitempty"`
 }
 
-// Checksum checksums a partition's rows (see storage.Partition.Checksum);
+// Checksum checksums a partition's rows (see storage.Partition.Sums);
 // with req.At set it fails with storage.ErrPassed when this replica is
 // already past At.
 func (n *Node) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResult, error) {
@@ -82,15 +84,16 @@ func (n *Node) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResu
 	if err != nil {
 		return nil, err
 	}
+	var s storage.Sums
 	if req.At.IsZero() {
-		scn, sum, err := p.Checksum()
-		return &ChecksumResult{SCN: scn, Sum: sum}, err
+		s, err = p.Sums()
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, req.Wait)
+		defer cancel()
+		s, err = p.ChecksumAt(req.At, ctx.Done())
 	}
-	ctx, cancel := context.WithTimeout(ctx, req.Wait)
-	defer cancel()
-	sum, err := p.ChecksumAt(req.At, ctx.Done())
 	if err != nil {
 		return nil, err
 	}
-	return &ChecksumResult{SCN: req.At, Sum: sum}, nil
+	return &ChecksumResult{SCN: s.SCN, Sum: s.Total, Tables: s.Tables}, nil
 }

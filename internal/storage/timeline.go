@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash"
 	"hash/fnv"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -238,11 +239,25 @@ func (p *Partition) LastCommitBefore(scn SCN) (SCN, error) {
 	return SCN{gen, seq}, err
 }
 
+// Sums are checksums of a partition's rows at one SCN: of all of them,
+// and of each table's key range, to say where two replicas differ.
+type Sums struct {
+	SCN    SCN
+	Total  uint64
+	Tables map[string]uint64
+}
+
 // Checksum returns a checksum of every document row of the partition (keys
 // and stored bytes, headers included) with the SCN it was taken at, from
 // one snapshot. Replicas that passed through the same timeline to the same
 // SCN have equal checksums.
 func (p *Partition) Checksum() (SCN, uint64, error) {
+	s, err := p.Sums()
+	return s.SCN, s.Total, err
+}
+
+// Sums is Checksum with the checksum of each table's range.
+func (p *Partition) Sums() (Sums, error) {
 	p.mu.Lock()
 	snap := p.e.db.NewSnapshot()
 	scn := p.scn
@@ -259,19 +274,18 @@ var ErrPassed = errors.New("storage: partition is past the asked SCN")
 // catching up to its master's reference point), then checksums it there.
 // It fails with ErrPassed if the partition went past at, and with the
 // done channel's closing if that comes first.
-func (p *Partition) ChecksumAt(at SCN, done <-chan struct{}) (uint64, error) {
+func (p *Partition) ChecksumAt(at SCN, done <-chan struct{}) (Sums, error) {
 	for {
 		p.mu.Lock()
 		scn := p.scn
 		if scn == at {
 			snap := p.e.db.NewSnapshot()
 			p.mu.Unlock()
-			_, sum, err := p.checksum(snap, scn)
-			return sum, err
+			return p.checksum(snap, scn)
 		}
 		if at.Less(scn) {
 			p.mu.Unlock()
-			return 0, fmt.Errorf("partition %s/%d at %s, asked %s: %w", p.DB, p.ID, scn, at, ErrPassed)
+			return Sums{}, fmt.Errorf("partition %s/%d at %s, asked %s: %w", p.DB, p.ID, scn, at, ErrPassed)
 		}
 		if p.changed == nil {
 			p.changed = make(chan struct{})
@@ -281,27 +295,47 @@ func (p *Partition) ChecksumAt(at SCN, done <-chan struct{}) (uint64, error) {
 		select {
 		case <-changed:
 		case <-done:
-			return 0, fmt.Errorf("partition %s/%d at %s did not reach %s", p.DB, p.ID, scn, at)
+			return Sums{}, fmt.Errorf("partition %s/%d at %s did not reach %s", p.DB, p.ID, scn, at)
 		}
 	}
 }
 
-func (p *Partition) checksum(snap *pebble.Snapshot, scn SCN) (SCN, uint64, error) {
+func (p *Partition) checksum(snap *pebble.Snapshot, scn SCN) (Sums, error) {
 	defer snap.Close()
 	prefix := append(keys.Partition(p.DB, p.ID), keys.SectionData)
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
 	if err != nil {
-		return SCN{}, 0, err
+		return Sums{}, err
 	}
 	defer it.Close()
-	h := fnv.New64a()
+	s := Sums{SCN: scn, Tables: map[string]uint64{}}
+	total := fnv.New64a()
+	var table hash.Hash64
+	var tableName string
 	for valid := it.First(); valid; valid = it.Next() {
-		h.Write(it.Key())
+		k := it.Key()
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return SCN{}, 0, err
+			return Sums{}, err
 		}
-		h.Write(v)
+		tp, _, err := keys.DecodePart(k[len(prefix):])
+		if err != nil {
+			return Sums{}, err
+		}
+		if table == nil || tp.Str != tableName {
+			if table != nil {
+				s.Tables[tableName] = table.Sum64()
+			}
+			table, tableName = fnv.New64a(), tp.Str
+		}
+		for _, h := range []hash.Hash64{total, table} {
+			h.Write(k)
+			h.Write(v)
+		}
 	}
-	return scn, h.Sum64(), it.Error()
+	if table != nil {
+		s.Tables[tableName] = table.Sum64()
+	}
+	s.Total = total.Sum64()
+	return s, it.Error()
 }

@@ -154,3 +154,47 @@ func TestFailoverTruncatesTheOldTimeline(t *testing.T) {
 		t.Fatalf("after restart: SCN %s, want %s; rows equal: %v", old.SCN(), next.SCN(), got == want)
 	}
 }
+
+// TestSumsLocateDifferences checks that replicas at the same SCN with the
+// same rows have equal sums, and that a difference in one table shows in
+// that table's range only.
+func TestSumsLocateDifferences(t *testing.T) {
+	a, _ := open(t, t.TempDir()).Partition("d", 0)
+	b, _ := open(t, t.TempDir()).Partition("d", 0)
+	for i := range 5 {
+		if _, err := a.Update(func(tx *Tx) error {
+			if _, err := tx.Put("A", []keys.Part{keys.S(fmt.Sprint(i))}, 1, []byte("x")); err != nil {
+				return err
+			}
+			_, err := tx.Put("B", []keys.Part{keys.S(fmt.Sprint(i))}, 1, []byte("y"))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replicate(t, a, b)
+	sa, _ := a.Sums()
+	sb, _ := b.Sums()
+	if sa.SCN != sb.SCN || len(sa.Tables) != 2 || sa.Tables["A"] != sb.Tables["A"] || sa.Tables["B"] != sb.Tables["B"] {
+		t.Fatalf("equal replicas: %+v vs %+v", sa, sb)
+	}
+	// Same SCN, different bytes in table B (as a diverged replica would).
+	put(t, a, "z", "1")
+	if _, err := b.Update(func(tx *Tx) error {
+		_, err := tx.Put("T", []keys.Part{keys.S("z")}, 1, []byte("2"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ = a.Sums()
+	sb, err := b.ChecksumAt(sa.SCN, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa.Total == sb.Total || sa.Tables["T"] == sb.Tables["T"] || sa.Tables["A"] != sb.Tables["A"] || sa.Tables["B"] != sb.Tables["B"] {
+		t.Fatalf("a difference in T: %+v vs %+v", sa, sb)
+	}
+	if _, err := b.ChecksumAt(SCN{Gen: sa.SCN.Gen, Seq: sa.SCN.Seq - 1}, nil); !errors.Is(err, ErrPassed) {
+		t.Fatalf("checksum at a passed SCN: %v", err)
+	}
+}
