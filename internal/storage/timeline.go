@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"hash"
+	"hash/crc32"
 	"hash/fnv"
 
 	"github.com/cockroachdb/pebble/v2"
