@@ -15,9 +15,14 @@ import (
 	"github.com/cortado-db/cortado/internal/node"
 )
 
-// SickAfter is how many calls in a row must fail to reach a node before a
-// router reports it sick.
+// SickAfter is how many calls in a row must fail to reach a node (or be
+// slower than SlowCall) before a router reports it sick.
 const SickAfter = 3
+
+// SlowCall is how long a read from a node may take before it counts as a
+// failure toward a report: a node stuck on its disk is no better than a
+// dead one.
+const SlowCall = 2 * time.Second
 
 // reporter is a router's side of failure reporting: it registers the
 // router under a lease and, for each node that keeps failing to answer,
@@ -58,12 +63,12 @@ func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client,
 // observe records the outcome of a call to node id (of the given
 // incarnation: a report is about one run of a node, and a restarted node
 // starts with a clean slate).
-func (r *reporter) observe(nodeID string, inc int64, err error) {
-	id := fmt.Sprintf("%s/%d", nodeID, inc)
+func (r *reporter) observe(nodeID string, inc int64, took time.Duration, err error) {
 	if r == nil {
 		return
 	}
-	failed := errors.Is(err, node.ErrUnavailable)
+	id := fmt.Sprintf("%s/%d", nodeID, inc)
+	failed := errors.Is(err, node.ErrUnavailable) || took > SlowCall && !errors.Is(err, node.ErrNotReplicated)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !failed {
@@ -146,25 +151,30 @@ type reporting struct {
 }
 
 func (s reporting) Get(ctx context.Context, req node.GetRequest) (*node.Item, error) {
+	start := time.Now()
 	it, err := s.Service.Get(ctx, req)
-	s.r.observe(s.id, s.inc, err)
+	s.r.observe(s.id, s.inc, time.Since(start), err)
 	return it, err
 }
 
 func (s reporting) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
+	start := time.Now()
 	items, err := s.Service.MultiGet(ctx, req)
-	s.r.observe(s.id, s.inc, err)
+	s.r.observe(s.id, s.inc, time.Since(start), err)
 	return items, err
 }
 
 func (s reporting) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {
+	start := time.Now()
 	res, err := s.Service.Scan(ctx, req)
-	s.r.observe(s.id, s.inc, err)
+	s.r.observe(s.id, s.inc, time.Since(start), err)
 	return res, err
 }
 
 func (s reporting) Write(ctx context.Context, req node.WriteRequest) (*node.WriteResult, error) {
 	res, err := s.Service.Write(ctx, req)
-	s.r.observe(s.id, s.inc, err)
+	// A write's time is mostly its replication's (semi-sync), not the
+	// node's: only failures to reach it count.
+	s.r.observe(s.id, s.inc, 0, err)
 	return res, err
 }
