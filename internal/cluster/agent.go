@@ -182,7 +182,7 @@ func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
 			if _, alive := t.Nodes[prev.master]; alive {
 				from = node.NewRemote(prev.url, nil) // a planned move
 			} else if relay := a.relay.get(); relay != "" {
-				from = node.NewRemote(relay, nil) // a failover: what the relay holds
+				from = a.relayRemote(relay) // a failover: what the relay holds
 			}
 			if from != nil {
 				if err := a.Node.Drain(ctx, t.DB, p, from, a.drainLimit()); err != nil {
@@ -292,7 +292,7 @@ func (a *Agent) relayRemote(url string) *node.Remote {
 	}
 	r, ok := a.relays[url]
 	if !ok {
-		r = node.NewRemote(url, nil)
+		r = node.NewLogRemote(url)
 		a.relays[url] = r
 	}
 	return r

@@ -119,9 +119,6 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		t.Fatal(err)
 	}
 	c := &testCluster{t: t, ctx: ctx, cli: cli, reg: reg, nodes: map[string]*clusterNode{}, nodeOpts: o.node}
-	for range nodes {
-		c.addNode()
-	}
 	if o.relayBuffer > 0 {
 		c.relay = &relay.Relay{Client: cli, Prefix: "/c", Buffer: o.relayBuffer, Logger: log, Pulled: o.relayPulled, Served: o.relayServed}
 		rctx, rcancel := context.WithCancel(ctx)
@@ -132,6 +129,9 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		if err := cluster.RegisterRelay(rctx, cli, "/c", "relay", api.URL, 2); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for range nodes {
+		c.addNode()
 	}
 	ctl := &cluster.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
 	go ctl.Run(ctx)

@@ -39,7 +39,7 @@ func BenchmarkFailover(b *testing.B) {
 }
 
 func failoverOnce(b *testing.B, partitions int, oneByOne bool) (afterExpiry, afterKill, toTable time.Duration, moved int) {
-	c := startClusterWith(b, clusterOptions{nodes: 3, partitions: partitions, replicas: 3, oneByOne: oneByOne})
+	c := startClusterWith(b, clusterOptions{nodes: 3, partitions: partitions, replicas: 3, oneByOne: oneByOne, relayBuffer: 10000})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := c.view.AwaitDatabase(ctx, "d"); err != nil {

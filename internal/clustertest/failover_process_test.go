@@ -65,10 +65,6 @@ func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
 			}
 		}
 	}()
-	for i := range nodes {
-		id := fmt.Sprintf("s%d", i)
-		c.storage[id] = StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint, "--node-id", id, "--lease-ttl", "2")
-	}
 	// The relay listens on a port of its own but advertises the proxy.
 	relayPort, err := coord.FreeLoopbackURL()
 	if err != nil {
@@ -82,6 +78,10 @@ func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
 	}
 	t.Cleanup(c.relayProxy.Stop)
 	c.relay = StartRole(t, "relay", "--etcd-endpoints", etcd.Endpoint, "--listen", relayAddr, "--advertise-url", "http://"+c.relayProxy.Listen, "--lease-ttl", "2")
+	for i := range nodes {
+		id := fmt.Sprintf("s%d", i)
+		c.storage[id] = StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint, "--node-id", id, "--lease-ttl", "2")
+	}
 	for _, id := range []string{"c1", "c2"} {
 		c.controllers[id] = StartRole(t, "controller", "--etcd-endpoints", etcd.Endpoint, "--controller-id", id, "--lease-ttl", "2", "--check-interval", "0")
 	}

@@ -28,7 +28,7 @@ func BenchmarkReplication(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			var mu sync.Mutex
 			var lags []time.Duration
-			c := startClusterWith(b, clusterOptions{nodes: 3, partitions: 8, replicas: 3, replication: mode,
+			c := startClusterWith(b, clusterOptions{nodes: 3, partitions: 8, replicas: 3, replication: mode, relayBuffer: 10000,
 				node: node.Options{ReplicationLag: func(d time.Duration) {
 					mu.Lock()
 					lags = append(lags, d)

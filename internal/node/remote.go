@@ -181,6 +181,14 @@ func NewRemote(base string, hc *http.Client) *Remote {
 	return &Remote{base: strings.TrimSuffix(base, "/"), hc: hc}
 }
 
+// NewLogRemote returns a Remote for log streams: many long-polls to one
+// host at once (a relay serving every partition's slaves, a node's slaves
+// reading through one relay), so no cap on connections per host, unlike
+// NewRemote's pool for request traffic.
+func NewLogRemote(base string) *Remote {
+	return NewRemote(base, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096}})
+}
+
 var _ Service = (*Remote)(nil)
 
 func (r *Remote) call(ctx context.Context, name string, req, res any) error {

@@ -176,7 +176,9 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
-		res, err := old.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN(), Wait: 50 * time.Millisecond})
+		// No waiting on the source: a relay or a stepped-down master
+		// that has nothing newer says so at once.
+		res, err := old.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN()})
 		if err != nil || res.Diverged {
 			return nil // unreachable, timed out, or not a predecessor
 		}
@@ -185,6 +187,13 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 		}
 		if res.SourceRole != Master && p.SCN() == res.SourceSCN {
 			return nil
+		}
+		if len(res.Commits) == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 }

@@ -153,7 +153,7 @@ func (r *Relay) remote(url string) *node.Remote {
 	defer r.mu.Unlock()
 	rm, ok := r.remotes[url]
 	if !ok {
-		rm = node.NewRemote(url, nil)
+		rm = node.NewLogRemote(url)
 		r.remotes[url] = rm
 	}
 	return rm

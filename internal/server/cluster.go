@@ -90,6 +90,18 @@ func (m *member) close() error {
 // startLocalCluster runs, for `serve --nodes N`, N storage nodes with
 // their internal APIs on loopback ports, and a controller.
 func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h, err := s.startRelay(ctx, "relay", "http://"+ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	s.extra = append(s.extra, hs)
+	go hs.Serve(ln)
 	for i := range s.opts.Nodes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -111,18 +123,6 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		s.extra = append(s.extra, h)
 		go h.Serve(ln)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	h, err := s.startRelay(ctx, "relay", "http://"+ln.Addr().String())
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	s.extra = append(s.extra, hs)
-	go hs.Serve(ln)
 	s.startController()
 	return nil
 }
