@@ -17,7 +17,7 @@ import (
 // HTTP API), replicas 3, lease TTL 2s. The node mastering the most
 // partitions is killed; the benchmark reports the time from its lease's
 // expiry (etcd deleting its registration) until every partition it
-// mastered accepted a write through the router again, with transitions
+// mastered accepted a write through the router again (128 probing clients), with transitions
 // grouped (one routing table version for all) and one by one (one version
 // per partition). Run with -benchtime 1x: each run builds a cluster.
 //
@@ -85,7 +85,7 @@ func failoverOnce(b *testing.B, partitions int, oneByOne bool) (afterExpiry, aft
 	toTable = time.Since(expired)
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range 32 {
+	for range 128 {
 		wg.Go(func() {
 			for p := range work {
 				c.put(probe[p], "after")
