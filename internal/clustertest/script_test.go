@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cortado-db/cortado/internal/cluster"
 	"github.com/cortado-db/cortado/internal/coord"
@@ -63,4 +65,35 @@ func TestClusterScript(t *testing.T) {
 	if served := metric(t, "http://127.0.0.1:"+strconv.Itoa(base+5), "cortado_relay_pulled_commits_total"); served == 0 {
 		t.Fatal("the relay pulled nothing")
 	}
+}
+
+// TestServeNodes runs `cortado serve --nodes 3 --demo`: three replicated
+// storage nodes, a relay, a controller and a router in one process.
+func TestServeNodes(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--nodes", "3", "--demo", "--lease-ttl", "2"}})
+	req, _ := http.NewRequest("PUT", s.URL+"/demo/MailboxStats/alice", strings.NewReader(`{"total":2,"unread":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("put: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get(s.URL + "/_cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st cluster.Status
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Nodes) != 3 || len(st.Databases) != 1 {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	for _, p := range st.Databases[0].Partitions {
+		if len(p.Replicas) != 3 || p.Replicas[0].Role != "MASTER" {
+			t.Fatalf("partition %d: %+v", p.Partition, p.Replicas)
+		}
+	}
+	await(t, 10*time.Second, "the relay to pull the write", func() bool {
+		return metric(t, s.URL, "cortado_relay_pulled_commits_total") > 0
+	})
 }
