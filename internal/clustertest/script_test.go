@@ -2,8 +2,9 @@ package clustertest
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cortado-db/cortado/internal/cluster"
-	"github.com/cortado-db/cortado/internal/coord"
 )
 
 // TestClusterScript runs `scripts/cluster up`, writes and reads through
@@ -21,36 +21,50 @@ import (
 // check and that the relay pulled the write, and `down`.
 func TestClusterScript(t *testing.T) {
 	bin := Binary(t)
-	free, err := coord.FreeLoopbackURL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, _ := url.Parse(free)
-	base, _ := strconv.Atoi(u.Port())
-	base = min(base, 65000)
-	dir := t.TempDir()
-	env := append(os.Environ(), "CORTADO_BIN="+bin, "CLUSTER_DIR="+dir, "CLUSTER_PORT="+strconv.Itoa(base), "LEASE_TTL=2")
 	script := filepath.Join("..", "..", "scripts", "cluster")
-	run := func(name string, args ...string) []byte {
-		t.Helper()
+	var env []string
+	run := func(name string, args ...string) ([]byte, error) {
 		cmd := exec.Command(name, args...)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+			return out, fmt.Errorf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return out, nil
+	}
+	must := func(name string, args ...string) []byte {
+		t.Helper()
+		out, err := run(name, args...)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}
-	run(script, "up")
-	t.Cleanup(func() { run(script, "down") })
+	// The script takes a range of 33 fixed ports: pick one below the
+	// kernel's ephemeral range, and another if a port there is taken.
+	var base int
+	for attempt := 1; ; attempt++ {
+		base = 20000 + rand.IntN(12000)
+		dir := t.TempDir()
+		env = append(os.Environ(), "CORTADO_BIN="+bin, "CLUSTER_DIR="+dir, "CLUSTER_PORT="+strconv.Itoa(base), "LEASE_TTL=2")
+		_, err := run(script, "up")
+		if err == nil {
+			break
+		}
+		run(script, "down")
+		if !strings.Contains(err.Error(), "address already in use") || attempt == 5 {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { must(script, "down") })
 	r1 := "http://127.0.0.1:" + strconv.Itoa(base+31)
 	r2 := "http://127.0.0.1:" + strconv.Itoa(base+32)
-	run(bin, "put", "--url", r1, "-d", `{"total":3,"unread":1}`, "demo/MailboxStats/alice")
-	if out := run(bin, "get", "--url", r2, "demo/MailboxStats/alice"); !json.Valid(out) || !strings.Contains(string(out), `"total": 3`) {
+	must(bin, "put", "--url", r1, "-d", `{"total":3,"unread":1}`, "demo/MailboxStats/alice")
+	if out := must(bin, "get", "--url", r2, "demo/MailboxStats/alice"); !json.Valid(out) || !strings.Contains(string(out), `"total": 3`) {
 		t.Fatalf("read through the second router: %s", out)
 	}
 	var st cluster.Status
-	if err := json.Unmarshal(run(bin, "cluster", "status", "--json", "--url", r1), &st); err != nil {
+	if err := json.Unmarshal(must(bin, "cluster", "status", "--json", "--url", r1), &st); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.Nodes) != 3 || st.Controller == "" || len(st.Databases) != 1 || len(st.Databases[0].Partitions) != 16 {
@@ -61,7 +75,7 @@ func TestClusterScript(t *testing.T) {
 			t.Fatalf("node %+v", n)
 		}
 	}
-	run(bin, "cluster", "check", "--url", r1)
+	must(bin, "cluster", "check", "--url", r1)
 	if served := metric(t, "http://127.0.0.1:"+strconv.Itoa(base+5), "cortado_relay_pulled_commits_total"); served == 0 {
 		t.Fatal("the relay pulled nothing")
 	}
