@@ -37,7 +37,7 @@ type Agent struct {
 	mu        sync.Mutex
 	followers map[partKey]*follower
 	relay     *relayWatch
-	relays    map[string]*node.Remote
+	streams   node.Remotes // log streams: masters and the relay
 }
 
 type partKey struct {
@@ -50,13 +50,12 @@ type follower struct {
 	url    string
 	cancel context.CancelFunc
 	done   chan struct{}
-	// directUntil: the relay failed; read from the master until then.
-	directUntil time.Time
 }
 
 // Run applies every routing table, then each change, until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	a.followers = map[partKey]*follower{}
+	a.streams.New = node.NewLogRemote
 	a.relay = watchRelays(ctx, a.Client, a.Prefix)
 	defer a.stopAll()
 	for ctx.Err() == nil {
@@ -180,9 +179,9 @@ func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
 		if prev != nil {
 			var from node.LogSource
 			if _, alive := t.Nodes[prev.master]; alive {
-				from = node.NewRemote(prev.url, nil) // a planned move
+				from = a.streams.Get(prev.url) // a planned move
 			} else if relay := a.relay.get(); relay != "" {
-				from = a.relayRemote(relay) // a failover: what the relay holds
+				from = a.streams.Get(relay) // a failover: what the relay holds
 			}
 			if from != nil {
 				if err := a.Node.Drain(ctx, t.DB, p, from, a.drainLimit()); err != nil {
@@ -232,24 +231,28 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 	a.mu.Lock()
 	a.followers[k] = f
 	a.mu.Unlock()
-	direct := node.NewRemote(url, nil)
+	direct := a.streams.Get(url)
 	go func() {
 		defer close(f.done)
 		// Read through the relay when there is one; when it fails, from
 		// the master for a while, then try the relay again.
+		var directUntil time.Time
 		for fctx.Err() == nil {
+			relay := a.relay.get()
+			viaRelay := relay != "" && time.Now().After(directUntil)
 			src, sctx, cancel := node.LogSource(direct), fctx, context.CancelFunc(func() {})
-			if relay := a.relay.get(); relay != "" && time.Now().After(f.directUntil) {
-				src = a.relayRemote(relay)
+			if viaRelay {
+				src = a.streams.Get(relay)
 			} else {
+				// Look for a (working) relay again after a while.
 				sctx, cancel = context.WithTimeout(fctx, 5*time.Second)
 			}
 			err := a.Node.Follow(sctx, k.db, k.id, src, a.Truncated)
 			cancel()
 			if err != nil {
 				a.Log.Debug("agent: follow", "db", k.db, "partition", k.id, "master", master, "err", err)
-				if src != node.LogSource(direct) {
-					f.directUntil = time.Now().Add(5 * time.Second)
+				if viaRelay {
+					directUntil = time.Now().Add(5 * time.Second)
 					continue
 				}
 				select {
@@ -282,18 +285,4 @@ func (a *Agent) stopAll() {
 	for _, k := range ks {
 		a.stop(k)
 	}
-}
-
-func (a *Agent) relayRemote(url string) *node.Remote {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.relays == nil {
-		a.relays = map[string]*node.Remote{}
-	}
-	r, ok := a.relays[url]
-	if !ok {
-		r = node.NewLogRemote(url)
-		a.relays[url] = r
-	}
-	return r
 }

@@ -43,8 +43,7 @@ type Controller struct {
 	CheckInterval time.Duration
 	OnCheck       func([]PartitionCheck)
 
-	mu      sync.Mutex
-	remotes map[string]*node.Remote
+	remotes node.Remotes
 }
 
 // Run campaigns and, while leader, reconciles, until ctx ends.
@@ -247,7 +246,7 @@ func (c *Controller) timelines(ctx context.Context, db string, cur *RoutingTable
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			st, err := c.remote(live[id]).Status(sctx, node.StatusRequest{DB: db})
+			st, err := c.remotes.Get(live[id]).Status(sctx, node.StatusRequest{DB: db})
 			if err != nil {
 				c.Log.Warn("controller: replica status", "node", id, "err", err)
 				return
@@ -263,20 +262,6 @@ func (c *Controller) timelines(ctx context.Context, db string, cur *RoutingTable
 	}
 	wg.Wait()
 	return out
-}
-
-func (c *Controller) remote(url string) *node.Remote {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.remotes == nil {
-		c.remotes = map[string]*node.Remote{}
-	}
-	r, ok := c.remotes[url]
-	if !ok {
-		r = node.NewRemote(url, nil)
-		c.remotes[url] = r
-	}
-	return r
 }
 
 // keepMasterUntilCaughtUp refuses to make a node master of a partition it

@@ -17,7 +17,7 @@ import (
 type RoutingView struct {
 	mu      sync.RWMutex
 	tables  map[string]*RoutingTable
-	remotes map[string]*node.Remote
+	remotes node.Remotes
 	done    chan struct{}
 	// reporter, when set, reports nodes this router cannot reach.
 	reporter *reporter
@@ -25,7 +25,7 @@ type RoutingView struct {
 
 // WatchRouting loads the routing tables and follows them until ctx ends.
 func WatchRouting(ctx context.Context, cli *clientv3.Client, prefix string) (*RoutingView, error) {
-	v := &RoutingView{tables: map[string]*RoutingTable{}, remotes: map[string]*node.Remote{}, done: make(chan struct{})}
+	v := &RoutingView{tables: map[string]*RoutingTable{}, done: make(chan struct{})}
 	resp, err := cli.Get(ctx, routingPrefix(prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ func (v *RoutingView) Slaves(db string, part int) []node.Service {
 
 // service is node id at url, reporting to the reporter if there is one.
 func (v *RoutingView) service(t *RoutingTable, id, url string) node.Service {
-	r := v.remote(url)
+	r := v.remotes.Get(url)
 	v.mu.RLock()
 	rep := v.reporter
 	v.mu.RUnlock()
@@ -94,17 +94,6 @@ func (v *RoutingView) service(t *RoutingTable, id, url string) node.Service {
 		return r
 	}
 	return reporting{Service: r, id: id, inc: t.Incarnations[id], r: rep}
-}
-
-func (v *RoutingView) remote(url string) *node.Remote {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	r, ok := v.remotes[url]
-	if !ok {
-		r = node.NewRemote(url, nil)
-		v.remotes[url] = r
-	}
-	return r
 }
 
 // Node returns the master of a partition (router.Backend). With no master

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
@@ -308,4 +309,35 @@ func handleCall(mux *http.ServeMux, name string, do func(context.Context, *json.
 		}
 		json.NewEncoder(w).Encode(res)
 	})
+}
+
+// Remotes hands out one Remote per base URL, made on first use, so a
+// caller that reaches many nodes reuses their connections. The zero value
+// makes Remotes with NewRemote's request pool.
+type Remotes struct {
+	// New makes the Remote for a URL; nil is NewRemote(base, nil). Set it
+	// before first use.
+	New func(base string) *Remote
+
+	mu sync.Mutex
+	m  map[string]*Remote
+}
+
+// Get returns the Remote for base.
+func (rs *Remotes) Get(base string) *Remote {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.m[base]
+	if !ok {
+		if rs.New != nil {
+			r = rs.New(base)
+		} else {
+			r = NewRemote(base, nil)
+		}
+		if rs.m == nil {
+			rs.m = map[string]*Remote{}
+		}
+		rs.m[base] = r
+	}
+	return r
 }

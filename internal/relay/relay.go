@@ -37,7 +37,7 @@ type Relay struct {
 
 	mu      sync.Mutex
 	parts   map[partKey]*partition
-	remotes map[string]*node.Remote
+	remotes node.Remotes // log streams to masters
 }
 
 type partKey struct {
@@ -79,7 +79,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.parts = map[partKey]*partition{}
-	r.remotes = map[string]*node.Remote{}
+	r.remotes.New = node.NewLogRemote
 	r.mu.Unlock()
 	for ctx.Err() == nil {
 		resp, err := r.Client.Get(ctx, r.Prefix+"/routing/", clientv3.WithPrefix())
@@ -131,7 +131,7 @@ func (r *Relay) apply(ctx context.Context, b []byte) {
 		p.cancel = cancel
 		p.mu.Unlock()
 		if url != "" {
-			go r.pull(pctx, t.DB, id, p, r.remote(url))
+			go r.pull(pctx, t.DB, id, p, r.remotes.Get(url))
 		}
 	}
 }
@@ -146,17 +146,6 @@ func (r *Relay) part(db string, id int, create bool) *partition {
 		r.parts[k] = p
 	}
 	return p
-}
-
-func (r *Relay) remote(url string) *node.Remote {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rm, ok := r.remotes[url]
-	if !ok {
-		rm = node.NewLogRemote(url)
-		r.remotes[url] = rm
-	}
-	return rm
 }
 
 // pull keeps p's buffer up to date from master until ctx ends. Each
@@ -222,7 +211,7 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 			if master == "" {
 				return nil, node.ErrUnavailable
 			}
-			return r.remote(master).Log(ctx, req)
+			return r.remotes.Get(master).Log(ctx, req)
 		}
 		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last()}
 		if start < len(p.commits) {
