@@ -11,11 +11,17 @@ import (
 // RegisterRelay publishes a relay's URL under a lease of ttlSeconds until
 // ctx ends; slaves then read their masters' logs through it.
 func RegisterRelay(ctx context.Context, cli *clientv3.Client, prefix, id, url string, ttlSeconds int) error {
+	return putLeased(ctx, cli, relaysPrefix(prefix)+id, url, ttlSeconds)
+}
+
+// putLeased puts key=value under a lease kept alive until ctx ends (or the
+// process dies, when it lapses after ttlSeconds).
+func putLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttlSeconds int) error {
 	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds), concurrency.WithContext(ctx))
 	if err != nil {
 		return err
 	}
-	if _, err := cli.Put(ctx, relaysPrefix(prefix)+id, url, clientv3.WithLease(s.Lease())); err != nil {
+	if _, err := cli.Put(ctx, key, value, clientv3.WithLease(s.Lease())); err != nil {
 		s.Close()
 		return err
 	}

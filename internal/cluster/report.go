@@ -10,7 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/cortado-db/cortado/internal/node"
 )
@@ -31,11 +30,10 @@ const SlowCall = 2 * time.Second
 // majority of live routers as failed, though it still holds its lease: a
 // node that etcd sees but clients cannot reach is no use as a master.
 type reporter struct {
-	cli     *clientv3.Client
-	prefix  string
-	id      string
-	session *concurrency.Session
-	log     *slog.Logger
+	cli    *clientv3.Client
+	prefix string
+	id     string
+	log    *slog.Logger
 
 	mu       sync.Mutex
 	failures map[string]int
@@ -45,17 +43,11 @@ type reporter struct {
 // ReportSickNodes makes the view's router register as id and report the
 // nodes it cannot reach, until ctx ends.
 func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client, prefix, id string, ttlSeconds int, log *slog.Logger) error {
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds), concurrency.WithContext(ctx))
-	if err != nil {
+	if err := putLeased(ctx, cli, routersPrefix(prefix)+id, id, ttlSeconds); err != nil {
 		return err
 	}
-	if _, err := cli.Put(ctx, routersPrefix(prefix)+id, id, clientv3.WithLease(s.Lease())); err != nil {
-		s.Close()
-		return err
-	}
-	go func() { <-ctx.Done(); s.Close() }()
 	v.mu.Lock()
-	v.reporter = &reporter{cli: cli, prefix: prefix, id: id, session: s, log: log, failures: map[string]int{}, reported: map[string]bool{}}
+	v.reporter = &reporter{cli: cli, prefix: prefix, id: id, log: log, failures: map[string]int{}, reported: map[string]bool{}}
 	v.mu.Unlock()
 	return nil
 }
