@@ -140,13 +140,7 @@ func (s *Server) startRelay(ctx context.Context, id, url string) (http.Handler, 
 		Pulled: func(n int) { s.cluster.RelayPulled.Add(float64(n)) },
 		Served: func(n int) { s.cluster.RelayServed.Add(float64(n)) },
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(rctx)
-	}()
-	s.stop = append(s.stop, func() { cancel(); <-done })
+	rctx := s.background(func(ctx context.Context) { r.Run(ctx) })
 	if err := cluster.RegisterRelay(rctx, s.cli, s.opts.Prefix, id, url, s.opts.LeaseTTL); err != nil {
 		return nil, err
 	}
@@ -176,13 +170,20 @@ func (s *Server) startController() {
 			s.cluster.Checked(counts, float64(time.Now().Unix()))
 		}
 	}
+	s.background(func(ctx context.Context) { c.Run(ctx) })
+}
+
+// background runs a role until Close, which cancels the returned context
+// and waits for run to return.
+func (s *Server) background(run func(context.Context)) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.Run(ctx)
+		run(ctx)
 	}()
 	s.stop = append(s.stop, func() { cancel(); <-done })
+	return ctx
 }
 
 // serveClusterStatus answers GET /_cluster.
