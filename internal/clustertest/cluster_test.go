@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -217,16 +218,7 @@ func TestControllerFailover(t *testing.T) {
 	// once a slave held it.
 
 	before := c.view.Table("d")
-	count := map[string]int{}
-	for _, r := range before.Partitions {
-		count[r.Replicas[0]]++
-	}
-	victim := "n0"
-	for id, n := range count {
-		if n > count[victim] {
-			victim = id
-		}
-	}
+	victim := busiestMaster(before)
 	// A key the victim masters, for reads during the failover.
 	d, _ := c.reg.Database("d")
 	onVictim := ""
@@ -401,16 +393,7 @@ func TestRouterReportsUnreachableNode(t *testing.T) {
 		acked[k] = v
 	}
 	before := c.view.Table("d")
-	count := map[string]int{}
-	for _, r := range before.Partitions {
-		count[r.Replicas[0]]++
-	}
-	victim := "n0"
-	for id, n := range count {
-		if n > count[victim] {
-			victim = id
-		}
-	}
+	victim := busiestMaster(before)
 	c.nodes[victim].cutOff()
 	for i := range partitions * 4 {
 		c.put(fmt.Sprintf("after%d", i), "x")
@@ -464,4 +447,20 @@ func TestRelayBuffer(t *testing.T) {
 	})
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
 	c.checkAcked(acked)
+}
+
+// busiestMaster is the node mastering the most partitions in t (of those
+// tied, the first by name).
+func busiestMaster(t *cluster.RoutingTable) string {
+	count := map[string]int{}
+	for _, r := range t.Partitions {
+		count[r.Replicas[0]]++
+	}
+	best := ""
+	for _, id := range slices.Sorted(maps.Keys(count)) {
+		if best == "" || count[id] > count[best] {
+			best = id
+		}
+	}
+	return best
 }

@@ -58,16 +58,7 @@ func failoverOnce(b *testing.B, partitions int, oneByOne bool) (afterExpiry, aft
 		}
 	}
 	table := c.view.Table("d")
-	count := map[string]int{}
-	for _, r := range table.Partitions {
-		count[r.Replicas[0]]++
-	}
-	victim := "n0"
-	for id, n := range count {
-		if n > count[victim] {
-			victim = id
-		}
-	}
+	victim := busiestMaster(table)
 	var victimParts []int
 	for p, r := range table.Partitions {
 		if r.Replicas[0] == victim {

@@ -116,18 +116,32 @@ func (c *procCluster) table() *cluster.RoutingTable {
 }
 
 // busiestMaster is the node mastering the most partitions.
-func (c *procCluster) busiestMaster() string {
-	count := map[string]int{}
-	for _, r := range c.table().Partitions {
-		count[r.Replicas[0]]++
-	}
-	best := ""
-	for id, n := range count {
-		if best == "" || n > count[best] {
-			best = id
+func (c *procCluster) busiestMaster() string { return busiestMaster(c.table()) }
+
+// awaitMastersOff waits until no partition is mastered by victim.
+func (c *procCluster) awaitMastersOff(victim string) {
+	c.t.Helper()
+	await(c.t, 30*time.Second, "masters off "+victim, func() bool {
+		for _, r := range c.table().Partitions {
+			if r.Replicas[0] == victim {
+				return false
+			}
 		}
-	}
-	return best
+		return true
+	})
+}
+
+// awaitHosting waits until some partition has a replica on id again.
+func (c *procCluster) awaitHosting(id string) {
+	c.t.Helper()
+	await(c.t, 30*time.Second, id+" to host partitions again", func() bool {
+		for _, r := range c.table().Partitions {
+			if slices.Contains(r.Replicas, id) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // writers runs n writers through the router until stop is closed; each
@@ -343,26 +357,12 @@ func TestFailoverKillMasterAndController(t *testing.T) {
 	killed := time.Now()
 	c.storage[victim].Kill()
 	c.controllers[st.Controller].Kill()
-	await(t, 30*time.Second, "masters off the killed node", func() bool {
-		for _, r := range c.table().Partitions {
-			if r.Replicas[0] == victim {
-				return false
-			}
-		}
-		return true
-	})
+	c.awaitMastersOff(victim)
 	t.Logf("masters moved %v after kill -9 of %s and of controller %s (lease TTL 2s)", time.Since(killed).Round(10*time.Millisecond), victim, st.Controller)
 	awaitWrites(t, w, 100)
 
 	c.storage[victim].Restart()
-	await(t, 30*time.Second, "the restarted node to host partitions again", func() bool {
-		for _, r := range c.table().Partitions {
-			if slices.Contains(r.Replicas, victim) {
-				return true
-			}
-		}
-		return false
-	})
+	c.awaitHosting(victim)
 	awaitWrites(t, w, 50)
 	acked := w.finish(t)
 	t.Logf("%d writes acknowledged", len(acked))
@@ -386,14 +386,7 @@ func TestFailoverPausedMaster(t *testing.T) {
 	}
 	url := c.table().Nodes[victim]
 	c.storage[victim].Pause()
-	await(t, 30*time.Second, "masters off the paused node", func() bool {
-		for _, r := range c.table().Partitions {
-			if r.Replicas[0] == victim {
-				return false
-			}
-		}
-		return true
-	})
+	c.awaitMastersOff(victim)
 	awaitWrites(t, w, 100)
 	c.storage[victim].Resume()
 	// The old master is asked directly, as a router with a stale table
@@ -439,27 +432,13 @@ func TestFailoverRelayCut(t *testing.T) {
 	awaitWrites(t, w, 100)
 	victim := c.busiestMaster()
 	c.storage[victim].Kill()
-	await(t, 30*time.Second, "masters off the killed node", func() bool {
-		for _, r := range c.table().Partitions {
-			if r.Replicas[0] == victim {
-				return false
-			}
-		}
-		return true
-	})
+	c.awaitMastersOff(victim)
 	awaitWrites(t, w, 100)
 	if err := c.relayProxy.Start(); err != nil {
 		t.Fatal(err)
 	}
 	c.storage[victim].Restart()
-	await(t, 30*time.Second, "the restarted node to host partitions again", func() bool {
-		for _, r := range c.table().Partitions {
-			if slices.Contains(r.Replicas, victim) {
-				return true
-			}
-		}
-		return false
-	})
+	c.awaitHosting(victim)
 	awaitWrites(t, w, 50)
 	acked := w.finish(t)
 	t.Logf("%d writes acknowledged", len(acked))

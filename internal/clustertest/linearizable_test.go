@@ -131,14 +131,7 @@ func TestLinearizableAcrossFailover(t *testing.T) {
 	await(t, 30*time.Second, "operations before the failure", func() bool { return count() >= 300 })
 	victim := c.busiestMaster()
 	c.storage[victim].Kill()
-	await(t, 30*time.Second, "masters off the killed node", func() bool {
-		for _, r := range c.table().Partitions {
-			if r.Replicas[0] == victim {
-				return false
-			}
-		}
-		return true
-	})
+	c.awaitMastersOff(victim)
 	n := count()
 	await(t, 30*time.Second, "operations after the failover", func() bool { return count() >= n+300 })
 	close(stop)
