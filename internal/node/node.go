@@ -188,13 +188,11 @@ func (n *Node) awaitReplicated(ctx context.Context, db string, id int, scn stora
 	if scn.IsZero() {
 		return nil
 	}
-	if d, err := n.reg.Database(db); err != nil || d.Replication == "async" {
+	e, _ := n.roles.lookup(db, id)
+	if e == nil {
 		return nil
 	}
-	n.roles.mu.Lock()
-	e := n.roles.m[partitionKey{db, id}]
-	n.roles.mu.Unlock()
-	if e == nil {
+	if d, err := n.reg.Database(db); err != nil || d.Replication == "async" {
 		return nil
 	}
 	return e.awaitAck(ctx, scn, n.opts.SemiSyncTimeout)

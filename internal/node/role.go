@@ -43,7 +43,7 @@ var ErrNotReplicated = errors.New("write committed on the master but not confirm
 // roles holds the role of every partition this node hosts. With allMaster
 // (single-node serve) every partition is master in generation 1.
 type roles struct {
-	mu        sync.Mutex // guards m and allMaster
+	mu        sync.RWMutex // guards m, allMaster and leaseValid
 	allMaster bool
 	m         map[partitionKey]*partRole
 	// leaseValid, when set, is asked before every write: a node whose
@@ -128,7 +128,19 @@ type partitionKey struct {
 	id int
 }
 
+// lookup returns a partition's entry, nil if it has none yet, and whether
+// the node masters every partition.
+func (r *roles) lookup(db string, id int) (e *partRole, allMaster bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.m[partitionKey{db, id}], r.allMaster
+}
+
+// entry returns a partition's entry, making it on first use.
 func (r *roles) entry(db string, id int) *partRole {
+	if e, _ := r.lookup(db, id); e != nil {
+		return e
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := partitionKey{db, id}
@@ -144,8 +156,8 @@ func (r *roles) entry(db string, id int) *partRole {
 }
 
 func (r *roles) keys() (ks []partitionKey, allMaster bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	for k := range r.m {
 		ks = append(ks, k)
 	}
@@ -180,11 +192,8 @@ func (n *Node) SetRole(db string, id int, role Role, generation uint32) error {
 
 // Role returns this node's role for a partition.
 func (n *Node) Role(db string, id int) Role {
-	n.roles.mu.Lock()
-	e, ok := n.roles.m[partitionKey{db, id}]
-	all := n.roles.allMaster
-	n.roles.mu.Unlock()
-	if !ok {
+	e, all := n.roles.lookup(db, id)
+	if e == nil {
 		if all {
 			return Master
 		}
@@ -228,9 +237,9 @@ func (n *Node) RequireLease(valid func() bool) {
 // beginWrite holds a partition's role shared for a write, if this node
 // masters it; the caller releases it (e.mu.RUnlock) when done.
 func (n *Node) beginWrite(db string, id int) (*partRole, error) {
-	n.roles.mu.Lock()
+	n.roles.mu.RLock()
 	valid := n.roles.leaseValid
-	n.roles.mu.Unlock()
+	n.roles.mu.RUnlock()
 	e := n.roles.entry(db, id)
 	e.mu.RLock()
 	if e.role != Master || valid != nil && !valid() {
@@ -268,10 +277,7 @@ func (e *partRole) heardFromMaster() {
 // staleness is, for a slave, the time since it last heard from its
 // master; for a master, zero. ok is false for a replica that is neither.
 func (n *Node) staleness(db string, id int) (d time.Duration, ok bool) {
-	n.roles.mu.Lock()
-	e := n.roles.m[partitionKey{db, id}]
-	all := n.roles.allMaster
-	n.roles.mu.Unlock()
+	e, all := n.roles.lookup(db, id)
 	if e == nil {
 		return 0, all
 	}
