@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -24,6 +25,9 @@ type Agent struct {
 	Log    *slog.Logger
 	// Truncated is told how many events a rejoining replica undid.
 	Truncated func(int)
+	// Alarm is told of a truncation refused because it would have
+	// removed acknowledged commits (see storage.ErrTruncateAcknowledged).
+	Alarm func(error)
 	// Member, when set, is this node's membership: if its lease is lost
 	// the agent fences every partition at once (no more writes).
 	Member *Member
@@ -162,32 +166,26 @@ func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
 			a.stop(k)
 			return nil
 		}
-		slaves := 0
+		var slaves []string
 		for _, id := range route.Replicas[1:] {
 			if _, live := t.Nodes[id]; live {
-				slaves++
+				slaves = append(slaves, id)
 			}
 		}
 		a.Node.SetSlaves(t.DB, p, slaves)
 		if a.Node.Role(t.DB, p) == node.Master {
 			return a.Node.SetRole(t.DB, p, node.Master, route.Generation)
 		}
-		// Taking over: first drain what the old master committed (a
-		// planned move), unless it is gone (a failover).
 		prev := a.follower(k)
 		a.stop(k)
-		if prev != nil {
-			var from node.LogSource
-			if _, alive := t.Nodes[prev.master]; alive {
-				from = a.streams.Get(prev.url) // a planned move
-			} else if relay := a.relay.get(); relay != "" {
-				from = a.streams.Get(relay) // a failover: what the relay holds
+		if err := a.takeOver(ctx, t, p, route); err != nil {
+			// Not master: keep following the old one, whose commits
+			// this replica still needs; the controller chooses again if
+			// the partition stays without a master.
+			if prev != nil {
+				a.follow(ctx, k, prev.master, prev.url)
 			}
-			if from != nil {
-				if err := a.Node.Drain(ctx, t.DB, p, from, a.drainLimit()); err != nil {
-					return err
-				}
-			}
+			return err
 		}
 		return a.Node.SetRole(t.DB, p, node.Master, route.Generation)
 	case idx > 0:
@@ -208,6 +206,27 @@ func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
 		}
 		return a.Node.SetRole(t.DB, p, node.Offline, 0)
 	}
+}
+
+// takeOver brings this replica up to what it must hold before it masters
+// a partition. In a planned hand-over (route.From) it drains the old
+// master completely — truncating first what that master's timeline does
+// not hold — or fails. After a failover it drains what the relay still
+// holds of the dead master's log, best effort: the controller chose this
+// replica because it holds every acknowledged commit already.
+func (a *Agent) takeOver(ctx context.Context, t *RoutingTable, p int, route PartitionRoute) error {
+	opts := node.FollowOptions{Replica: a.ID, Truncated: a.Truncated, Alarm: a.Alarm}
+	if route.From != "" && route.From != a.ID {
+		url, alive := t.Nodes[route.From]
+		if !alive {
+			return fmt.Errorf("partition %s/%d: the master to take over from (%s) is gone: %w", t.DB, p, route.From, node.ErrDrainIncomplete)
+		}
+		return a.Node.Drain(ctx, t.DB, p, a.streams.Get(url), a.drainLimit(), true, opts)
+	}
+	if relay := a.relay.get(); relay != "" {
+		return a.Node.Drain(ctx, t.DB, p, a.streams.Get(relay), a.drainLimit(), false, opts)
+	}
+	return nil
 }
 
 func (a *Agent) drainLimit() time.Duration {
@@ -240,14 +259,17 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 		for fctx.Err() == nil {
 			relay := a.relay.get()
 			viaRelay := relay != "" && time.Now().After(directUntil)
-			src, sctx, cancel := node.LogSource(direct), fctx, context.CancelFunc(func() {})
+			opts := node.FollowOptions{Source: direct, Replica: a.ID, Truncated: a.Truncated, Alarm: a.Alarm}
+			sctx, cancel := fctx, context.CancelFunc(func() {})
 			if viaRelay {
-				src = a.streams.Get(relay)
+				// The relay's copy is in memory: acknowledge to the
+				// master what this replica durably applied.
+				opts.Source, opts.Master = a.streams.Get(relay), direct
 			} else {
 				// Look for a (working) relay again after a while.
 				sctx, cancel = context.WithTimeout(fctx, 5*time.Second)
 			}
-			err := a.Node.Follow(sctx, k.db, k.id, src, a.Truncated)
+			err := a.Node.Follow(sctx, k.db, k.id, opts)
 			cancel()
 			if err != nil {
 				a.Log.Debug("agent: follow", "db", k.db, "partition", k.id, "master", master, "err", err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
-	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // Controller is the cluster manager. Several may run; one is elected
@@ -42,8 +41,26 @@ type Controller struct {
 	// often while leading and hands the results to OnCheck.
 	CheckInterval time.Duration
 	OnCheck       func([]PartitionCheck)
+	// StuckAfter is how long a partition's master may report a role other
+	// than MASTER (its hand-over drain failed) before the controller
+	// chooses again, in a new generation (default 15s).
+	StuckAfter time.Duration
 
 	remotes node.Remotes
+	// stuckSince is when each partition's master (db/partition/generation)
+	// was first seen not mastering it; fenced holds nodes failed by router
+	// reports whose revoked lease may still look valid to them, until when.
+	// Both belong to the leading loop only.
+	stuckSince map[string]time.Time
+	fenced     map[string]fencedNode
+}
+
+// fencedNode is a node the controller expelled (revoked its lease) and
+// still treats as master of its partitions until its own view of its
+// lease has certainly lapsed.
+type fencedNode struct {
+	info  NodeInfo
+	until time.Time
 }
 
 // Run campaigns and, while leader, reconciles, until ctx ends.
@@ -53,6 +70,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	if c.Interval == 0 {
 		c.Interval = 500 * time.Millisecond
+	}
+	if c.StuckAfter == 0 {
+		c.StuckAfter = 15 * time.Second
 	}
 	for ctx.Err() == nil {
 		s, err := concurrency.NewSession(c.Client, concurrency.WithTTL(c.LeaseTTL), concurrency.WithContext(ctx))
@@ -104,18 +124,9 @@ func (c *Controller) reconcileAll(ctx context.Context, e *concurrency.Election) 
 		c.Log.Warn("controller: list nodes", "err", err)
 		return
 	}
-	// Nodes most routers cannot reach count as failed, lease or not.
-	if sick, err := sickNodes(ctx, c.Client, c.Prefix); err == nil && len(sick) > 0 {
-		nodes = slices.DeleteFunc(nodes, func(n NodeInfo) bool {
-			reported := sick[fmt.Sprintf("%s/%d", n.ID, n.Incarnation)]
-			if reported {
-				c.Log.Warn("controller: treating a node routers cannot reach as failed", "node", n.ID)
-			}
-			return reported
-		})
-	}
+	nodes = c.fenceSick(ctx, nodes)
 	for _, db := range c.Registry.Databases() {
-		if err := c.reconcile(ctx, e, db.Name, db.Partitions, db.Replicas, nodes); err != nil {
+		if err := c.reconcile(ctx, e, db.Name, db.Partitions, db.Replicas, db.InSync(), nodes); err != nil {
 			c.Log.Warn("controller: reconcile", "db", db.Name, "err", err)
 		}
 	}
@@ -125,7 +136,7 @@ func (c *Controller) reconcileAll(ctx context.Context, e *concurrency.Election) 
 // differs from the current one. A partition whose master changes, or whose
 // master came back as a new incarnation, gets the next generation. The
 // write is fenced on this controller still leading.
-func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db string, partitions, replicas int, live []NodeInfo) error {
+func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db string, partitions, replicas, minInSync int, live []NodeInfo) error {
 	cur, err := LoadRoutingTable(ctx, c.Client, c.Prefix, db)
 	if err != nil {
 		return err
@@ -149,7 +160,14 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		changed = len(cur.Partitions) != partitions || !maps.Equal(cur.Nodes, urls) || !maps.Equal(cur.Incarnations, incs)
 	}
 	ideal := IdealState(in)
-	scns := c.timelines(ctx, db, cur, urls)
+	statuses := c.statuses(ctx, db, cur, urls)
+	status := func(p int) func(id string) (node.PartitionStatus, bool) {
+		return func(id string) (node.PartitionStatus, bool) {
+			st, ok := statuses[id][p]
+			return st, ok
+		}
+	}
+	isLive := func(id string) bool { _, ok := urls[id]; return ok }
 	for p := range partitions {
 		route := PartitionRoute{Replicas: ideal[p], Generation: 1}
 		if cur == nil || p >= len(cur.Partitions) {
@@ -157,13 +175,25 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 			continue
 		}
 		old := cur.Partitions[p]
-		route.Replicas = keepMasterUntilCaughtUp(old.Replicas, route.Replicas, urls, func(id string) storage.SCN { return scns[id][p] })
-		route.Generation = old.Generation
-		if len(old.Replicas) == 0 || old.Replicas[0] != route.Replicas[0] ||
+		d := decideMaster(masterInput{
+			Current: old.Replicas, Target: route.Replicas, Live: isLive, Status: status(p),
+			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)),
+		})
+		route.Replicas = d.Replicas
+		route.Generation, route.From = old.Generation, old.From
+		if len(old.Replicas) == 0 || old.Replicas[0] != route.Replicas[0] || d.Bump ||
 			cur.Incarnations[route.Replicas[0]] != incs[route.Replicas[0]] {
 			route.Generation++
+			route.From = d.From
 		}
-		if !slices.Equal(old.Replicas, route.Replicas) || route.Generation != old.Generation {
+		if len(old.Replicas) > 0 && old.Replicas[0] != route.Replicas[0] {
+			c.Log.Info("controller: partition changes master", "db", db, "partition", p,
+				"from", old.Replicas[0], "to", route.Replicas[0], "generation", route.Generation, "planned", route.From != "")
+		} else if len(old.Replicas) > 0 && !isLive(old.Replicas[0]) {
+			c.Log.Warn("controller: partition's master is gone and too few replicas answered to choose another; waiting",
+				"db", db, "partition", p, "master", old.Replicas[0], "minInSync", minInSync)
+		}
+		if !slices.Equal(old.Replicas, route.Replicas) || route.Generation != old.Generation || route.From != old.From {
 			changed = true
 		}
 		next.Partitions[p] = route
@@ -218,28 +248,23 @@ func (c *Controller) publishOneByOne(ctx context.Context, e *concurrency.Electio
 	return nil
 }
 
-// timelines asks the live replicas of each partition whose master is gone
-// where their timelines end, so the most advanced one is promoted. Nodes
-// that do not answer within a second count as having nothing.
-func (c *Controller) timelines(ctx context.Context, db string, cur *RoutingTable, live map[string]string) map[string]map[int]storage.SCN {
+// statuses asks every live node that hosts a partition of db for its
+// replicas' roles and SCNs: where timelines end, whether a replica has
+// caught up for a hand-over, whether a master is mastering. Nodes that do
+// not answer within a second count as having answered nothing.
+func (c *Controller) statuses(ctx context.Context, db string, cur *RoutingTable, live map[string]string) map[string]map[int]node.PartitionStatus {
 	if cur == nil {
 		return nil
 	}
 	ask := map[string]bool{}
 	for _, r := range cur.Partitions {
-		if len(r.Replicas) == 0 {
-			continue
-		}
-		if _, alive := live[r.Replicas[0]]; alive {
-			continue
-		}
-		for _, id := range r.Replicas[1:] {
+		for _, id := range r.Replicas {
 			if _, alive := live[id]; alive {
 				ask[id] = true
 			}
 		}
 	}
-	out := map[string]map[int]storage.SCN{}
+	out := map[string]map[int]node.PartitionStatus{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for id := range ask {
@@ -251,9 +276,9 @@ func (c *Controller) timelines(ctx context.Context, db string, cur *RoutingTable
 				c.Log.Warn("controller: replica status", "node", id, "err", err)
 				return
 			}
-			m := map[int]storage.SCN{}
+			m := map[int]node.PartitionStatus{}
 			for _, s := range st {
-				m[s.Partition] = s.SCN
+				m[s.Partition] = s
 			}
 			mu.Lock()
 			out[id] = m
@@ -264,38 +289,77 @@ func (c *Controller) timelines(ctx context.Context, db string, cur *RoutingTable
 	return out
 }
 
-// keepMasterUntilCaughtUp refuses to make a node master of a partition it
-// does not hold yet: a new replica first joins as slave and catches up;
-// only a later table, once it is an existing replica, moves mastership to
-// it (and the new master drains the old one before taking over). While the
-// current master is alive it stays master of the target replica set. When
-// it is gone, the target replica with the most advanced timeline (scn)
-// among those that already hold the partition becomes master.
-func keepMasterUntilCaughtUp(current, target []string, live map[string]string, scn func(id string) storage.SCN) []string {
-	if len(current) == 0 || len(target) == 0 {
-		return target
+// stuck reports whether a partition's master has reported a role other
+// than MASTER, in its current generation, for longer than StuckAfter: a
+// hand-over whose drain failed, to be chosen again.
+func (c *Controller) stuck(db string, p int, r PartitionRoute, status func(string) (node.PartitionStatus, bool)) bool {
+	if len(r.Replicas) == 0 {
+		return false
 	}
-	_, alive := live[current[0]]
-	if alive && slices.Contains(current, target[0]) {
-		return target // no move, or a planned one the new master drains
+	if c.stuckSince == nil {
+		c.stuckSince = map[string]time.Time{}
 	}
-	if !alive || !slices.Contains(target, current[0]) {
-		best := -1
-		for i, id := range target {
-			if slices.Contains(current, id) && (best < 0 || scn(target[best]).Less(scn(id))) {
-				best = i
-			}
+	k := fmt.Sprintf("%s/%d/%d", db, p, r.Generation)
+	st, ok := status(r.Replicas[0])
+	if !ok || st.Role == node.Master {
+		delete(c.stuckSince, k)
+		return false
+	}
+	since, seen := c.stuckSince[k]
+	if !seen {
+		c.stuckSince[k] = time.Now()
+		return false
+	}
+	if time.Since(since) < c.StuckAfter {
+		return false
+	}
+	delete(c.stuckSince, k)
+	c.Log.Warn("controller: partition's master has not taken over; choosing again", "db", db, "partition", p, "master", r.Replicas[0], "generation", r.Generation)
+	return true
+}
+
+// fenceSick drops from nodes those most routers cannot reach. Such a node
+// may still hold its lease and believe it masters its partitions, so the
+// controller first revokes the lease (the node fences itself when it
+// hears, or when its own view of the lease lapses) and keeps treating it
+// as live for the lease's TTL, so that no other replica is made master
+// while it might still write.
+func (c *Controller) fenceSick(ctx context.Context, nodes []NodeInfo) []NodeInfo {
+	if c.fenced == nil {
+		c.fenced = map[string]fencedNode{}
+	}
+	sick, err := sickNodes(ctx, c.Client, c.Prefix)
+	if err != nil {
+		sick = nil
+	}
+	var out []NodeInfo
+	for _, n := range nodes {
+		if !sick[fmt.Sprintf("%s/%d", n.ID, n.Incarnation)] {
+			out = append(out, n)
+			continue
 		}
-		if best < 0 {
-			return target
+		if _, done := c.fenced[n.ID]; done {
+			continue
 		}
-		out := append([]string{target[best]}, target[:best]...)
-		return append(out, target[best+1:]...)
+		ttl := time.Duration(c.LeaseTTL) * time.Second
+		if l, err := c.Client.TimeToLive(ctx, clientv3.LeaseID(n.Incarnation)); err == nil && l.GrantedTTL > 0 {
+			ttl = time.Duration(l.GrantedTTL) * time.Second
+		}
+		if _, err := c.Client.Revoke(ctx, clientv3.LeaseID(n.Incarnation)); err != nil {
+			c.Log.Warn("controller: revoke the lease of a node routers cannot reach", "node", n.ID, "err", err)
+			out = append(out, n)
+			continue
+		}
+		c.Log.Warn("controller: expelled a node routers cannot reach; failing it over once its lease has lapsed", "node", n.ID, "after", ttl)
+		c.fenced[n.ID] = fencedNode{info: n, until: time.Now().Add(ttl)}
 	}
-	out := []string{current[0]}
-	for _, id := range target {
-		if id != current[0] {
-			out = append(out, id)
+	for id, f := range c.fenced {
+		if time.Now().After(f.until) {
+			delete(c.fenced, id)
+			continue
+		}
+		if !slices.ContainsFunc(out, func(n NodeInfo) bool { return n.ID == id }) {
+			out = append(out, f.info)
 		}
 	}
 	return out

@@ -1,38 +1,69 @@
 package cluster
 
 import (
-	"slices"
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
-// TestMasterChoice checks who masters a partition in the next routing
-// table: the current master while it lives, an existing replica rather
-// than a new one, and after a failover the replica furthest along the
-// timeline.
+// TestMasterChoice runs testdata/master_choice: who masters a partition in
+// the next routing table (decideMaster). Each case gives the published
+// and ideal replica lists, the live nodes, minInSync, whether the master
+// is stuck, and one line per replica that answered: "id ROLE gen:seq".
 func TestMasterChoice(t *testing.T) {
-	scns := map[string]storage.SCN{"a": {Gen: 3, Seq: 9}, "b": {Gen: 3, Seq: 7}, "c": {Gen: 3, Seq: 12}, "d": {}}
-	scn := func(id string) storage.SCN { return scns[id] }
-	for _, tc := range []struct {
-		name            string
-		current, target []string
-		live            []string
-		want            []string
-	}{
-		{"unchanged", []string{"a", "b"}, []string{"a", "b"}, []string{"a", "b"}, []string{"a", "b"}},
-		{"planned move to an existing replica", []string{"a", "b"}, []string{"b", "a"}, []string{"a", "b"}, []string{"b", "a"}},
-		{"new node is not master before it caught up", []string{"a", "b"}, []string{"d", "a"}, []string{"a", "b", "d"}, []string{"a", "d"}},
-		{"failover promotes the most advanced slave", []string{"x", "b", "c"}, []string{"b", "c", "a"}, []string{"a", "b", "c"}, []string{"c", "b", "a"}},
-		{"failover ignores a new replica's empty timeline", []string{"x", "b"}, []string{"d", "b"}, []string{"b", "d"}, []string{"b", "d"}},
-		{"master leaving hands to the most advanced", []string{"a", "b", "c"}, []string{"d", "b", "c"}, []string{"a", "b", "c", "d"}, []string{"c", "d", "b"}},
-	} {
-		live := map[string]string{}
-		for _, id := range tc.live {
-			live[id] = "http://" + id
+	datadriven.RunTest(t, "testdata/master_choice", func(t *testing.T, d *datadriven.TestData) string {
+		list := func(key string) []string {
+			var v string
+			d.ScanArgs(t, key, &v)
+			return strings.Split(v, ",")
 		}
-		if got := keepMasterUntilCaughtUp(tc.current, tc.target, live, scn); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: %v → %v = %v, want %v", tc.name, tc.current, tc.target, got, tc.want)
+		in := masterInput{Current: list("current"), Target: list("target"), MinInSync: 2}
+		live := map[string]bool{}
+		for _, id := range list("live") {
+			live[id] = true
 		}
-	}
+		if d.HasArg("min-in-sync") {
+			d.ScanArgs(t, "min-in-sync", &in.MinInSync)
+		}
+		in.Stuck = d.HasArg("stuck")
+		statuses := map[string]node.PartitionStatus{}
+		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			if line == "" {
+				continue
+			}
+			var id, role, scn string
+			if _, err := fmt.Sscan(line, &id, &role, &scn); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			var st node.PartitionStatus
+			if err := st.Role.UnmarshalText([]byte(role)); err != nil {
+				t.Fatal(err)
+			}
+			s, err := storage.ParseSCN(scn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.SCN = s
+			statuses[id] = st
+		}
+		in.Live = func(id string) bool { return live[id] }
+		in.Status = func(id string) (node.PartitionStatus, bool) {
+			st, ok := statuses[id]
+			return st, ok && live[id]
+		}
+		got := decideMaster(in)
+		out := "replicas=" + strings.Join(got.Replicas, ",")
+		if got.From != "" {
+			out += " from=" + got.From
+		}
+		if got.Bump {
+			out += " new-generation"
+		}
+		return out + "\n"
+	})
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -15,17 +16,46 @@ func RegisterRelay(ctx context.Context, cli *clientv3.Client, prefix, id, url st
 }
 
 // putLeased puts key=value under a lease kept alive until ctx ends (or the
-// process dies, when it lapses after ttlSeconds).
+// process dies, when it lapses after ttlSeconds). The first registration
+// happens before it returns; if the lease is lost later (etcd restarted
+// or was unreachable past the TTL) it registers again under a new one.
 func putLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttlSeconds int) error {
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds), concurrency.WithContext(ctx))
+	register := func() (*concurrency.Session, error) {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds), concurrency.WithContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := cli.Put(ctx, key, value, clientv3.WithLease(s.Lease())); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return s, nil
+	}
+	s, err := register()
 	if err != nil {
 		return err
 	}
-	if _, err := cli.Put(ctx, key, value, clientv3.WithLease(s.Lease())); err != nil {
-		s.Close()
-		return err
-	}
-	go func() { <-ctx.Done(); s.Close() }()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				s.Close()
+				return
+			case <-s.Done(): // the lease lapsed: register again
+			}
+			s.Close()
+			for {
+				if s, err = register(); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
+		}
+	}()
 	return nil
 }
 

@@ -24,6 +24,11 @@ type NodeInfo struct {
 type PartitionRoute struct {
 	Replicas   []string `json:"replicas"`
 	Generation uint32   `json:"generation"`
+	// From, in a planned hand-over, is the live master this generation's
+	// master takes over from: the new master must drain it completely
+	// before it writes. Empty after a failover (the master was chosen
+	// because it holds every acknowledged commit already).
+	From string `json:"from,omitempty"`
 }
 
 // RoutingTable is the controller's published external view of one

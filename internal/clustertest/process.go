@@ -127,7 +127,10 @@ func (s *Serve) tryStart() error {
 	deadline := time.After(60 * time.Second)
 	for {
 		if b, err := os.ReadFile(ready); err == nil && len(b) > 0 {
-			s.URL = "http://" + strings.TrimSpace(string(b))
+			s.URL = strings.TrimSpace(string(b))
+			if !strings.Contains(s.URL, "://") {
+				s.URL = "http://" + s.URL
+			}
 			return nil
 		}
 		select {
@@ -157,9 +160,35 @@ func StartRole(t testing.TB, role string, args ...string) *Serve {
 	return s
 }
 
+// StartProcess starts `cortado args…` with dir as its working data
+// directory (for its log and ready file), waits until it is ready and
+// kills it when the test ends. The caller passes every flag, data
+// directories and listen addresses included.
+func StartProcess(t testing.TB, dir, name string, args ...string) *Serve {
+	t.Helper()
+	s := &Serve{t: t, Dir: dir, args: args, logPath: filepath.Join(dir, name+".log")}
+	s.start()
+	t.Cleanup(func() { s.Kill() })
+	return s
+}
+
+// Running reports whether the process is running (not killed, not
+// exited).
+func (s *Serve) Running() bool {
+	if s.exited == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
 // Kill sends SIGKILL and waits for the process to be gone.
 func (s *Serve) Kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.cmd == nil || s.cmd.Process == nil || !s.Running() {
 		return
 	}
 	s.cmd.Process.Signal(syscall.SIGKILL)
@@ -182,6 +211,10 @@ func (s *Serve) Restart() {
 	s.t.Helper()
 	s.start()
 }
+
+// TryRestart is Restart that returns the error (e.g. the address is still
+// in use) instead of failing the test.
+func (s *Serve) TryRestart() error { return s.tryStart() }
 
 // Log returns what the process wrote.
 func (s *Serve) Log() string {

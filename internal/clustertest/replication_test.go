@@ -66,7 +66,7 @@ func follow(t *testing.T, n *storageNode, src node.LogSource, truncated *int) (s
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := n.Follow(ctx, "d", 0, src, func(k int) { *truncated += k }); err != nil {
+		if err := n.Follow(ctx, "d", 0, node.FollowOptions{Source: src, Replica: "follower", Truncated: func(k int) { *truncated += k }}); err != nil {
 			t.Error(err)
 		}
 	}()

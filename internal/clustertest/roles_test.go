@@ -102,8 +102,12 @@ func TestPartitionRolesFenceWrites(t *testing.T) {
 	if !errors.Is(err, node.ErrNotMaster) {
 		t.Fatalf("write after a refused promotion: %v", err)
 	}
-	it, err := n.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}, Read: node.ReadSpec{Version: 1}})
-	if err != nil || it.SCN != (storage.SCN{Gen: 2, Seq: 1}) {
-		t.Fatalf("the only write is 2:1: %+v %v", it, err)
+	st, err := n.Status(ctx, node.StatusRequest{DB: "d"})
+	if err != nil || len(st) != 1 || st[0].SCN != (storage.SCN{Gen: 2, Seq: 1}) {
+		t.Fatalf("the only write is 2:1: %+v %v", st, err)
+	}
+	// A replica that is not master in force answers no fresh read.
+	if _, err := n.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}, Read: node.ReadSpec{Version: 1}}); !errors.Is(err, node.ErrNotMaster) {
+		t.Fatalf("a slave answered a fresh read: %v", err)
 	}
 }

@@ -7,7 +7,10 @@ import "github.com/prometheus/client_golang/prometheus"
 // latest results.
 type Cluster struct {
 	Truncated prometheus.Counter
-	Lag       prometheus.Histogram
+	// TruncationRefused counts truncations a replica refused because
+	// they would have removed acknowledged commits: an alarm.
+	TruncationRefused prometheus.Counter
+	Lag               prometheus.Histogram
 	// RelayPulled and RelayServed count a relay's commits.
 	RelayPulled, RelayServed prometheus.Counter
 	checks                   *prometheus.GaugeVec
@@ -21,6 +24,10 @@ func (m *Metrics) Cluster() *Cluster {
 		Truncated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cortado_replica_truncated_events_total",
 			Help: "Events a replica undid when it rejoined a timeline that did not contain them.",
+		}),
+		TruncationRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cortado_replica_truncation_refused_total",
+			Help: "Truncations a replica refused because they would have removed acknowledged commits (an alarm: never expected).",
 		}),
 		Lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cortado_replication_lag_seconds",
@@ -48,7 +55,7 @@ func (m *Metrics) Cluster() *Cluster {
 			Help: "Replicas found to differ from their master at the same SCN, over all checks.",
 		}),
 	}
-	m.Registry.MustRegister(c.Truncated, c.Lag, c.RelayPulled, c.RelayServed, c.checks, c.lastCheck, c.divergences)
+	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.RelayPulled, c.RelayServed, c.checks, c.lastCheck, c.divergences)
 	return c
 }
 

@@ -104,14 +104,12 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	if err != nil {
 		return nil, err
 	}
-	var stale time.Duration
-	if req.MaxStale > 0 {
-		// A read a slave may answer (the router tries slaves when the
-		// master cannot): refuse it if this replica is not current enough.
-		var known bool
-		if stale, known = n.staleness(req.DB, req.Partition); !known || stale > req.MaxStale {
-			return nil, fmt.Errorf("partition %s/%d: last heard from the master %v ago, max-stale %v: %w", req.DB, req.Partition, stale.Round(time.Millisecond), req.MaxStale, ErrTooStale)
-		}
+	// Only the master in force answers fresh reads; a slave answers a
+	// read that tolerates staleness (the router tries slaves when the
+	// master cannot) if it is current enough.
+	stale, err := n.readable(req.DB, req.Partition, req.MaxStale)
+	if err != nil {
+		return nil, err
 	}
 	before := p.SCN()
 	d, ok, err := p.Get(req.Table, req.Key)
@@ -144,6 +142,9 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error) {
 	t, p, err := n.open(req.DB, req.Table, req.Partition)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := n.readable(req.DB, req.Partition, 0); err != nil {
 		return nil, err
 	}
 	var items []*Item
@@ -192,16 +193,34 @@ func (n *Node) awaitReplicated(ctx context.Context, db string, id int, scn stora
 	if e == nil {
 		return nil
 	}
-	if d, err := n.reg.Database(db); err != nil || d.Replication == "async" {
+	need := n.syncSlaves(db)
+	if need == 0 {
 		return nil
 	}
-	return e.awaitAck(ctx, scn, n.opts.SemiSyncTimeout)
+	return e.awaitAck(ctx, scn, need, n.opts.SemiSyncTimeout)
+}
+
+// syncSlaves is how many slaves must durably hold a commit of db before
+// it is acknowledged: minInSync-1 under semi-sync, none under async or on
+// a single node that masters everything.
+func (n *Node) syncSlaves(db string) int {
+	if n.roles.mastersAll() {
+		return 0
+	}
+	d, err := n.reg.Database(db)
+	if err != nil || d.Replication == "async" {
+		return 0
+	}
+	return d.InSync() - 1
 }
 
 // Scan reads one page of a collection.
 func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	t, p, err := n.open(req.DB, req.Table, req.Partition)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := n.readable(req.DB, req.Partition, 0); err != nil {
 		return nil, err
 	}
 	res := &ScanResult{SCN: p.SCN()}
@@ -247,25 +266,35 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	if err != nil {
 		return nil, err
 	}
+	if err := n.eng.Failed(); err != nil {
+		return nil, fmt.Errorf("partition %s/%d: %w", req.DB, req.Partition, err)
+	}
 	// Held for the whole write, so a demotion waits for writes in flight
 	// and no write starts after it.
 	e, err := n.beginWrite(req.DB, req.Partition)
 	if err != nil {
 		return nil, err
 	}
+	need := n.syncSlaves(req.DB)
+	if live := e.liveSlaves(); live < need {
+		e.mu.RUnlock()
+		return nil, fmt.Errorf("partition %s/%d: %d live replica(s), minInSync %d: %w", req.DB, req.Partition, live+1, need+1, ErrNotEnoughReplicas)
+	}
 	res, err := n.write(ctx, p, req)
 	e.mu.RUnlock()
 	if err != nil {
 		return nil, err
 	}
-	// Semi-sync: acknowledge once a slave holds the commit. The role is
-	// not held meanwhile: the commit is made, and a demotion need not
-	// wait for slaves.
-	if d, derr := n.reg.Database(req.DB); derr == nil && d.Replication != "async" {
-		if err := e.awaitAck(ctx, res.SCN, n.opts.SemiSyncTimeout); err != nil {
-			return nil, err
-		}
+	if need == 0 {
+		return res, nil
 	}
+	// Semi-sync: acknowledge once need slaves durably hold the commit.
+	// The role is not held meanwhile: the commit is made, and a demotion
+	// need not wait for slaves.
+	if err := e.awaitAck(ctx, res.SCN, need, n.opts.SemiSyncTimeout); err != nil {
+		return nil, err
+	}
+	p.Acknowledged(res.SCN)
 	return res, nil
 }
 

@@ -39,6 +39,10 @@ var wireKinds = []struct {
 	{"precondition-failed", ErrPreconditionFailed},
 	{"not-modified", ErrNotModified},
 	{"not-master", ErrNotMaster},
+	{"not-enough-replicas", ErrNotEnoughReplicas},
+	{"truncate-acknowledged", storage.ErrTruncateAcknowledged},
+	{"drain-incomplete", ErrDrainIncomplete},
+	{"storage-failed", storage.ErrFailed},
 	{"not-replicated", ErrNotReplicated},
 	{"too-stale", ErrTooStale},
 	{"bad-patch", ErrBadPatch},
@@ -142,6 +146,13 @@ func Handler(n *Node) http.Handler {
 			return nil, err
 		}
 		return n.Log(ctx, req)
+	})
+	handle("ack", func(ctx context.Context, dec *json.Decoder) (any, error) {
+		var req AckRequest
+		if err := dec.Decode(&req); err != nil {
+			return nil, err
+		}
+		return n.Ack(ctx, req)
 	})
 	handle("status", func(ctx context.Context, dec *json.Decoder) (any, error) {
 		var req StatusRequest
@@ -261,6 +272,15 @@ func (r *Remote) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error)
 func (r *Remote) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 	var res LogResult
 	if err := r.call(ctx, "log", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Ack implements Acker.
+func (r *Remote) Ack(ctx context.Context, req AckRequest) (*AckResult, error) {
+	var res AckResult
+	if err := r.call(ctx, "ack", req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

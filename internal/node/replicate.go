@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,29 +18,79 @@ type LogRequest struct {
 	Max int
 	// Wait is how long to wait for a commit when there is none yet.
 	Wait time.Duration
-	// Ack says the asker is a slave that durably holds every commit up
-	// to After: semi-sync writes waiting for After are acknowledged.
-	Ack bool
+	// Ack says the asker is a slave, Replica (its node ID), that durably
+	// holds every commit up to After: semi-sync writes waiting for After
+	// count it.
+	Ack     bool
+	Replica string
 }
 
 // LogResult is a batch of commits in SCN order, or word that the asker's
 // timeline diverged from this one after Common (it must truncate to Common
 // before following).
 type LogResult struct {
-	Commits  []storage.Commit
+	Commits []storage.Commit
+	// Diverged is only ever said by the partition's master in force
+	// (authoritative): a replica that is not, or no longer, master makes
+	// the asker wait instead, so no replica truncates on a word from a
+	// timeline that may itself be stale.
 	Diverged bool
 	Common   storage.SCN
+	// Holds says the source holds the asker's After (it is on the
+	// source's timeline).
+	Holds bool
 	// SourceRole and SourceSCN are the answering replica's role and last
 	// SCN: a replica taking over mastership drains until the old master
 	// is no longer MASTER and it holds the old master's last SCN.
 	SourceRole Role
 	SourceSCN  storage.SCN
+	// Acked is the newest SCN of the source's timeline known to have
+	// been acknowledged to a client: a slave records it with what it
+	// applies, so that truncating it later is refused as an alarm.
+	Acked storage.SCN
 }
 
 // LogSource is where a slave reads its master's log: a local Node, or a
 // Remote one.
 type LogSource interface {
 	Log(ctx context.Context, req LogRequest) (*LogResult, error)
+}
+
+// AckRequest tells a partition's master that Replica durably holds every
+// commit up to SCN (a slave that reads the log through a relay).
+type AckRequest struct {
+	DB        string      `json:"db"`
+	Partition int         `json:"partition"`
+	Replica   string      `json:"replica"`
+	SCN       storage.SCN `json:"scn"`
+}
+
+// AckResult says whether the master holds that SCN and is in force.
+type AckResult struct {
+	Held          bool `json:"held"`
+	Authoritative bool `json:"authoritative"`
+}
+
+// Acker takes acknowledgements: a partition's master.
+type Acker interface {
+	Ack(ctx context.Context, req AckRequest) (*AckResult, error)
+}
+
+// Ack records that a slave durably holds a commit, if it is on this
+// replica's timeline.
+func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
+	p, err := n.partition(req.DB, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	held, err := p.HasCommit(req.SCN)
+	if err != nil {
+		return nil, err
+	}
+	if held && req.Replica != "" {
+		n.roles.entry(req.DB, req.Partition).ack(req.Replica, req.SCN)
+	}
+	return &AckResult{Held: held, Authoritative: n.authoritative(req.DB, req.Partition)}, nil
 }
 
 // Log serves a partition's commits after req.After, waiting up to req.Wait
@@ -52,66 +103,59 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 	if req.Max <= 0 {
 		req.Max = 256
 	}
-	if !req.After.IsZero() {
-		ok, err := p.HasCommit(req.After)
-		if err != nil {
-			return nil, err
-		}
-		if ok && req.Ack {
-			n.roles.entry(req.DB, req.Partition).ack(req.After)
-		}
-		if !ok && !behind(p, req.After) {
-			// The asker has a commit this timeline does not: it
-			// diverged after the newest commit both have. (Reading on
-			// from its position would hand it later commits of another
-			// history.)
-			common, err := p.LastCommitBefore(req.After)
-			if err != nil {
-				return nil, err
-			}
-			return &LogResult{Diverged: true, Common: common, SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN()}, nil
-		}
-	}
 	deadline := time.Now().Add(req.Wait)
 	for {
 		changed := p.Changed()
+		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN(), Acked: p.AcknowledgedSCN(), Holds: true}
 		if !req.After.IsZero() {
-			// Still behind the asker in its generation: nothing to
-			// serve until this replica catches up.
-			if ok, err := p.HasCommit(req.After); err != nil || !ok {
-				if err != nil {
+			ok, err := p.HasCommit(req.After)
+			if err != nil {
+				return nil, err
+			}
+			res.Holds = ok
+			if ok && req.Ack && req.Replica != "" {
+				n.roles.entry(req.DB, req.Partition).ack(req.Replica, req.After)
+			}
+			if !ok && !behind(p, req.After) && n.authoritative(req.DB, req.Partition) {
+				// The asker has a commit the partition's timeline does
+				// not: it diverged after the newest commit both have.
+				// (Reading on from its position would hand it later
+				// commits of another history.)
+				if res.Common, err = p.LastCommitBefore(req.After); err != nil {
 					return nil, err
 				}
-				if !behind(p, req.After) {
-					return n.Log(ctx, req) // diverged meanwhile
-				}
-				select {
-				case <-changed:
-					continue
-				case <-time.After(time.Until(deadline)):
-					return &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN()}, nil
-				case <-ctx.Done():
-					return &LogResult{}, nil
-				}
+				res.Diverged = true
+				return res, nil
 			}
 		}
-		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN()}
-		err := p.ReadLog(req.After, func(c storage.Commit) bool {
-			if c.SCN == req.After {
-				return true
+		if res.Holds {
+			err := p.ReadLog(req.After, func(c storage.Commit) bool {
+				if c.SCN == req.After {
+					return true
+				}
+				res.Commits = append(res.Commits, c)
+				return len(res.Commits) < req.Max
+			})
+			if err != nil || len(res.Commits) > 0 {
+				return res, err
 			}
-			res.Commits = append(res.Commits, c)
-			return len(res.Commits) < req.Max
-		})
-		if err != nil || len(res.Commits) > 0 || time.Now().After(deadline) {
-			return res, err
 		}
-		select {
-		case <-changed:
-		case <-time.After(time.Until(deadline)):
-		case <-ctx.Done():
+		// Nothing to serve yet: no new commit, or this replica is behind
+		// the asker (it may catch up), or it is not the master in force
+		// and cannot judge the asker's timeline.
+		wait := time.Until(deadline)
+		if wait <= 0 {
 			return res, nil
 		}
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, nil
+		}
+		t.Stop()
 	}
 }
 
@@ -122,36 +166,61 @@ func behind(p *storage.Partition, after storage.SCN) bool {
 	return own.Gen == after.Gen && own.Seq < after.Seq && p.Generation() == own.Gen
 }
 
+// FollowOptions says where a slave reads its partition's log.
+type FollowOptions struct {
+	// Source serves the log: the master, or a relay.
+	Source LogSource
+	// Master, when Source is a relay, is the master itself: the slave
+	// acknowledges what it applied there (the relay's copy is in memory
+	// and acknowledges nothing). Nil when Source is the master: the log
+	// requests themselves acknowledge.
+	Master Acker
+	// Replica is this node's ID, as the master counts acknowledgements.
+	Replica string
+	// Truncated is told how many events each truncation undid.
+	Truncated func(int)
+	// Alarm is told of a truncation refused because it would remove
+	// acknowledged commits.
+	Alarm func(error)
+}
+
 // Follow keeps this node's replica of a partition on its master's
 // timeline until ctx ends: it applies the master's commits in SCN order
 // and, when its own timeline diverged (it was master before a failover),
-// first truncates what the master's timeline does not contain. truncated
-// is told how many events each truncation undid.
-func (n *Node) Follow(ctx context.Context, db string, id int, master LogSource, truncated func(int)) error {
+// first truncates what the master's timeline does not contain — never an
+// acknowledged commit (storage.ErrTruncateAcknowledged, an alarm).
+func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) error {
 	p, err := n.partition(db, id)
 	if err != nil {
 		return err
 	}
+	e := n.roles.entry(db, id)
 	for ctx.Err() == nil {
-		res, err := master.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN(), Wait: time.Second, Ack: true})
+		after := p.SCN()
+		res, err := o.Source.Log(ctx, LogRequest{DB: db, Partition: id, After: after, Wait: time.Second, Ack: o.Master == nil, Replica: o.Replica})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("partition %s/%d: read master log: %w", db, id, err)
 		}
-		n.roles.entry(db, id).heardFromMaster()
+		e.heardFromMaster()
 		if res.Diverged {
-			undone, err := p.TruncateAfter(res.Common)
-			if err != nil {
+			if err := n.truncate(p, res.Common, o); err != nil {
 				return err
-			}
-			if truncated != nil {
-				truncated(undone)
 			}
 			continue
 		}
-		if err := p.ApplyAll(res.Commits); err != nil {
+		if !res.Holds {
+			continue // the source waited for its master or its own catch-up
+		}
+		if o.Master == nil && res.SourceRole == Master {
+			// The master in force holds everything this replica has:
+			// writes it took as a master before a hand-over survived.
+			e.confirm(after)
+		}
+		// Acked is on the source's timeline, which holds this replica's.
+		if err := p.ApplyAcknowledged(res.Commits, res.Acked); err != nil {
 			return err
 		}
 		if n.opts.ReplicationLag != nil {
@@ -159,41 +228,106 @@ func (n *Node) Follow(ctx context.Context, db string, id int, master LogSource, 
 				n.opts.ReplicationLag(time.Since(c.Timestamp))
 			}
 		}
+		if o.Master != nil {
+			// After every answer (at least once per long poll): a new
+			// master counts acknowledgements afresh, and a read there
+			// waits until replicas hold what it returns.
+			scn := p.SCN()
+			ack, err := o.Master.Ack(ctx, AckRequest{DB: db, Partition: id, Replica: o.Replica, SCN: scn})
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("partition %s/%d: acknowledge %s to the master: %w", db, id, scn, err)
+			}
+			if ack.Held && ack.Authoritative {
+				e.confirm(scn)
+			}
+		}
 	}
 	return nil
 }
 
+// truncate undoes this replica's commits after keep, reporting them, or
+// raises the alarm when that would remove acknowledged commits.
+func (n *Node) truncate(p *storage.Partition, keep storage.SCN, o FollowOptions) error {
+	undone, err := p.TruncateAfter(keep)
+	if err != nil {
+		if errors.Is(err, storage.ErrTruncateAcknowledged) && o.Alarm != nil {
+			o.Alarm(err)
+		}
+		return err
+	}
+	if o.Truncated != nil {
+		o.Truncated(undone)
+	}
+	return nil
+}
+
+// ErrDrainIncomplete is returned by a planned Drain that could not bring
+// the new master up to the old one: the hand-over must not go ahead.
+var ErrDrainIncomplete = errors.New("drain incomplete: the old master did not hand over its last commit")
+
 // Drain brings this replica of a partition up to its old master before it
 // takes over: it applies the old master's commits until the old master has
-// stopped being MASTER and this replica holds its last SCN. If the old
-// master cannot be reached (it died: a failover) or does not step down
-// within limit, Drain returns and the caller proceeds with what it has.
-func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limit time.Duration) error {
+// stopped being MASTER and this replica holds its last SCN, truncating
+// first what the old master (still in force) says is not on its timeline.
+//
+// planned is a hand-over from a live master: if it does not complete
+// within limit, Drain fails (ErrDrainIncomplete) and the caller must not
+// become master. Otherwise (a failover: old is the relay, holding what the
+// dead master shipped) Drain applies what it can get within limit and
+// returns nil: the controller chose this replica because it holds every
+// acknowledged commit already.
+func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limit time.Duration, planned bool, o FollowOptions) error {
 	p, err := n.partition(db, id)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
+	incomplete := func(why error) error {
+		if !planned {
+			return nil
+		}
+		return fmt.Errorf("partition %s/%d at %s: %w: %v", db, id, p.SCN(), ErrDrainIncomplete, why)
+	}
 	for {
 		// No waiting on the source: a relay or a stepped-down master
 		// that has nothing newer says so at once.
 		res, err := old.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN()})
-		if err != nil || res.Diverged {
-			return nil // unreachable, timed out, or not a predecessor
-		}
-		if err := p.ApplyAll(res.Commits); err != nil {
-			return err
-		}
-		if res.SourceRole != Master && p.SCN() == res.SourceSCN {
-			return nil
-		}
-		if len(res.Commits) == 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(10 * time.Millisecond):
+		if err != nil {
+			if ctx.Err() != nil || !planned {
+				return incomplete(err)
 			}
+		} else {
+			if res.Diverged {
+				if !planned {
+					return nil // the relay's timeline is not this one's
+				}
+				if err := n.truncate(p, res.Common, o); err != nil {
+					return err
+				}
+				continue
+			}
+			if res.Holds {
+				if err := p.ApplyAcknowledged(res.Commits, res.Acked); err != nil {
+					return err
+				}
+				if res.SourceRole != Master && p.SCN() == res.SourceSCN {
+					return nil
+				}
+				if len(res.Commits) > 0 {
+					continue
+				}
+			}
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return incomplete(ctx.Err())
+		case <-t.C:
 		}
 	}
 }

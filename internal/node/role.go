@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,11 @@ func (r Role) String() string {
 // master (503: the client retries, through a fresh routing table).
 var ErrNotMaster = errors.New("this node is not the partition's master")
 
+// ErrNotEnoughReplicas is returned for a write to a semi-sync partition
+// with fewer live replicas than the database's minInSync: nothing is
+// written (503: retry once replicas are back).
+var ErrNotEnoughReplicas = errors.New("fewer live replicas than minInSync")
+
 // ErrNotReplicated is returned for a write the master committed but no
 // slave confirmed in time under semi-sync replication: its outcome is
 // uncertain (a failover now may or may not keep it), so it is not
@@ -59,35 +65,85 @@ type partRole struct {
 	mu   sync.RWMutex
 	role Role
 
-	// Semi-sync state, under ackMu: how many live slaves the routing
-	// table gives this master, the newest SCN a slave is known to hold,
-	// and a channel closed when that advances.
-	ackMu   sync.Mutex
-	heard   time.Time // a slave's last answer from its master
-	slaves  int
-	acked   storage.SCN
-	ackedCh chan struct{}
+	// Semi-sync state, under ackMu: the live slaves the routing table
+	// gives this master, the newest SCN each replica durably holds, the
+	// newest SCN known to be on the timeline of the partition's current
+	// master (after a hand-over), and a channel closed when any of it
+	// changes.
+	ackMu     sync.Mutex
+	heard     time.Time // a slave's last answer from its master
+	slaves    []string
+	acks      map[string]storage.SCN
+	confirmed storage.SCN
+	ackedCh   chan struct{}
 }
 
-// ack records that a replica holds every commit up to scn.
-func (e *partRole) ack(scn storage.SCN) {
-	e.ackMu.Lock()
-	defer e.ackMu.Unlock()
-	if e.acked.Less(scn) {
-		e.acked = scn
-		if e.ackedCh != nil {
-			close(e.ackedCh)
-			e.ackedCh = nil
-		}
+// changedLocked wakes every waiter; the caller holds ackMu.
+func (e *partRole) changedLocked() {
+	if e.ackedCh != nil {
+		close(e.ackedCh)
+		e.ackedCh = nil
 	}
 }
 
-// awaitAck waits until a slave holds scn, if the partition has slaves.
-func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, timeout time.Duration) error {
+// ack records that replica holds every commit up to scn, durably.
+func (e *partRole) ack(replica string, scn storage.SCN) {
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	if e.acks == nil {
+		e.acks = map[string]storage.SCN{}
+	}
+	if e.acks[replica].Less(scn) {
+		e.acks[replica] = scn
+		e.changedLocked()
+	}
+}
+
+// confirm records that the partition's current master holds every commit
+// of this (former master) replica up to scn: writes it made before it
+// handed mastership over survived the hand-over.
+func (e *partRole) confirm(scn storage.SCN) {
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	if e.confirmed.Less(scn) {
+		e.confirmed = scn
+		e.changedLocked()
+	}
+}
+
+// quorumLocked returns the newest SCN that need of the current slaves
+// hold; the caller holds ackMu.
+func (e *partRole) quorumLocked(need int) storage.SCN {
+	if need <= 0 {
+		return storage.SCN{Gen: ^uint32(0)}
+	}
+	held := make([]storage.SCN, 0, len(e.slaves))
+	for _, id := range e.slaves {
+		held = append(held, e.acks[id])
+	}
+	if len(held) < need {
+		return storage.SCN{}
+	}
+	slices.SortFunc(held, func(a, b storage.SCN) int {
+		switch {
+		case b.Less(a):
+			return -1
+		case a.Less(b):
+			return 1
+		}
+		return 0
+	})
+	return held[need-1]
+}
+
+// awaitAck waits until need slaves durably hold scn (or the partition's
+// new master does), for at most timeout.
+func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, timeout time.Duration) error {
 	var timer <-chan time.Time
 	for {
 		e.ackMu.Lock()
-		if e.slaves == 0 || !e.acked.Less(scn) {
+		q := e.quorumLocked(need)
+		if !q.Less(scn) || !e.confirmed.Less(scn) {
 			e.ackMu.Unlock()
 			return nil
 		}
@@ -97,30 +153,37 @@ func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, timeout time.D
 		ch := e.ackedCh
 		e.ackMu.Unlock()
 		if timer == nil {
-			timer = time.After(timeout)
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			timer = t.C
 		}
 		select {
 		case <-ch:
 		case <-timer:
-			return fmt.Errorf("commit %s: no slave confirmed it within %v: %w", scn, timeout, ErrNotReplicated)
+			return fmt.Errorf("commit %s: %d replica(s) did not confirm it within %v: %w", scn, need, timeout, ErrNotReplicated)
 		case <-ctx.Done():
 			return fmt.Errorf("commit %s: %w: %w", scn, ErrNotReplicated, ctx.Err())
 		}
 	}
 }
 
-// SetSlaves tells a master how many live slaves its partition has: with
-// semi-sync replication a write is acknowledged once one of them holds it;
-// with none, at once.
-func (n *Node) SetSlaves(db string, id int, slaves int) {
+// SetSlaves tells a master which live slaves its partition has (by node
+// ID): under semi-sync replication a write is acknowledged once
+// minInSync-1 of them durably hold it, and refused while fewer than that
+// are live.
+func (n *Node) SetSlaves(db string, id int, slaves []string) {
 	e := n.roles.entry(db, id)
 	e.ackMu.Lock()
-	e.slaves = slaves
-	if e.ackedCh != nil {
-		close(e.ackedCh) // waiters look again
-		e.ackedCh = nil
-	}
+	e.slaves = slices.Clone(slaves)
+	e.changedLocked() // waiters look again
 	e.ackMu.Unlock()
+}
+
+// liveSlaves returns how many live slaves the partition has.
+func (e *partRole) liveSlaves() int {
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	return len(e.slaves)
 }
 
 type partitionKey struct {
@@ -155,6 +218,13 @@ func (r *roles) entry(db string, id int) *partRole {
 	return e
 }
 
+// mastersAll reports whether this node masters every partition.
+func (r *roles) mastersAll() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.allMaster
+}
+
 func (r *roles) keys() (ks []partitionKey, allMaster bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -184,6 +254,13 @@ func (n *Node) SetRole(db string, id int, role Role, generation uint32) error {
 			}
 		} else if generation < seen || e.role != Master {
 			return fmt.Errorf("partition %s/%d: master of generation %d, but the partition has seen generation %d", db, id, generation, seen)
+		}
+		if e.role != Master {
+			// A new mastership: acknowledgements counted in an earlier
+			// one say nothing about this one's commits.
+			e.ackMu.Lock()
+			e.acks, e.confirmed = nil, storage.SCN{}
+			e.ackMu.Unlock()
 		}
 	}
 	e.role = role
@@ -237,16 +314,30 @@ func (n *Node) RequireLease(valid func() bool) {
 // beginWrite holds a partition's role shared for a write, if this node
 // masters it; the caller releases it (e.mu.RUnlock) when done.
 func (n *Node) beginWrite(db string, id int) (*partRole, error) {
-	n.roles.mu.RLock()
-	valid := n.roles.leaseValid
-	n.roles.mu.RUnlock()
 	e := n.roles.entry(db, id)
 	e.mu.RLock()
-	if e.role != Master || valid != nil && !valid() {
+	if e.role != Master || !n.roles.leaseHeld() {
 		e.mu.RUnlock()
 		return nil, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
 	}
 	return e, nil
+}
+
+// leaseHeld reports whether this node's membership lease is certainly
+// still held (always, without a membership).
+func (r *roles) leaseHeld() bool {
+	r.mu.RLock()
+	valid := r.leaseValid
+	r.mu.RUnlock()
+	return valid == nil || valid()
+}
+
+// authoritative reports whether this node's replica of a partition is the
+// partition's timeline: it masters it (drained, in force) and certainly
+// still holds its lease. Only such a replica serves fresh reads, and only
+// its log may tell a follower that the follower's timeline diverged.
+func (n *Node) authoritative(db string, id int) bool {
+	return n.Role(db, id) == Master && n.roles.leaseHeld()
 }
 
 // MarshalText renders the role's name.
@@ -274,26 +365,37 @@ func (e *partRole) heardFromMaster() {
 	e.ackMu.Unlock()
 }
 
-// staleness is, for a slave, the time since it last heard from its
-// master; for a master, zero. ok is false for a replica that is neither.
-func (n *Node) staleness(db string, id int) (d time.Duration, ok bool) {
+// readable decides whether this replica may answer a read: a master in
+// force answers fresh reads (staleness 0); a slave answers only a read
+// that tolerates maxStale and only if it heard from its master within
+// that. Anything else is ErrNotMaster (no fresh copy here: the router
+// retries elsewhere) or ErrTooStale.
+func (n *Node) readable(db string, id int, maxStale time.Duration) (time.Duration, error) {
 	e, all := n.roles.lookup(db, id)
+	if all && e == nil {
+		return 0, nil
+	}
+	if n.authoritative(db, id) {
+		return 0, nil
+	}
+	if maxStale <= 0 {
+		return 0, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
+	}
 	if e == nil {
-		return 0, all
+		return 0, fmt.Errorf("partition %s/%d: not hosted here: %w", db, id, ErrTooStale)
 	}
 	e.mu.RLock()
 	role := e.role
 	e.mu.RUnlock()
-	switch role {
-	case Master:
-		return 0, true
-	case Slave:
-		e.ackMu.Lock()
-		defer e.ackMu.Unlock()
-		if e.heard.IsZero() {
-			return 0, false
-		}
-		return time.Since(e.heard), true
+	e.ackMu.Lock()
+	heard := e.heard
+	e.ackMu.Unlock()
+	if role != Slave || heard.IsZero() {
+		return 0, fmt.Errorf("partition %s/%d: a %s replica that has not heard from a master: %w", db, id, role, ErrTooStale)
 	}
-	return 0, false
+	if stale := time.Since(heard); stale <= maxStale {
+		return stale, nil
+	}
+	stale := time.Since(heard)
+	return 0, fmt.Errorf("partition %s/%d: last heard from the master %v ago, max-stale %v: %w", db, id, stale.Round(time.Millisecond), maxStale, ErrTooStale)
 }

@@ -33,6 +33,7 @@ const (
 	TypeMethodNotAllowed   = "urn:cortado:problem:method-not-allowed"
 	TypeUnavailable        = "urn:cortado:problem:unavailable"
 	TypeNotReplicated      = "urn:cortado:problem:not-replicated"
+	TypeNotEnoughReplicas  = "urn:cortado:problem:not-enough-replicas"
 	TypeTimeout            = "urn:cortado:problem:deadline-exceeded"
 	TypeInternal           = "urn:cortado:problem:internal"
 )

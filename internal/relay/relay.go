@@ -3,9 +3,10 @@
 // per-partition buffer, and serves it to slaves (and change-stream
 // readers) through the same log API as a storage node. A reader behind
 // the buffer, or on another timeline, is served by re-reading from the
-// master. The relay's pulls acknowledge to the master, so a semi-sync
-// write is acknowledged once the relay (or a slave) holds it; a new
-// master drains the relay before it takes over.
+// master. The relay's copy is in memory, so it acknowledges nothing: a
+// semi-sync write is acknowledged once slaves durably hold it (slaves that
+// read through the relay acknowledge to the master directly). A new
+// master chosen in a failover drains the relay before it takes over.
 package relay
 
 import (
@@ -52,6 +53,7 @@ type partition struct {
 	master  string // URL pulled from
 	base    storage.SCN
 	commits []storage.Commit
+	acked   storage.SCN // the master's acknowledged SCN, last heard
 	changed chan struct{}
 	cancel  context.CancelFunc
 }
@@ -148,14 +150,13 @@ func (r *Relay) part(db string, id int, create bool) *partition {
 	return p
 }
 
-// pull keeps p's buffer up to date from master until ctx ends. Each
-// request acknowledges everything up to its After.
+// pull keeps p's buffer up to date from master until ctx ends.
 func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, master *node.Remote) {
 	for ctx.Err() == nil {
 		p.mu.Lock()
 		after := p.last()
 		p.mu.Unlock()
-		res, err := master.Log(ctx, node.LogRequest{DB: db, Partition: id, After: after, Wait: time.Second, Ack: true})
+		res, err := master.Log(ctx, node.LogRequest{DB: db, Partition: id, After: after, Wait: time.Second})
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -164,6 +165,9 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 			continue
 		}
 		p.mu.Lock()
+		if !res.Diverged {
+			p.acked = res.Acked
+		}
 		switch {
 		case res.Diverged:
 			// The new master's timeline ends our buffer's at Common.
@@ -213,7 +217,7 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 			}
 			return r.remotes.Get(master).Log(ctx, req)
 		}
-		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last()}
+		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last(), Holds: true, Acked: p.acked}
 		if start < len(p.commits) {
 			end := min(len(p.commits), start+req.Max)
 			res.Commits = append([]storage.Commit(nil), p.commits[start:end]...)

@@ -10,6 +10,7 @@ import (
 	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // keyError is a key that does not fit the table (400).
@@ -124,6 +125,14 @@ func toProblem(err error) *problem.Problem {
 		return p
 	case errors.Is(err, node.ErrNotReplicated):
 		p := problem.New(http.StatusServiceUnavailable, problem.TypeNotReplicated, "Write not confirmed by a replica", err.Error()+"; the write may or may not survive a failover: read it back or retry it")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, storage.ErrFailed):
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Storage failed", err.Error()+"; the write was not acknowledged: retry (the partition moves to another node)")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, node.ErrNotEnoughReplicas):
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeNotEnoughReplicas, "Not enough replicas", err.Error()+"; nothing was written: retry once replicas are back")
 		p.RetryAfter = 1
 		return p
 	case errors.Is(err, node.ErrNotMaster):

@@ -33,6 +33,20 @@ type Database struct {
 	Replicas int `json:"replicas"`
 	// Replication is "semi-sync" (default) or "async".
 	Replication string `json:"replication"`
+	// MinInSync is, under semi-sync replication, how many replicas
+	// (the master included) must durably hold a write before it is
+	// acknowledged; with fewer live replicas writes are refused (503).
+	// Default: 2 when there are two or more replicas, else 1.
+	MinInSync int `json:"minInSync"`
+}
+
+// InSync is MinInSync with its default filled in (for definitions
+// stored before the setting existed).
+func (d *Database) InSync() int {
+	if d.MinInSync > 0 {
+		return d.MinInSync
+	}
+	return min(2, max(d.Replicas, 1))
 }
 
 // KeyPart is one part of a table's primary key. The first part of every
@@ -108,6 +122,12 @@ func (d *Database) Normalize() error {
 	}
 	if d.Replication != "semi-sync" && d.Replication != "async" {
 		return fmt.Errorf("replication must be semi-sync or async, got %q", d.Replication)
+	}
+	if d.MinInSync == 0 {
+		d.MinInSync = min(2, d.Replicas)
+	}
+	if d.MinInSync < 1 || d.MinInSync > d.Replicas {
+		return fmt.Errorf("minInSync must be between 1 and replicas (%d), got %d", d.Replicas, d.MinInSync)
 	}
 	return nil
 }

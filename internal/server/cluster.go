@@ -63,10 +63,28 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		Client: s.cli, Prefix: s.opts.Prefix, ID: id, Node: m.node, Member: m.member,
 		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions,
 		Truncated: func(n int) { s.cluster.Truncated.Add(float64(n)) },
+		Alarm: func(err error) {
+			s.cluster.TruncationRefused.Inc()
+			s.opts.Logger.Error("replica refused to truncate acknowledged commits: an acknowledged write would have been lost", "node", id, "err", err)
+		},
 	}
 	go func() {
 		defer close(m.done)
 		a.Run(actx)
+	}()
+	go func() {
+		// A node whose disk failed gives up its partitions at once: it
+		// fences them and leaves the cluster (the controller fails them
+		// over without waiting for a lease to lapse), and stays out.
+		select {
+		case <-actx.Done():
+		case <-eng.FailedC():
+			s.opts.Logger.Error("storage failed; leaving the cluster", "node", id, "err", eng.Failed())
+			m.node.FenceAll()
+			if err := m.member.Leave(); err != nil {
+				s.opts.Logger.Warn("leave the cluster", "node", id, "err", err)
+			}
+		}
 	}()
 	return m, nil
 }
@@ -76,7 +94,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 // may have moved on.
 func (m *member) close() error {
 	var errs []error
-	if m.member != nil {
+	if m.member != nil && m.engine.Failed() == nil {
 		m.node.FenceAll()
 		errs = append(errs, m.member.Leave())
 	}

@@ -10,6 +10,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -246,6 +247,22 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	return s, nil
 }
 
+// storageFailed returns the first failure of this process's storage
+// engines, nil while all are healthy.
+func (s *Server) storageFailed() error {
+	if s.engine != nil {
+		if err := s.engine.Failed(); err != nil {
+			return err
+		}
+	}
+	for _, m := range s.members {
+		if err := m.engine.Failed(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Handler is the whole HTTP surface: the document API, /metrics and
 // /healthz.
 func (s *Server) Handler() http.Handler {
@@ -253,6 +270,12 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.Metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if err := s.storageFailed(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			b, _ := json.Marshal(map[string]string{"status": "failed", "reason": err.Error()})
+			w.Write(b)
+			return
+		}
 		w.Write([]byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET /_cluster", s.serveClusterStatus)

@@ -1,12 +1,19 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
+
+// ErrFailed is returned for every write after the engine met an error it
+// cannot go on from (a failed WAL write or sync: a full or failing disk).
+// Pebble's commit pipeline is unusable from then on; the node must give
+// up its partitions and be restarted once the disk is fixed.
+var ErrFailed = errors.New("storage: the engine failed (disk full or failing)")
 
 // Options configures an Engine. The zero value is usable.
 type Options struct {
@@ -26,7 +33,35 @@ type Engine struct {
 
 	mu         sync.Mutex
 	partitions map[partitionID]*Partition
+
+	fail *failure
 }
+
+// failure is an engine's first fatal error, shared with its Pebble logger.
+type failure struct {
+	mu   sync.Mutex
+	err  error
+	done chan struct{}
+}
+
+func (f *failure) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+		close(f.done)
+	}
+}
+
+func (f *failure) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// fatalPanic is how the Pebble logger's Fatalf unwinds (Pebble expects it
+// not to return); commit recovers it as ErrFailed.
+type fatalPanic struct{ err error }
 
 type partitionID struct {
 	db string
@@ -43,15 +78,47 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
+	fail := &failure{done: make(chan struct{})}
 	db, err := pebble.Open(dir, &pebble.Options{
 		FormatMajorVersion: pebble.FormatNewest,
 		Cache:              cache,
-		Logger:             pebbleLogger{opts.Logger},
+		Logger:             pebbleLogger{opts.Logger, fail},
+		EventListener: &pebble.EventListener{BackgroundError: func(err error) {
+			// A flush or compaction that cannot write: the disk is
+			// full or failing, and writes would soon stall.
+			opts.Logger.Error("pebble background error", "err", err)
+			fail.set(fmt.Errorf("%w: %v", ErrFailed, err))
+		}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open pebble in %s: %w", dir, err)
 	}
-	return &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}}, nil
+	return &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail}, nil
+}
+
+// Failed returns the engine's fatal error, nil while it is healthy.
+func (e *Engine) Failed() error { return e.fail.get() }
+
+// FailedC is closed when the engine fails.
+func (e *Engine) FailedC() <-chan struct{} { return e.fail.done }
+
+// commit commits b with the engine's durability, or fails fast with
+// ErrFailed once the engine has failed (Pebble treats a failed WAL write
+// as fatal; its Fatalf unwinds to here).
+func (e *Engine) commit(b *pebble.Batch) (err error) {
+	if err := e.Failed(); err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(fatalPanic)
+			if !ok {
+				panic(r)
+			}
+			err = f.err
+		}
+	}()
+	return b.Commit(e.writeOptions())
 }
 
 // Close closes Pebble. Callers stop all writes first.
@@ -84,13 +151,19 @@ func (e *Engine) writeOptions() *pebble.WriteOptions {
 	return pebble.Sync
 }
 
-type pebbleLogger struct{ log *slog.Logger }
+type pebbleLogger struct {
+	log  *slog.Logger
+	fail *failure
+}
 
 func (l pebbleLogger) Infof(string, ...any) {}
 func (l pebbleLogger) Errorf(format string, args ...any) {
 	l.log.Error("pebble", "msg", fmt.Sprintf(format, args...))
 }
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	l.log.Error("pebble fatal", "msg", fmt.Sprintf(format, args...))
-	panic(fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("pebble fatal", "msg", msg)
+	err := fmt.Errorf("%w: %s", ErrFailed, msg)
+	l.fail.set(err)
+	panic(fatalPanic{err})
 }

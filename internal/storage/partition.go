@@ -25,6 +25,11 @@ type Partition struct {
 	scn     SCN           // last committed
 	gen     uint32        // generation of the next local commit (StartGeneration)
 	changed chan struct{} // closed at the next commit; see Changed
+
+	// acked is the newest SCN of this replica's timeline known to have
+	// been acknowledged to a client (see Acknowledged); stored is the
+	// value last made durable, written with the next batch.
+	acked, stored SCN
 }
 
 func openPartition(e *Engine, db string, id int) (*Partition, error) {
@@ -52,6 +57,19 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 			return nil, fmt.Errorf("partition %s/%d: corrupt generation", db, id)
 		}
 		p.gen = binary.BigEndian.Uint32(g)
+	}
+	a, closer, err := e.db.Get(keys.Meta(db, id, "acked"))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("partition %s/%d: read acknowledged scn: %w", db, id, err)
+	default:
+		defer closer.Close()
+		if len(a) != 12 {
+			return nil, fmt.Errorf("partition %s/%d: corrupt acknowledged scn", db, id)
+		}
+		p.acked = SCN{Gen: binary.BigEndian.Uint32(a), Seq: binary.BigEndian.Uint64(a[4:])}
+		p.stored = p.acked
 	}
 	return p, nil
 }

@@ -13,6 +13,12 @@ import (
 	"github.com/cortado-db/cortado/internal/keys"
 )
 
+// ErrTruncateAcknowledged is returned by TruncateAfter when the commits it
+// would remove include one acknowledged to a client: removing it would
+// lose an acknowledged write, so the replica refuses and keeps its data.
+// It is an alarm, never a normal event (see DESIGN.md §5).
+var ErrTruncateAcknowledged = errors.New("storage: truncation would remove acknowledged commits")
+
 // ErrTimeline is returned when a replicated commit does not follow the
 // partition's last SCN: a gap, a repeat, or an older generation. Applying
 // it would let two replicas pass through different sequences of states.
@@ -36,12 +42,19 @@ func (p *Partition) Apply(c Commit) error { return p.ApplyAll([]Commit{c}) }
 // ApplyAll applies consecutive commits as Apply does, in one batch and
 // one fsync: a slave that is behind catches up at the cost of one sync per
 // batch, not per commit. Each commit must follow the one before it.
-func (p *Partition) ApplyAll(cs []Commit) error {
-	if len(cs) == 0 {
-		return nil
-	}
+func (p *Partition) ApplyAll(cs []Commit) error { return p.ApplyAcknowledged(cs, SCN{}) }
+
+// ApplyAcknowledged is ApplyAll for a slave whose master says every commit
+// up to acked was acknowledged to clients: the part of that this replica
+// now holds is recorded (durably, in the same batch) so that a later
+// truncation of it is refused as an alarm.
+func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(cs) == 0 {
+		p.noteAcked(acked)
+		return nil
+	}
 	b := p.e.db.NewBatch()
 	defer b.Close()
 	last := p.scn
@@ -74,15 +87,27 @@ func (p *Partition) ApplyAll(cs []Commit) error {
 	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(last), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(p.e.writeOptions()); err != nil {
+	// The master's acknowledged SCN is on the timeline this replica now
+	// follows: the replica holds it as far as it has applied.
+	if last.Less(acked) {
+		acked = last
+	}
+	acked = later(p.acked, acked)
+	stored, err := p.storeAcked(b, acked)
+	if err != nil {
+		return err
+	}
+	if err := p.e.commit(b); err != nil {
 		return fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
 	}
 	p.scn = last
+	p.acked, p.stored = acked, stored
 	p.notify()
 	return nil
 }
 
-// commitLog adds the log entry and the new SCN to b and commits it.
+// commitLog adds the log entry, the new SCN and the acknowledged SCN (if
+// it moved) to b and commits it; the caller holds mu.
 func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
 	if err := b.Set(keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c), nil); err != nil {
 		return err
@@ -90,11 +115,61 @@ func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
 	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(c.SCN), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(p.e.writeOptions()); err != nil {
+	stored, err := p.storeAcked(b, p.acked)
+	if err != nil {
+		return err
+	}
+	if err := p.e.commit(b); err != nil {
 		return fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, c.SCN, err)
 	}
+	p.stored = stored
 	p.notify()
 	return nil
+}
+
+// Acknowledged records that every commit of this replica's timeline up to
+// scn has been acknowledged to a client (a master learns it from its
+// slaves). It is made durable with the partition's next batch — a
+// watermark that may lag, never lead: TruncateAfter refuses to remove
+// anything at or below it.
+func (p *Partition) Acknowledged(scn SCN) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.noteAcked(scn)
+}
+
+// noteAcked raises the in-memory watermark; the caller holds mu.
+func (p *Partition) noteAcked(scn SCN) {
+	if p.scn.Less(scn) {
+		scn = p.scn
+	}
+	p.acked = later(p.acked, scn)
+}
+
+// AcknowledgedSCN returns the acknowledged watermark (see Acknowledged).
+func (p *Partition) AcknowledgedSCN() SCN {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.acked
+}
+
+// storeAcked adds acked to b if it is newer than what is stored and
+// returns what will be stored once b commits.
+func (p *Partition) storeAcked(b *pebble.Batch, acked SCN) (SCN, error) {
+	if !p.stored.Less(acked) {
+		return p.stored, nil
+	}
+	if err := b.Set(keys.Meta(p.DB, p.ID, "acked"), encodeSCN(acked), nil); err != nil {
+		return SCN{}, err
+	}
+	return acked, nil
+}
+
+func later(a, b SCN) SCN {
+	if a.Less(b) {
+		return b
+	}
+	return a
 }
 
 func encodeSCN(s SCN) []byte {
@@ -113,7 +188,12 @@ func (p *Partition) StartGeneration(gen uint32) error {
 	if seen := max(p.gen, p.scn.Gen); gen <= seen {
 		return fmt.Errorf("partition %s/%d: generation %d is not after %d: %w", p.DB, p.ID, gen, seen, ErrTimeline)
 	}
-	if err := p.e.db.Set(keys.Meta(p.DB, p.ID, "gen"), binary.BigEndian.AppendUint32(nil, gen), pebble.Sync); err != nil {
+	b := p.e.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(keys.Meta(p.DB, p.ID, "gen"), binary.BigEndian.AppendUint32(nil, gen), nil); err != nil {
+		return err
+	}
+	if err := p.e.commit(b); err != nil {
 		return fmt.Errorf("partition %s/%d: start generation %d: %w", p.DB, p.ID, gen, err)
 	}
 	p.gen = gen
@@ -124,10 +204,14 @@ func (p *Partition) StartGeneration(gen uint32) error {
 // its effects with the pre-images it recorded, newest first, in one batch.
 // A replica rejoining after a failover calls it with the last SCN the new
 // timeline shares with it, so it can follow the new master. It returns how
-// many events it undid.
+// many events it undid. It refuses (ErrTruncateAcknowledged) to remove a
+// commit at or below the acknowledged watermark.
 func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if keep.Less(p.acked) {
+		return 0, fmt.Errorf("partition %s/%d: truncate after %s, but commits up to %s were acknowledged: %w", p.DB, p.ID, keep, p.acked, ErrTruncateAcknowledged)
+	}
 	var commits []Commit
 	prefix := keys.LogPrefix(p.DB, p.ID)
 	it, err := p.e.db.NewIter(&pebble.IterOptions{
@@ -183,7 +267,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(keep), nil); err != nil {
 		return 0, err
 	}
-	if err := b.Commit(p.e.writeOptions()); err != nil {
+	if err := p.e.commit(b); err != nil {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s: %w", p.DB, p.ID, keep, err)
 	}
 	p.scn = keep

@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"slices"
+
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// handBackLag is how many commits a replica may still lack of its
+// master's for mastership to be handed to it: the new master drains the
+// rest while the partition briefly takes no writes.
+const handBackLag = 256
+
+// masterInput is what the controller knows of one partition when it
+// decides who masters it next.
+type masterInput struct {
+	// Current is the published replica list (master first); Target the
+	// ideal one.
+	Current, Target []string
+	// Live reports whether a node is registered (and not failed by
+	// router reports).
+	Live func(id string) bool
+	// Status is a replica's own report of the partition (role, SCN),
+	// if it answered.
+	Status func(id string) (node.PartitionStatus, bool)
+	// MinInSync is how many replicas hold every acknowledged commit.
+	MinInSync int
+	// Stuck says the current master has not been MASTER for longer than
+	// a hand-over takes (its drain failed): choose again.
+	Stuck bool
+}
+
+// masterDecision is the partition's next replica list, whether its
+// master changes by a planned hand-over (From, the live master it takes
+// over from) and whether the master needs a new generation although the
+// node stays the same (a failover that re-chose it).
+type masterDecision struct {
+	Replicas []string
+	From     string
+	Bump     bool
+}
+
+// decideMaster chooses a partition's master so that no acknowledged
+// commit can be lost:
+//
+//   - A live master keeps mastership until the replica it would go to has
+//     caught up on its timeline (same generation, at most handBackLag
+//     commits behind, never ahead: a rejoining replica first truncates
+//     what it wrote but never had acknowledged). The hand-over names the
+//     old master (From), which the new one must drain completely.
+//   - A master that is gone (or stuck) is replaced by the replica furthest
+//     along the timeline among those that answered — but only if enough
+//     answered that every set of MinInSync replicas, the ones that held an
+//     acknowledged commit, includes one of them. Otherwise the partition
+//     waits, without a master, for replicas to come back.
+func decideMaster(in masterInput) masterDecision {
+	cur, tgt := in.Current, in.Target
+	if len(cur) == 0 || len(tgt) == 0 {
+		return masterDecision{Replicas: tgt}
+	}
+	m := cur[0]
+	if !in.Live(m) || in.Stuck {
+		return failover(in)
+	}
+	if tgt[0] == m {
+		return masterDecision{Replicas: tgt}
+	}
+	ms, ok := in.Status(m)
+	if s, answered := in.Status(tgt[0]); ok && answered && slices.Contains(cur, tgt[0]) && caughtUp(s.SCN, ms.SCN) {
+		return masterDecision{Replicas: tgt, From: m}
+	}
+	if !slices.Contains(tgt, m) && ok {
+		// The master leaves the replica set: hand to the caught-up
+		// replica of the target furthest along, if any.
+		best := ""
+		var bestSCN storage.SCN
+		for _, id := range tgt {
+			s, answered := in.Status(id)
+			if id == m || !slices.Contains(cur, id) || !answered || !caughtUp(s.SCN, ms.SCN) {
+				continue
+			}
+			if best == "" || bestSCN.Less(s.SCN) {
+				best, bestSCN = id, s.SCN
+			}
+		}
+		if best != "" {
+			return masterDecision{Replicas: first(best, tgt), From: m}
+		}
+	}
+	return masterDecision{Replicas: first(m, tgt)}
+}
+
+// failover chooses a new master for a partition whose master is gone.
+func failover(in masterInput) masterDecision {
+	cur := in.Current
+	var answered []string
+	for _, id := range cur {
+		if in.Live(id) {
+			if _, ok := in.Status(id); ok {
+				answered = append(answered, id)
+			}
+		}
+	}
+	if len(answered) < len(cur)-in.MinInSync+1 || len(answered) == 0 {
+		return masterDecision{Replicas: cur} // wait for replicas to return
+	}
+	best := answered[0]
+	for _, id := range answered[1:] {
+		b, _ := in.Status(best)
+		s, _ := in.Status(id)
+		if b.SCN.Less(s.SCN) {
+			best = id
+		}
+	}
+	out := first(best, in.Target)
+	return masterDecision{Replicas: out, Bump: best == cur[0]}
+}
+
+// caughtUp reports whether a replica at r is on the timeline of a master
+// at m and close enough behind it to take over.
+func caughtUp(r, m storage.SCN) bool {
+	return r.Gen == m.Gen && r.Seq <= m.Seq && m.Seq-r.Seq <= handBackLag
+}
+
+// first returns ids with id moved (or added) to the front.
+func first(id string, ids []string) []string {
+	out := []string{id}
+	for _, x := range ids {
+		if x != id {
+			out = append(out, x)
+		}
+	}
+	return out
+}
