@@ -132,6 +132,9 @@ func printCheck(parts []cluster.PartitionCheck) error {
 	w.Flush()
 	fmt.Printf("%d partitions: %d replicas equal, %d differ, %d unsettled, %d unreachable\n", len(parts),
 		counts[cluster.CheckEqual], counts[cluster.CheckDiffers], counts[cluster.CheckUnsettled], counts[cluster.CheckUnreachable])
+	if counts[cluster.CheckAlarm] > 0 {
+		return fmt.Errorf("%d replicas hold acknowledged commits their masters lack (see the log: an acknowledged write was lost on the master)", counts[cluster.CheckAlarm])
+	}
 	if counts[cluster.CheckDiffers] > 0 {
 		return fmt.Errorf("%d replicas differ from their masters", counts[cluster.CheckDiffers])
 	}

@@ -20,6 +20,10 @@ const (
 	CheckDiffers     = "differs"     // same SCN, different rows: divergence
 	CheckUnsettled   = "unsettled"   // never at the master's SCN while asked
 	CheckUnreachable = "unreachable" // the master or the slave did not answer
+	// CheckAlarm: the slave refused to truncate commits that were
+	// acknowledged to clients (its master's timeline lacks them): an
+	// acknowledged write is missing from the master.
+	CheckAlarm = "alarm"
 )
 
 // PartitionCheck is the consistency check of one partition: its master's
@@ -125,6 +129,8 @@ func checkPartition(ctx context.Context, t *RoutingTable, p int) PartitionCheck 
 			got, err := node.NewRemote(url, adminHTTP).Checksum(rctx, node.ChecksumRequest{DB: t.DB, Partition: p, At: ref.SCN, Wait: 5 * time.Second})
 			cancel()
 			switch {
+			case errors.Is(err, storage.ErrTruncateAcknowledged):
+				rc.Result, rc.Error = CheckAlarm, err.Error()
 			case errors.Is(err, storage.ErrPassed):
 				rc.Result, rc.Error = CheckUnsettled, err.Error()
 				retry = true

@@ -382,6 +382,9 @@ func (c *Controller) checkEvery(ctx context.Context) {
 		}
 		for _, pc := range res {
 			for _, r := range pc.Replicas {
+				if r.Result == CheckAlarm {
+					c.Log.Error("consistency check: replica holds acknowledged commits its master lacks", "db", pc.DB, "partition", pc.Partition, "master", pc.Master, "replica", r.Node, "err", r.Error)
+				}
 				if r.Result == CheckDiffers {
 					c.Log.Error("consistency check: replica differs from its master", "db", pc.DB, "partition", pc.Partition, "scn", pc.SCN, "master", pc.Master, "replica", r.Node)
 				}

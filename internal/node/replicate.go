@@ -252,6 +252,13 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 // raises the alarm when that would remove acknowledged commits.
 func (n *Node) truncate(p *storage.Partition, keep storage.SCN, o FollowOptions) error {
 	undone, err := p.TruncateAfter(keep)
+	e := n.roles.entry(p.DB, p.ID)
+	e.ackMu.Lock()
+	e.alarm = nil
+	if errors.Is(err, storage.ErrTruncateAcknowledged) {
+		e.alarm = err
+	}
+	e.ackMu.Unlock()
 	if err != nil {
 		if errors.Is(err, storage.ErrTruncateAcknowledged) && o.Alarm != nil {
 			o.Alarm(err)

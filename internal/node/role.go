@@ -76,6 +76,10 @@ type partRole struct {
 	acks      map[string]storage.SCN
 	confirmed storage.SCN
 	ackedCh   chan struct{}
+	// alarm is set when this replica refused to truncate acknowledged
+	// commits: the consistency check reports it until the replica
+	// follows its master again.
+	alarm error
 }
 
 // changedLocked wakes every waiter; the caller holds ackMu.

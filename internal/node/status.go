@@ -84,6 +84,14 @@ func (n *Node) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResu
 	if err != nil {
 		return nil, err
 	}
+	if e, _ := n.roles.lookup(req.DB, req.Partition); e != nil {
+		e.ackMu.Lock()
+		alarm := e.alarm
+		e.ackMu.Unlock()
+		if alarm != nil {
+			return nil, alarm
+		}
+	}
 	var s storage.Sums
 	if req.At.IsZero() {
 		s, err = p.Sums()

@@ -1,0 +1,371 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// Result is what a run found.
+type Result struct {
+	Ops       int
+	Acked     int
+	Maybe     int
+	Lost      []Anomaly // acknowledged writes or increments not in the final state
+	Anomalies []Anomaly // everything else: reads back in time, missing keys, duplicates, non-linearizable registers, replicas apart
+	Faults    []Fault
+	// Linearizable is porcupine's verdict on the registers.
+	Linearizable string
+	// Rows is the result table, one row per fault kind and a total.
+	Rows []Row
+}
+
+// Row is one line of the result table.
+type Row struct {
+	Fault                  string
+	Cycles                 int
+	Ops, Acked, Maybe      int
+	Lost, Anomalies        int
+	MaxUnavail, P50Unavail time.Duration // per-partition write unavailability during the fault
+}
+
+// Failed reports whether anything was lost or anomalous.
+func (r *Result) Failed() bool { return len(r.Lost) > 0 || len(r.Anomalies) > 0 }
+
+// Check reads the final state through the routers (after the cluster
+// has healed) and checks the history against it.
+func Check(c *Cluster, h *History, faults []Fault) *Result {
+	res := &Result{Faults: faults, Anomalies: slices.Clone(h.anomalies)}
+	hc := newHTTP(c.routerURLs()...)
+	read := func(path string) (int64, bool, error) {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			r := hc.send("GET", path, "", "")
+			if r.err == nil && (r.status == 200 || r.status == 404) {
+				v, _ := readValue(r.body)
+				return v, r.status == 200, nil
+			}
+			if time.Now().After(deadline) {
+				return 0, false, fmt.Errorf("GET %s: %d %s %v", path, r.status, r.body, r.err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// Unique keys: every acknowledged one holds its value.
+	type kv struct {
+		v  int64
+		at time.Time
+	}
+	acked := map[string]kv{}
+	incAcked, incMaybe := map[string]int64{}, map[string]int64{}
+	casAcked := map[string][]int64{}
+	var regs []porcupine.Operation
+	for _, op := range h.ops {
+		res.Ops++
+		switch op.Outcome {
+		case Ok:
+			res.Acked++
+		case Maybe:
+			res.Maybe++
+		}
+		switch {
+		case op.Kind == "put" && op.Outcome == Ok:
+			acked[op.Key] = kv{op.Value, op.End}
+		case op.Kind == "inc" && op.Outcome == Ok:
+			incAcked[op.Key]++
+		case op.Kind == "inc" && op.Outcome == Maybe:
+			incMaybe[op.Key]++
+		case op.Kind == "cas" && op.Outcome == Ok:
+			casAcked[op.Key] = append(casAcked[op.Key], op.Value)
+		case op.Kind == "reg-put" && op.Outcome != Fail:
+			end := op.End.UnixNano()
+			if op.Outcome == Maybe {
+				end = math.MaxInt64 // may take effect at any later time
+			}
+			regs = append(regs, porcupine.Operation{ClientId: op.Client, Input: regIn{op.Key, true, op.Value}, Call: op.Start.UnixNano(), Return: end})
+		case op.Kind == "reg-get":
+			regs = append(regs, porcupine.Operation{ClientId: op.Client, Input: regIn{op.Key, false, 0}, Output: op.Value, Call: op.Start.UnixNano(), Return: op.End.UnixNano()})
+		}
+	}
+	keys := make([]string, 0, len(acked))
+	for k := range acked {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, found, err := read("/d/U/" + k)
+		switch {
+		case err != nil:
+			res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
+		case !found || v != acked[k].v:
+			res.Lost = append(res.Lost, Anomaly{acked[k].at, "lost put", fmt.Sprintf("U/%s=%d acknowledged at %s; now found=%v value %d", k, acked[k].v, acked[k].at.Format("15:04:05.000"), found, v)})
+		}
+	}
+	for j := range counters {
+		key := fmt.Sprintf("C/inc%d", j)
+		n, _, err := read("/d/" + key)
+		if err != nil {
+			res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
+			continue
+		}
+		if n < incAcked[key] {
+			res.Lost = append(res.Lost, Anomaly{time.Now(), "lost increment", fmt.Sprintf("%s = %d, but %d increments were acknowledged", key, n, incAcked[key])})
+		}
+		if n > incAcked[key]+incMaybe[key] {
+			res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "duplicated increment", fmt.Sprintf("%s = %d, but only %d acknowledged + %d unknown increments were sent", key, n, incAcked[key], incMaybe[key])})
+		}
+		key = fmt.Sprintf("C/cas%d", j)
+		n, _, err = read("/d/" + key)
+		if err != nil {
+			res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
+			continue
+		}
+		vals := slices.Clone(casAcked[key])
+		slices.Sort(vals)
+		for i := 1; i < len(vals); i++ {
+			if vals[i] == vals[i-1] {
+				res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "duplicate CAS", fmt.Sprintf("%s: two If-Match writes of %d acknowledged (both based on the same version)", key, vals[i])})
+			}
+		}
+		if len(vals) > 0 && n < vals[len(vals)-1] {
+			res.Lost = append(res.Lost, Anomaly{time.Now(), "lost CAS", fmt.Sprintf("%s = %d, but %d was acknowledged", key, n, vals[len(vals)-1])})
+		}
+	}
+	switch porcupine.CheckOperationsTimeout(registerModel, regs, time.Minute) {
+	case porcupine.Ok:
+		res.Linearizable = fmt.Sprintf("linearizable (%d register operations)", len(regs))
+	case porcupine.Illegal:
+		res.Linearizable = "NOT linearizable"
+		res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "not linearizable", fmt.Sprintf("registers C/reg*: %d operations are not linearizable", len(regs))})
+	default:
+		res.Linearizable = fmt.Sprintf("not decided within a minute (%d register operations)", len(regs))
+	}
+	res.Anomalies = append(res.Anomalies, checkReplicas(c)...)
+	res.Rows = table(h, res, faults)
+	return res
+}
+
+// checkReplicas waits until every replica matches its master (the
+// consistency check at one SCN) and every replica's commit log holds the
+// same sequence of SCNs as its master's.
+func checkReplicas(c *Cluster) []Anomaly {
+	ctx := context.Background()
+	deadline := time.Now().Add(90 * time.Second)
+	var last string
+	for {
+		res, err := cluster.Check(ctx, c.cli, prefix, "d")
+		settled := err == nil
+		for _, pc := range res {
+			if len(pc.Replicas) != 2 {
+				settled, last = false, fmt.Sprintf("partition %d has %d slaves", pc.Partition, len(pc.Replicas))
+			}
+			for _, r := range pc.Replicas {
+				if r.Result == cluster.CheckDiffers {
+					return []Anomaly{{time.Now(), "replicas differ", fmt.Sprintf("partition %d: replica %s differs from master %s at %s", pc.Partition, r.Node, pc.Master, pc.SCN)}}
+				}
+				if r.Result != cluster.CheckEqual {
+					settled, last = false, fmt.Sprintf("partition %d replica %s: %s", pc.Partition, r.Node, r.Result)
+				}
+			}
+		}
+		if settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			return []Anomaly{{time.Now(), "replicas unsettled", fmt.Sprintf("after 90s: %v %s", err, last)}}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	rt, err := cluster.LoadRoutingTable(ctx, c.cli, prefix, "d")
+	if err != nil {
+		return []Anomaly{{time.Now(), "replicas unsettled", err.Error()}}
+	}
+	var out []Anomaly
+	for p, r := range rt.Partitions {
+		var want []storage.SCN
+		for i, id := range r.Replicas {
+			got, err := timeline(rt.Nodes[id], p)
+			if err != nil {
+				out = append(out, Anomaly{time.Now(), "replicas unsettled", err.Error()})
+				continue
+			}
+			if i == 0 {
+				want = got
+			} else if !slices.Equal(got, want) {
+				out = append(out, Anomaly{time.Now(), "timelines differ", fmt.Sprintf("partition %d: %s's commit log (%d commits) differs from master %s's (%d)", p, id, len(got), r.Replicas[0], len(want))})
+			}
+		}
+	}
+	return out
+}
+
+// timeline reads a replica's whole commit log and returns its SCNs.
+func timeline(url string, p int) ([]storage.SCN, error) {
+	r := node.NewRemote(url, nil)
+	var out []storage.SCN
+	after := storage.SCN{}
+	for {
+		res, err := r.Log(context.Background(), node.LogRequest{DB: "d", Partition: p, After: after, Max: 1000})
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Commits) == 0 {
+			return out, nil
+		}
+		for _, c := range res.Commits {
+			out = append(out, c.SCN)
+		}
+		after = out[len(out)-1]
+	}
+}
+
+// table sums the history by the fault in force when each operation ended
+// ("none" between faults), with each fault's per-partition write
+// unavailability (the longest gap between successful probe writes).
+func table(h *History, res *Result, faults []Fault) []Row {
+	rows := map[string]*Row{}
+	row := func(k string) *Row {
+		if rows[k] == nil {
+			rows[k] = &Row{Fault: k}
+		}
+		return rows[k]
+	}
+	during := func(t time.Time) string {
+		for _, f := range faults {
+			if !t.Before(f.Start) && !t.After(f.Done) {
+				return f.Kind
+			}
+		}
+		return "none"
+	}
+	for _, f := range faults {
+		row(f.Kind).Cycles++
+	}
+	for _, op := range h.ops {
+		r := row(during(op.End))
+		r.Ops++
+		switch op.Outcome {
+		case Ok:
+			r.Acked++
+		case Maybe:
+			r.Maybe++
+		}
+	}
+	for _, a := range res.Lost {
+		row(during(a.At)).Lost++
+	}
+	for _, a := range res.Anomalies {
+		row(during(a.At)).Anomalies++
+	}
+	// Probe successes per partition, in time order.
+	ok := map[string][]time.Time{}
+	for _, op := range h.ops {
+		if op.Kind == "probe" && op.Outcome == Ok {
+			ok[op.Key] = append(ok[op.Key], op.End)
+		}
+	}
+	gaps := map[string][]time.Duration{}
+	for _, f := range faults {
+		for _, ts := range ok {
+			slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+			var worst time.Duration
+			prev := f.Start
+			for _, t := range ts {
+				if t.Before(f.Start) {
+					continue
+				}
+				if t.After(f.Done) {
+					worst = max(worst, t.Sub(prev))
+					break
+				}
+				worst = max(worst, t.Sub(prev))
+				prev = t
+			}
+			gaps[f.Kind] = append(gaps[f.Kind], worst)
+		}
+	}
+	var out []Row
+	total := Row{Fault: "total"}
+	for _, k := range append(slices.Clone(Faults), "none") {
+		r := rows[k]
+		if r == nil {
+			continue
+		}
+		if g := gaps[k]; len(g) > 0 {
+			slices.Sort(g)
+			r.MaxUnavail, r.P50Unavail = g[len(g)-1], g[len(g)/2]
+		}
+		out = append(out, *r)
+		total.Cycles += r.Cycles
+		total.Ops += r.Ops
+		total.Acked += r.Acked
+		total.Maybe += r.Maybe
+		total.Lost += r.Lost
+		total.Anomalies += r.Anomalies
+	}
+	return append(out, total)
+}
+
+// Markdown renders the result table.
+func (r *Result) Markdown() string {
+	var b strings.Builder
+	b.WriteString("| fault | cycles | operations | acknowledged | unknown outcome | lost | anomalies | partition unavailability p50 / max |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, row := range r.Rows {
+		unavail := "—"
+		if row.MaxUnavail > 0 {
+			unavail = fmt.Sprintf("%.1f s / %.1f s", row.P50Unavail.Seconds(), row.MaxUnavail.Seconds())
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %s |\n", row.Fault, row.Cycles, row.Ops, row.Acked, row.Maybe, row.Lost, row.Anomalies, unavail)
+	}
+	return b.String()
+}
+
+// regIn is one register operation for porcupine.
+type regIn struct {
+	key   string
+	write bool
+	value int64
+}
+
+// registerModel is a map of independent registers, checked key by key;
+// every register starts at 0 (the workload creates them so).
+var registerModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range history {
+			k := op.Input.(regIn).key
+			byKey[k] = append(byKey[k], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range byKey {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() any { return int64(0) },
+	Step: func(state, input, output any) (bool, any) {
+		in := input.(regIn)
+		if in.write {
+			return true, in.value
+		}
+		return output.(int64) == state.(int64), state
+	},
+	DescribeOperation: func(input, output any) string {
+		in := input.(regIn)
+		if in.write {
+			return fmt.Sprintf("put %s=%d", in.key, in.value)
+		}
+		return fmt.Sprintf("get %s → %v", in.key, output)
+	},
+}

@@ -1,0 +1,153 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortado-db/cortado/internal/clustertest"
+	"github.com/cortado-db/cortado/internal/coord"
+)
+
+// Options shape a run.
+type Options struct {
+	// Partitions of the test database (replicas 3, semi-sync).
+	Partitions int
+	// LeaseTTL of storage nodes, relay and controllers, in seconds.
+	LeaseTTL int
+	// DiskBytes, when set, puts one storage node's data on a tmpfs of
+	// this size, so the nemesis can fill it (needs root; without it the
+	// disk fault is skipped).
+	DiskBytes int64
+}
+
+// Cluster is Cortado as processes on loopback ports.
+type Cluster struct {
+	t       testing.TB
+	opts    Options
+	dir     string
+	Etcd    *clustertest.Serve
+	etcdURL string
+	Relay   *clustertest.Serve
+	// Storage nodes by ID (s1, s2, s3); DiskNode's data dir is on tmpfs.
+	Storage     map[string]*clustertest.Serve
+	DiskNode    string
+	DiskDir     string
+	Controllers []*clustertest.Serve
+	Routers     []*clustertest.Serve
+	cli         *clientv3.Client
+}
+
+const prefix = "/cortado"
+
+// StartCluster starts every process and creates database d (tables U,
+// C, P, R: see workload.go) and waits until every partition has a master.
+func StartCluster(t testing.TB, o Options) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, opts: o, dir: t.TempDir(), Storage: map[string]*clustertest.Serve{}}
+	ttl := fmt.Sprint(o.LeaseTTL)
+	client, peer := freeURL(t), freeURL(t)
+	c.etcdURL = client
+	c.Etcd = clustertest.StartProcess(t, c.sub("etcd"), "etcd", "etcd", "--data-dir", c.sub("etcd"), "--client-url", client, "--peer-url", peer)
+	cli, err := coord.Connect(context.Background(), []string{client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	c.cli = cli
+	common := []string{"--etcd-endpoints", client, "--log-level", "warn"}
+	c.Relay = c.start("relay", append([]string{"relay", "--relay-id", "relay1", "--listen", hostPort(t), "--lease-ttl", ttl}, common...)...)
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("s%d", i)
+		data := c.sub(id + "-data")
+		if i == 3 && o.DiskBytes > 0 {
+			if err := mountTmpfs(data, o.DiskBytes); err != nil {
+				t.Logf("no tmpfs for the disk-full fault (%v): it is skipped", err)
+			} else {
+				c.DiskNode, c.DiskDir = id, data
+				t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
+			}
+		}
+		c.Storage[id] = c.start(id, append([]string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i),
+			"--listen", hostPort(t), "--data-dir", data, "--lease-ttl", ttl}, common...)...)
+	}
+	for i := 1; i <= 2; i++ {
+		c.Controllers = append(c.Controllers, c.start(fmt.Sprintf("c%d", i), append([]string{"controller", "--controller-id", fmt.Sprintf("c%d", i),
+			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0"}, common...)...))
+	}
+	for i := 1; i <= 2; i++ {
+		c.Routers = append(c.Routers, c.start(fmt.Sprintf("router%d", i), append([]string{"router", "--listen", hostPort(t)}, common...)...))
+	}
+	h := newHTTP(c.Routers[0].URL)
+	if st, b := h.do("PUT", "/_schemata/d", fmt.Sprintf(`{"partitions":%d,"replicas":3}`, o.Partitions), ""); st != 201 {
+		t.Fatalf("create database: %d %s", st, b)
+	}
+	for _, tbl := range []string{
+		`"U","key":[{"name":"k"}],"schema":{"type":"record","name":"U","fields":[{"name":"v","type":"long"}]}`,
+		`"C","key":[{"name":"k"}],"schema":{"type":"record","name":"C","fields":[{"name":"n","type":"long","default":0}]}`,
+	} {
+		name, rest, _ := strings.Cut(tbl, ",")
+		if st, b := h.do("PUT", "/_schemata/d/"+strings.Trim(name, `"`), "{"+rest+"}", ""); st != 201 {
+			t.Fatalf("register %s: %d %s", name, st, b)
+		}
+	}
+	return c
+}
+
+func (c *Cluster) sub(name string) string {
+	d := filepath.Join(c.dir, name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	return d
+}
+
+func (c *Cluster) start(name string, args ...string) *clustertest.Serve {
+	return clustertest.StartProcess(c.t, c.sub(name), name, args...)
+}
+
+// freeURL is a free loopback URL.
+func freeURL(t testing.TB) string {
+	u, err := coord.FreeLoopbackURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// hostPort is a free loopback host:port: processes keep their address
+// across restarts, as a restarted service would.
+func hostPort(t testing.TB) string { return strings.TrimPrefix(freeURL(t), "http://") }
+
+// mountTmpfs mounts a tmpfs of size bytes on dir.
+func mountTmpfs(dir string, size int64) error {
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}
+
+// Restart starts a killed process again (same flags, data and address),
+// retrying while its port is still held by the old one's sockets.
+func (c *Cluster) Restart(s *clustertest.Serve) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.TryRestart()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("restart: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

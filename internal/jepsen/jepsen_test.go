@@ -1,0 +1,88 @@
+package jepsen
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	duration   = flag.Duration("jepsen.duration", 0, "run random faults for this long (0: each fault once, fixed seed: the CI run)")
+	seedFlag   = flag.Uint64("jepsen.seed", 0, "random seed (0: a fixed one for the CI run, the time for a long run)")
+	partitions = flag.Int("jepsen.partitions", 16, "partitions of the test database")
+	leaseTTL   = flag.Int("jepsen.lease-ttl", 2, "lease TTL of storage nodes, relay and controllers, in seconds")
+	report     = flag.String("jepsen.report", "", "write the result table (Markdown) to this file")
+)
+
+// TestJepsen runs the workload through both routers while the nemesis
+// breaks the cluster, then checks that nothing acknowledged was lost and
+// nothing anomalous was seen (see the package doc). Without
+// -jepsen.duration it applies each fault once, in a fixed order with a
+// fixed seed: the bounded run CI does on every change.
+func TestJepsen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-process fault run")
+	}
+	seed := *seedFlag
+	if seed == 0 {
+		seed = 1
+		if *duration > 0 {
+			seed = uint64(time.Now().UnixNano())
+		}
+	}
+	t.Logf("seed %d (rerun with -jepsen.seed %d)", seed, seed)
+	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: 64 << 20})
+	w := StartWorkload(c, seed)
+	n := NewNemesis(c, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	start := time.Now()
+	time.Sleep(3 * time.Second) // a baseline before the first fault
+	for i := 0; ; i++ {
+		var kind string
+		if *duration == 0 {
+			if i == len(Faults) {
+				break
+			}
+			kind = Faults[i]
+		} else {
+			if time.Since(start) > *duration {
+				break
+			}
+			kind = Faults[rng.IntN(len(Faults))]
+		}
+		t0 := time.Now()
+		if err := n.Run(kind); err != nil {
+			if err == errSkipped {
+				t.Logf("%s: skipped", kind)
+				continue
+			}
+			t.Fatal(err)
+		}
+		f := n.log[len(n.log)-1]
+		t.Logf("%-15s %-8s %5.1fs", kind, f.Target, time.Since(t0).Seconds())
+	}
+	time.Sleep(2 * time.Second)
+	h := w.Stop()
+	res := Check(c, h, n.log)
+	table := res.Markdown()
+	t.Logf("%s; registers %s\n%s", time.Since(start).Round(time.Second), res.Linearizable, table)
+	if *report != "" {
+		var b strings.Builder
+		fmt.Fprintf(&b, "Run of %s, seed %d, %d partitions, replicas 3, semi-sync (minInSync 2), lease TTL %d s; registers %s.\n\n",
+			time.Since(start).Round(time.Second), seed, *partitions, *leaseTTL, res.Linearizable)
+		b.WriteString(table)
+		if err := os.WriteFile(*report, []byte(b.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, a := range res.Lost {
+		t.Errorf("LOST %s: %s", a.Kind, a.Detail)
+	}
+	for _, a := range res.Anomalies {
+		t.Errorf("ANOMALY %s: %s", a.Kind, a.Detail)
+	}
+}

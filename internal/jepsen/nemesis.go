@@ -1,0 +1,196 @@
+package jepsen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/clustertest"
+)
+
+// Fault is one nemesis action, from when it began to when the cluster
+// had been healed and given time to settle.
+type Fault struct {
+	Kind              string
+	Target            string
+	Start, Heal, Done time.Time
+}
+
+// Faults the nemesis knows, in the order a fixed schedule cycles them.
+var Faults = []string{
+	"kill-master",     // kill -9 the busiest master, restart it while writes go on
+	"pause-master",    // SIGSTOP the busiest master past its lease, then SIGCONT
+	"kill-two",        // kill -9 two storage nodes together, restart both
+	"kill-relay",      // kill -9 the relay, restart it
+	"kill-controller", // kill -9 the leading controller, restart it
+	"kill-router",     // kill -9 a router, restart it
+	"restart-etcd",    // kill -9 etcd, restart it
+	"disk-full",       // fill a storage node's disk, free it, restart the node
+}
+
+// Nemesis injects faults into a cluster.
+type Nemesis struct {
+	c   *Cluster
+	rng *rand.Rand
+	log []Fault
+}
+
+// NewNemesis returns a nemesis with its own random source.
+func NewNemesis(c *Cluster, seed uint64) *Nemesis {
+	return &Nemesis{c: c, rng: rand.New(rand.NewPCG(seed, 99))}
+}
+
+// ttl is the lease TTL.
+func (n *Nemesis) ttl() time.Duration { return time.Duration(n.c.opts.LeaseTTL) * time.Second }
+
+// Run applies one fault: it breaks something, holds while the workload
+// runs, heals, and waits for the cluster to settle (every partition with a
+// master answering writes).
+func (n *Nemesis) Run(kind string) error {
+	c := n.c
+	f := Fault{Kind: kind, Start: time.Now()}
+	hold := 3*n.ttl() + time.Duration(n.rng.IntN(2000))*time.Millisecond
+	switch kind {
+	case "kill-master":
+		f.Target = n.busiestMaster()
+		c.Storage[f.Target].Kill()
+		time.Sleep(hold)
+		f.Heal = time.Now()
+		c.Restart(c.Storage[f.Target])
+	case "pause-master":
+		f.Target = n.busiestMaster()
+		c.Storage[f.Target].Pause()
+		time.Sleep(2*n.ttl() + time.Duration(n.rng.IntN(2000))*time.Millisecond)
+		f.Heal = time.Now()
+		c.Storage[f.Target].Resume()
+	case "kill-two":
+		ids := []string{n.busiestMaster()}
+		for id := range c.Storage {
+			if id != ids[0] && len(ids) < 2 {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		f.Target = fmt.Sprint(ids)
+		for _, id := range ids {
+			c.Storage[id].Kill()
+		}
+		time.Sleep(hold)
+		f.Heal = time.Now()
+		for _, id := range ids {
+			c.Restart(c.Storage[id])
+		}
+	case "kill-relay":
+		f.Target = "relay"
+		n.killRestart(c.Relay, hold, &f)
+	case "kill-controller":
+		f.Target = n.leadingController()
+		n.killRestart(c.Controllers[f.Target[1]-'1'], hold, &f)
+	case "kill-router":
+		i := n.rng.IntN(len(c.Routers))
+		f.Target = fmt.Sprintf("router%d", i+1)
+		n.killRestart(c.Routers[i], hold, &f)
+	case "restart-etcd":
+		f.Target = "etcd"
+		n.killRestart(c.Etcd, n.ttl()+time.Second, &f)
+	case "disk-full":
+		if c.DiskNode == "" {
+			return errSkipped
+		}
+		f.Target = c.DiskNode
+		ballast := filepath.Join(c.DiskDir, "ballast")
+		fill(ballast)
+		time.Sleep(hold)
+		f.Heal = time.Now()
+		os.Remove(ballast)
+		// A node whose disk failed left the cluster for good: an
+		// operator restarts it once the disk is fixed.
+		c.Storage[f.Target].Kill()
+		c.Restart(c.Storage[f.Target])
+	default:
+		return fmt.Errorf("unknown fault %q", kind)
+	}
+	n.settle()
+	f.Done = time.Now()
+	n.log = append(n.log, f)
+	return nil
+}
+
+var errSkipped = errors.New("fault skipped")
+
+func (n *Nemesis) killRestart(s *clustertest.Serve, hold time.Duration, f *Fault) {
+	s.Kill()
+	time.Sleep(hold)
+	f.Heal = time.Now()
+	n.c.Restart(s)
+}
+
+// fill writes to path until the file system is full.
+func fill(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			return
+		}
+	}
+}
+
+func (n *Nemesis) busiestMaster() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rt, err := cluster.LoadRoutingTable(ctx, n.c.cli, prefix, "d")
+	if err != nil || rt == nil {
+		return "s1"
+	}
+	count := map[string]int{}
+	for _, r := range rt.Partitions {
+		if len(r.Replicas) > 0 && n.c.Storage[r.Replicas[0]] != nil {
+			count[r.Replicas[0]]++
+		}
+	}
+	best := "s1"
+	for id, k := range count {
+		if k > count[best] || k == count[best] && id < best {
+			best = id
+		}
+	}
+	return best
+}
+
+func (n *Nemesis) leadingController() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := cluster.ClusterStatus(ctx, n.c.cli, prefix)
+	if err != nil || (st.Controller != "c1" && st.Controller != "c2") {
+		return "c1"
+	}
+	return st.Controller
+}
+
+// settle waits until every partition answers a write through the
+// routers (at most a minute), then a little longer for slaves to rejoin.
+func (n *Nemesis) settle() {
+	hc := newHTTP(n.c.routerURLs()...)
+	hc.hc.Timeout = 3 * time.Second
+	deadline := time.Now().Add(60 * time.Second)
+	for _, key := range probeKeys(n.c.opts.Partitions) {
+		for time.Now().Before(deadline) {
+			if r := hc.send("PUT", "/d/U/"+key+"-settle", `{"v":0}`, ""); r.err == nil && r.status < 300 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	time.Sleep(n.ttl())
+}

@@ -1,0 +1,428 @@
+package jepsen
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// The workload, through both routers at once (each client alternates):
+//
+//   - unique-key writers PUT U/u-<writer>-<i> = i, each key once;
+//   - CAS incrementers GET C/cas<j> and PUT it back with n+1 under
+//     If-Match, over 8 shared counters;
+//   - PATCH incrementers send {"increment":{"n":1}} to C/inc<j>, over 8
+//     shared counters;
+//   - readers read counters and acknowledged unique keys and check, as
+//     they go, that no read returns less than what was already known
+//     (acknowledged, or read) when it started, and no acknowledged key is
+//     missing;
+//   - register clients put and get C/reg<j> for porcupine;
+//   - a probe writer per partition every 250 ms measures unavailability.
+const counters = 8
+
+// Outcome is what a client learned of an operation.
+type Outcome int
+
+const (
+	// Ok is acknowledged.
+	Ok Outcome = iota
+	// Fail is certainly not done (refused before anything was written).
+	Fail
+	// Maybe is unknown: it may or may not have taken effect.
+	Maybe
+)
+
+// Op is one operation in the history.
+type Op struct {
+	Kind       string // put, cas, inc, read, reg-put, reg-get, probe
+	Key        string
+	Value      int64 // written (put, cas: the new value, reg-put) or read
+	Found      bool  // for reads
+	Outcome    Outcome
+	Start, End time.Time
+	Client     int
+}
+
+// History is every operation, appended as they complete.
+type History struct {
+	mu  sync.Mutex
+	ops []Op
+	// anomalies found while running (reads going back, missing keys).
+	anomalies []Anomaly
+	// floor: per counter key, the greatest value read or written by a
+	// CAS so far; incs: acknowledged PATCH increments so far. A read
+	// starting now must see at least both.
+	floor, incs map[string]int64
+	// acked unique keys, for readers to pick from.
+	ackedKeys []string
+	ackedAt   map[string]time.Time
+}
+
+// Anomaly is one violation found.
+type Anomaly struct {
+	At     time.Time
+	Kind   string
+	Detail string
+}
+
+func newHistory() *History {
+	return &History{floor: map[string]int64{}, incs: map[string]int64{}, ackedAt: map[string]time.Time{}}
+}
+
+func (h *History) add(op Op) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops = append(h.ops, op)
+	if op.Outcome != Ok {
+		return
+	}
+	switch op.Kind {
+	case "put":
+		h.ackedKeys = append(h.ackedKeys, op.Key)
+		h.ackedAt[op.Key] = op.End
+	case "cas", "read":
+		if op.Kind == "read" && !strings.HasPrefix(op.Key, "C/") {
+			return
+		}
+		h.floor[op.Key] = max(h.floor[op.Key], op.Value)
+	case "inc":
+		h.incs[op.Key]++
+	}
+}
+
+func (h *History) anomaly(kind, format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.anomalies = append(h.anomalies, Anomaly{At: time.Now(), Kind: kind, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (h *History) floorOf(key string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return max(h.floor[key], h.incs[key])
+}
+
+// pickAcked returns an acknowledged unique key, if any.
+func (h *History) pickAcked(rng *rand.Rand) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.ackedKeys) == 0 {
+		return "", false
+	}
+	return h.ackedKeys[rng.IntN(len(h.ackedKeys))], true
+}
+
+// httpClient talks to the routers.
+type httpClient struct {
+	bases []string
+	hc    *http.Client
+	n     int
+}
+
+func newHTTP(bases ...string) *httpClient {
+	return &httpClient{bases: bases, hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+}
+
+// response is one answer: status, body, ETag, and whether the request
+// reached a server at all.
+type response struct {
+	status int
+	body   []byte
+	etag   string
+	err    error
+}
+
+func (c *httpClient) send(method, path, body, ifMatch string) response {
+	c.n++
+	base := c.bases[c.n%len(c.bases)]
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if ifMatch != "" {
+		req.Header.Set("If-Match", ifMatch)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return response{err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, body: b, etag: resp.Header.Get("ETag")}
+}
+
+func (c *httpClient) do(method, path, body, ifMatch string) (int, []byte) {
+	r := c.send(method, path, body, ifMatch)
+	if r.err != nil {
+		return 0, []byte(r.err.Error())
+	}
+	return r.status, r.body
+}
+
+// writeOutcome classifies a write's answer. A refusal that says nothing
+// was done is Fail; anything else that is not a success may have taken
+// effect.
+func writeOutcome(r response) Outcome {
+	switch {
+	case r.err != nil:
+		if strings.Contains(r.err.Error(), "connection refused") {
+			return Fail
+		}
+		return Maybe
+	case r.status < 300:
+		return Ok
+	case r.status == 412 || r.status == 404 || r.status == 400 || r.status == 409:
+		return Fail
+	case r.status == 503:
+		var p struct{ Type, Title string }
+		json.Unmarshal(r.body, &p)
+		switch {
+		case p.Title == "Partition unavailable", p.Title == "Storage unreachable",
+			p.Type == "urn:cortado:problem:not-enough-replicas":
+			return Fail
+		}
+	}
+	return Maybe
+}
+
+// readValue parses a counter or unique document's number.
+func readValue(b []byte) (int64, bool) {
+	var d struct {
+		N *int64 `json:"n"`
+		V *int64 `json:"v"`
+	}
+	if json.Unmarshal(b, &d) != nil {
+		return 0, false
+	}
+	if d.N != nil {
+		return *d.N, true
+	}
+	if d.V != nil {
+		return *d.V, true
+	}
+	return 0, false
+}
+
+// Workload runs the clients until Stop.
+type Workload struct {
+	h     *History
+	c     *Cluster
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	seed  uint64
+	probe []string // a key per partition
+}
+
+// StartWorkload seeds the counters and starts every client.
+func StartWorkload(c *Cluster, seed uint64) *Workload {
+	w := &Workload{h: newHistory(), c: c, stop: make(chan struct{}), seed: seed}
+	hc := newHTTP(c.routerURLs()...)
+	for j := range counters {
+		for _, k := range []string{"cas", "inc", "reg"} {
+			for {
+				if st, _ := hc.do("PUT", fmt.Sprintf("/d/C/%s%d", k, j), `{"n":0}`, ""); st < 300 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	w.probe = probeKeys(c.opts.Partitions)
+	client := 0
+	run := func(n int, f func(id int, rng *rand.Rand, hc *httpClient)) {
+		for range n {
+			id := client
+			client++
+			w.wg.Go(func() { f(id, rand.New(rand.NewPCG(w.seed, uint64(id))), newHTTP(c.routerURLs()...)) })
+		}
+	}
+	run(4, w.uniqueWriter)
+	run(3, w.casIncrementer)
+	run(3, w.patchIncrementer)
+	run(3, w.reader)
+	run(2, w.registers)
+	w.wg.Go(w.prober)
+	return w
+}
+
+// probeKeys returns a key of table U in each partition of d.
+func probeKeys(partitions int) []string {
+	db := schema.Database{Name: "d", Partitioning: "hash", Partitions: partitions}
+	out := make([]string, partitions)
+	for i, found := 0, 0; found < partitions; i++ {
+		k := fmt.Sprintf("probe%d", i)
+		if p := db.PartitionOf(keys.S(k)); out[p] == "" {
+			out[p], found = k, found+1
+		}
+	}
+	return out
+}
+
+func (c *Cluster) routerURLs() []string {
+	var out []string
+	for _, r := range c.Routers {
+		out = append(out, r.URL)
+	}
+	return out
+}
+
+func (w *Workload) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// pause waits d or until Stop.
+func (w *Workload) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.stop:
+	case <-t.C:
+	}
+}
+
+// Stop ends every client and returns the history.
+func (w *Workload) Stop() *History {
+	close(w.stop)
+	w.wg.Wait()
+	return w.h
+}
+
+func (w *Workload) uniqueWriter(id int, rng *rand.Rand, hc *httpClient) {
+	for i := int64(0); !w.stopped(); i++ {
+		key := fmt.Sprintf("u-%d-%d", id, i)
+		// Retry an unknown outcome with the same PUT (idempotent) a few
+		// times; a definite refusal, until it is accepted.
+		for try := 0; try < 20 && !w.stopped(); try++ {
+			start := time.Now()
+			r := hc.send("PUT", "/d/U/"+key, fmt.Sprintf(`{"v":%d}`, i), "")
+			out := writeOutcome(r)
+			w.h.add(Op{Kind: "put", Key: key, Value: i, Outcome: out, Start: start, End: time.Now(), Client: id})
+			if out == Ok {
+				break
+			}
+			w.pause(50 * time.Millisecond)
+		}
+		w.pause(time.Duration(rng.IntN(10)) * time.Millisecond)
+	}
+}
+
+func (w *Workload) casIncrementer(id int, rng *rand.Rand, hc *httpClient) {
+	for !w.stopped() {
+		key := fmt.Sprintf("C/cas%d", rng.IntN(counters))
+		start := time.Now()
+		floor := w.h.floorOf(key)
+		r := hc.send("GET", "/d/"+key, "", "")
+		if r.err != nil || r.status != 200 {
+			w.pause(50 * time.Millisecond)
+			continue
+		}
+		n, _ := readValue(r.body)
+		w.checkRead(key, n, floor, start)
+		w.h.add(Op{Kind: "read", Key: key, Value: n, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id})
+		start = time.Now()
+		pr := hc.send("PUT", "/d/"+key, fmt.Sprintf(`{"n":%d}`, n+1), r.etag)
+		w.h.add(Op{Kind: "cas", Key: key, Value: n + 1, Outcome: writeOutcome(pr), Start: start, End: time.Now(), Client: id})
+		w.pause(time.Duration(rng.IntN(5)) * time.Millisecond)
+	}
+}
+
+func (w *Workload) patchIncrementer(id int, rng *rand.Rand, hc *httpClient) {
+	for !w.stopped() {
+		key := fmt.Sprintf("C/inc%d", rng.IntN(counters))
+		start := time.Now()
+		r := hc.send("PATCH", "/d/"+key, `{"increment":{"n":1}}`, "")
+		out := writeOutcome(r)
+		w.h.add(Op{Kind: "inc", Key: key, Value: 1, Outcome: out, Start: start, End: time.Now(), Client: id})
+		if out != Ok {
+			w.pause(50 * time.Millisecond)
+		}
+		w.pause(time.Duration(rng.IntN(5)) * time.Millisecond)
+	}
+}
+
+// checkRead records an anomaly if a read returned less than what was
+// known (acknowledged or read) when it started.
+func (w *Workload) checkRead(key string, got, floor int64, start time.Time) {
+	if got < floor {
+		w.h.anomaly("read went back", "%s read %d at %s, but %d was acknowledged or read before the read began", key, got, start.Format("15:04:05.000"), floor)
+	}
+}
+
+func (w *Workload) reader(id int, rng *rand.Rand, hc *httpClient) {
+	for !w.stopped() {
+		start := time.Now()
+		if rng.IntN(2) == 0 {
+			key := fmt.Sprintf("C/%s%d", []string{"cas", "inc"}[rng.IntN(2)], rng.IntN(counters))
+			floor := w.h.floorOf(key)
+			r := hc.send("GET", "/d/"+key, "", "")
+			if r.err == nil && r.status == 200 {
+				n, _ := readValue(r.body)
+				w.checkRead(key, n, floor, start)
+				w.h.add(Op{Kind: "read", Key: key, Value: n, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id})
+			} else if r.err == nil && r.status == 404 {
+				w.h.anomaly("missing key", "counter %s: 404", key)
+			}
+		} else if key, ok := w.h.pickAcked(rng); ok {
+			r := hc.send("GET", "/d/U/"+key, "", "")
+			if r.err == nil && r.status == 404 {
+				w.h.anomaly("missing key", "acknowledged U/%s: 404 at %s", key, start.Format("15:04:05.000"))
+			}
+			if r.err == nil && r.status == 200 {
+				w.h.add(Op{Kind: "read", Key: "U/" + key, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id})
+			}
+		}
+		w.pause(time.Duration(1+rng.IntN(5)) * time.Millisecond)
+	}
+}
+
+// registers puts and gets C/reg<j> for the linearizability check.
+func (w *Workload) registers(id int, rng *rand.Rand, hc *httpClient) {
+	for i := int64(1); !w.stopped(); i++ {
+		key := fmt.Sprintf("C/reg%d", rng.IntN(3))
+		start := time.Now()
+		if rng.IntN(2) == 0 {
+			v := int64(id)*1_000_000_000 + i
+			r := hc.send("PUT", "/d/"+key, fmt.Sprintf(`{"n":%d}`, v), "")
+			w.h.add(Op{Kind: "reg-put", Key: key, Value: v, Outcome: writeOutcome(r), Start: start, End: time.Now(), Client: id})
+		} else {
+			r := hc.send("GET", "/d/"+key, "", "")
+			if r.err == nil && r.status == 200 {
+				n, _ := readValue(r.body)
+				w.h.add(Op{Kind: "reg-get", Key: key, Value: n, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id})
+			}
+		}
+		w.pause(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+	}
+}
+
+// prober writes to every partition every 250 ms.
+func (w *Workload) prober() {
+	var wg sync.WaitGroup
+	for p, key := range w.probe {
+		wg.Go(func() {
+			hc := newHTTP(w.c.routerURLs()...)
+			hc.hc.Timeout = 2 * time.Second
+			for i := 0; !w.stopped(); i++ {
+				start := time.Now()
+				r := hc.send("PUT", "/d/U/"+key, fmt.Sprintf(`{"v":%d}`, i), "")
+				w.h.add(Op{Kind: "probe", Key: fmt.Sprint(p), Outcome: writeOutcome(r), Start: start, End: time.Now()})
+				w.pause(250 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+}
