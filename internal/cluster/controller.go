@@ -341,9 +341,12 @@ func (c *Controller) fenceSick(ctx context.Context, nodes []NodeInfo) []NodeInfo
 		if _, done := c.fenced[n.ID]; done {
 			continue
 		}
+		// The node's own view of its lease ends before etcd would have
+		// expired it (Member.Valid): waiting out the remaining TTL is
+		// enough.
 		ttl := time.Duration(c.LeaseTTL) * time.Second
-		if l, err := c.Client.TimeToLive(ctx, clientv3.LeaseID(n.Incarnation)); err == nil && l.GrantedTTL > 0 {
-			ttl = time.Duration(l.GrantedTTL) * time.Second
+		if l, err := c.Client.TimeToLive(ctx, clientv3.LeaseID(n.Incarnation)); err == nil {
+			ttl = time.Duration(max(l.TTL, 0)+1) * time.Second
 		}
 		if _, err := c.Client.Revoke(ctx, clientv3.LeaseID(n.Incarnation)); err != nil {
 			c.Log.Warn("controller: revoke the lease of a node routers cannot reach", "node", n.ID, "err", err)
