@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
@@ -181,4 +182,95 @@ func sum(t testing.TB, n *storageNode, p int) (storage.SCN, uint64) {
 		t.Fatal(err)
 	}
 	return r.SCN, r.Sum
+}
+
+// TestSemiSyncWaitsForDurableReplicas: with replicas 3 and minInSync 2, a
+// master refuses writes while the routing table gives it no live slave
+// (nothing written), answers "not replicated" for a write no slave
+// applied, and acknowledges once a slave durably applied it — recording
+// it in its acknowledged watermark. A slave answers no fresh read. A write
+// in flight when mastership is handed over is acknowledged as soon as the
+// new master holds it, not after the timeout.
+func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
+	ctx := context.Background()
+	etcd := startEtcd(t)
+	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	reg, err := registry.Open(ctx, cli, "/semisync", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	if _, _, err := reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: 1, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reg.RegisterVersion(ctx, "d", "T", []schema.KeyPart{{Name: "k"}}, `{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`); err != nil {
+		t.Fatal(err)
+	}
+	// The in-flight write below must be confirmed well before a's
+	// timeout, not by it.
+	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 2 * time.Second})
+	b := newStorageNodeWith(t, reg, node.Options{})
+	a.SetRole("d", 0, node.Master, 1)
+	b.SetRole("d", 0, node.Slave, 0)
+	try := func(n *storageNode, k string) (*node.WriteResult, error) { return n.Write(ctx, writeReq(t, k)) }
+	pa, _ := a.eng.Partition("d", 0)
+
+	if _, err := try(a, "k0"); !errors.Is(err, node.ErrNotEnoughReplicas) || !pa.SCN().IsZero() {
+		t.Fatalf("write with no live slave: %v, partition at %s", err, pa.SCN())
+	}
+	a.SetSlaves("d", 0, []string{"follower", "c"})
+	if _, err := try(a, "k1"); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("write no slave applied: %v", err)
+	}
+	var truncated int
+	stop := follow(t, b, node.NewRemote(a.api.URL, nil), &truncated)
+	res, err := try(a, "k2")
+	if err != nil {
+		t.Fatalf("write a slave applied: %v", err)
+	}
+	if got := pa.AcknowledgedSCN(); got != res.SCN {
+		t.Fatalf("acknowledged watermark %s, want %s", got, res.SCN)
+	}
+	if _, err := b.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k2")}}); !errors.Is(err, node.ErrNotMaster) {
+		t.Fatalf("a slave answered a fresh read: %v", err)
+	}
+
+	// Hand-over with a write in flight: b stops following, a commits and
+	// waits; a steps down, b drains it and takes over, a follows b.
+	stop()
+	inflight := make(chan error, 1)
+	started := time.Now()
+	go func() {
+		_, err := a.Write(ctx, writeReq(t, "k3"))
+		inflight <- err
+	}()
+	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 3})
+	a.SetRole("d", 0, node.Slave, 0)
+	if err := b.Drain(ctx, "d", 0, node.NewRemote(a.api.URL, nil), 5*time.Second, true, node.FollowOptions{Replica: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetRole("d", 0, node.Master, 2); err != nil {
+		t.Fatal(err)
+	}
+	stopA := follow(t, a, node.NewRemote(b.api.URL, nil), &truncated)
+	defer stopA()
+	if err := <-inflight; err != nil || time.Since(started) > time.Second {
+		t.Fatalf("in-flight write across the hand-over: %v after %v", err, time.Since(started))
+	}
+	if truncated != 0 {
+		t.Fatalf("the hand-over truncated %d events", truncated)
+	}
+}
+
+// writeReq is a put of k in table T.
+func writeReq(t *testing.T, k string) node.WriteRequest {
+	t.Helper()
+	tree, _ := schema.DecodeJSON([]byte(`{"v":"x"}`))
+	s, _ := schema.Parse(`{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`)
+	val, _ := schema.EncodeJSON(nil, s, tree)
+	return node.WriteRequest{DB: "d", Partition: 0, Ops: []node.Op{{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S(k)}, Version: 1, Value: val}}}
 }

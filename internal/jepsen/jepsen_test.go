@@ -16,6 +16,7 @@ var (
 	partitions = flag.Int("jepsen.partitions", 16, "partitions of the test database")
 	leaseTTL   = flag.Int("jepsen.lease-ttl", 2, "lease TTL of storage nodes, relay and controllers, in seconds")
 	report     = flag.String("jepsen.report", "", "write the result table (Markdown) to this file")
+	only       = flag.String("jepsen.faults", "", "comma-separated faults to use (default all)")
 )
 
 // TestJepsen runs the workload through both routers while the nemesis
@@ -39,20 +40,24 @@ func TestJepsen(t *testing.T) {
 	w := StartWorkload(c, seed)
 	n := NewNemesis(c, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
+	faults := Faults
+	if *only != "" {
+		faults = strings.Split(*only, ",")
+	}
 	start := time.Now()
 	time.Sleep(3 * time.Second) // a baseline before the first fault
 	for i := 0; ; i++ {
 		var kind string
 		if *duration == 0 {
-			if i == len(Faults) {
+			if i == len(faults) {
 				break
 			}
-			kind = Faults[i]
+			kind = faults[i]
 		} else {
 			if time.Since(start) > *duration {
 				break
 			}
-			kind = Faults[rng.IntN(len(Faults))]
+			kind = faults[rng.IntN(len(faults))]
 		}
 		t0 := time.Now()
 		if err := n.Run(kind); err != nil {

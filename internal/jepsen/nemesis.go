@@ -106,7 +106,20 @@ func (n *Nemesis) Run(kind string) error {
 		f.Target = c.DiskNode
 		ballast := filepath.Join(c.DiskDir, "ballast")
 		fill(ballast)
-		time.Sleep(hold)
+		// The node must notice and say so: /healthz turns 503 (it
+		// fails its writes and leaves the cluster meanwhile).
+		until := time.Now().Add(hold)
+		reported := false
+		for !reported && time.Now().Before(until) {
+			r := newHTTP(c.Storage[f.Target].URL).send("GET", "/healthz", "", "")
+			reported = r.err == nil && r.status == 503
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !reported {
+			os.Remove(ballast)
+			return fmt.Errorf("disk-full: %s's /healthz did not report the failed disk within %v", f.Target, hold)
+		}
+		time.Sleep(time.Until(until))
 		f.Heal = time.Now()
 		os.Remove(ballast)
 		// A node whose disk failed left the cluster for good: an

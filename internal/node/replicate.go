@@ -195,9 +195,14 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 		return err
 	}
 	e := n.roles.entry(db, id)
+	// The first request does not wait: it tells at once whether the
+	// source holds this replica's timeline (confirming a former master's
+	// writes in flight) and acknowledges what it holds.
+	var wait time.Duration
 	for ctx.Err() == nil {
 		after := p.SCN()
-		res, err := o.Source.Log(ctx, LogRequest{DB: db, Partition: id, After: after, Wait: time.Second, Ack: o.Master == nil, Replica: o.Replica})
+		res, err := o.Source.Log(ctx, LogRequest{DB: db, Partition: id, After: after, Wait: wait, Ack: o.Master == nil, Replica: o.Replica})
+		wait = time.Second
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

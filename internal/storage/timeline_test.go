@@ -198,3 +198,46 @@ func TestSumsLocateDifferences(t *testing.T) {
 		t.Fatalf("checksum at a passed SCN: %v", err)
 	}
 }
+
+// TestTruncationStopsAtTheAcknowledgedWatermark: commits a master knows
+// were acknowledged, and those a slave learns were, survive a restart as
+// the acknowledged watermark, and a truncation reaching below it is
+// refused with ErrTruncateAcknowledged, changing nothing.
+func TestTruncationStopsAtTheAcknowledgedWatermark(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	m, _ := e.Partition("db", 0)
+	put(t, m, "a", "1")
+	acked := put(t, m, "a", "2")
+	m.Acknowledged(acked) // a slave confirmed 1:2
+	put(t, m, "b", "1")   // 1:3 carries the watermark to disk
+	e.Close()
+
+	e = open(t, dir)
+	defer e.Close()
+	m, _ = e.Partition("db", 0)
+	if got := m.AcknowledgedSCN(); got != acked {
+		t.Fatalf("acknowledged watermark after restart: %s, want %s", got, acked)
+	}
+	before := rows(t, m)
+	if _, err := m.TruncateAfter(SCN{1, 1}); !errors.Is(err, ErrTruncateAcknowledged) {
+		t.Fatalf("truncating an acknowledged commit: %v", err)
+	}
+	if got := rows(t, m); got != before {
+		t.Fatalf("a refused truncation changed the partition:\n%s\nwant\n%s", got, before)
+	}
+	if undone, err := m.TruncateAfter(acked); err != nil || undone != 1 {
+		t.Fatalf("truncating the unacknowledged 1:3: undid %d, %v", undone, err)
+	}
+
+	// A slave records the master's watermark as far as it has applied.
+	s, _ := open(t, t.TempDir()).Partition("db", 0)
+	var first []Commit
+	m.ReadLog(SCN{}, func(c Commit) bool { first = append(first, c); return len(first) < 1 })
+	if err := s.ApplyAcknowledged(first, acked); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.AcknowledgedSCN(); got != (SCN{1, 1}) {
+		t.Fatalf("slave at 1:1 told 1:2 is acknowledged records %s, want 1:1", got)
+	}
+}

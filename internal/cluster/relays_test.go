@@ -1,0 +1,60 @@
+package cluster
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortado-db/cortado/internal/coord"
+)
+
+// TestLeasedRegistrationSurvivesLeaseLoss: a relay's (or router's)
+// registration whose lease is lost — revoked here, as an etcd outage
+// longer than the TTL would expire it — is put back under a new lease.
+func TestLeasedRegistrationSurvivesLeaseLoss(t *testing.T) {
+	cu, _ := coord.FreeLoopbackURL()
+	pu, _ := coord.FreeLoopbackURL()
+	e, err := coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cli, err := coord.Connect(context.Background(), []string{e.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := RegisterRelay(ctx, cli, "/t", "r1", "http://relay", 2); err != nil {
+		t.Fatal(err)
+	}
+	lease := func() clientv3.LeaseID {
+		resp, err := cli.Get(context.Background(), relaysPrefix("/t")+"r1")
+		if err != nil || len(resp.Kvs) == 0 {
+			return 0
+		}
+		return clientv3.LeaseID(resp.Kvs[0].Lease)
+	}
+	first := lease()
+	if first == 0 {
+		t.Fatal("not registered")
+	}
+	if _, err := cli.Revoke(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if l := lease(); l != 0 && l != first {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the registration did not come back under a new lease within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+}
