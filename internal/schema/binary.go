@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"fmt"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -52,7 +53,7 @@ var decoders = sync.Pool{New: func() any { return new(decoder) }}
 
 func getDecoder(b []byte) *decoder {
 	d := decoders.Get().(*decoder)
-	d.b, d.i = b, 0
+	d.b, d.i, d.depth = b, 0, 0
 	return d
 }
 
@@ -63,8 +64,44 @@ func putDecoder(d *decoder) {
 
 // decoder walks Avro binary. It never allocates.
 type decoder struct {
-	b []byte
-	i int
+	b     []byte
+	i     int
+	depth int // records, arrays and maps entered (see nest)
+}
+
+// MaxDepth is how deeply records, arrays and maps may nest in a document:
+// every path that decodes, validates, converts or writes a document
+// refuses more (ErrTooDeep), so no input can exhaust the stack or make one
+// request cost memory in proportion to its nesting.
+const MaxDepth = 100
+
+// ErrTooDeep is returned for a document nested deeper than MaxDepth.
+var ErrTooDeep = fmt.Errorf("document nests records, arrays and maps deeper than %d levels (the limit)", MaxDepth)
+
+// nest counts one level of nesting around f (a record, array or map).
+func nest(path string, f func(*decoder, []byte) ([]byte, error)) func(*decoder, []byte) ([]byte, error) {
+	return func(d *decoder, dst []byte) ([]byte, error) {
+		if d.depth >= MaxDepth {
+			return dst, fieldErr(path, "%v", ErrTooDeep)
+		}
+		d.depth++
+		out, err := f(d, dst)
+		d.depth--
+		return out, err
+	}
+}
+
+// nestSkip is nest for a step over a discarded or copied value.
+func nestSkip(f skipFn) skipFn {
+	return func(d *decoder) error {
+		if d.depth >= MaxDepth {
+			return ErrTooDeep
+		}
+		d.depth++
+		err := f(d)
+		d.depth--
+		return err
+	}
 }
 
 func (d *decoder) long() (int64, error) {

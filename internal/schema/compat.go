@@ -129,7 +129,9 @@ func (c *compatChecker) check(reader, writer avro.Schema, path string) *FieldErr
 		if !namesMatch(r, w) {
 			return fieldErr(path, "record %s renamed to %s without alias", w.FullName(), r.FullName())
 		}
-		key := [2]string{r.FullName(), w.FullName() + "|" + path}
+		// Keyed by the pair of names only: a recursive type meets the
+		// same pair again at every level of its (endless) paths.
+		key := [2]string{r.FullName(), w.FullName()}
 		if c.seen[key] {
 			return nil
 		}

@@ -17,7 +17,14 @@ func (e *FieldError) Error() string {
 	return fmt.Sprintf("field %s: %s", e.Path, e.Reason)
 }
 
+// maxPathEcho bounds how much of a field path an error repeats: a path
+// into a deeply nested document is cut to its last part.
+const maxPathEcho = 120
+
 func fieldErr(path, format string, args ...any) *FieldError {
+	if len(path) > maxPathEcho {
+		path = "…" + path[len(path)-maxPathEcho:]
+	}
 	fe := &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)}
 	for _, a := range args {
 		if err, ok := a.(error); ok {

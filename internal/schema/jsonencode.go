@@ -5,25 +5,129 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/hamba/avro/v2"
 )
 
 // DecodeJSON parses a JSON document keeping numbers exact (json.Number).
+// It is strict where encoding/json is lenient, so that what is stored is
+// exactly what was sent: invalid UTF-8 (raw, or a lone surrogate escape)
+// and an object naming a key twice are errors, not U+FFFD and last-wins;
+// and objects and arrays may nest at most MaxDepth deep.
 func DecodeJSON(data []byte) (any, error) {
+	if !utf8.Valid(data) {
+		return nil, &FieldError{Reason: "malformed JSON: invalid UTF-8"}
+	}
+	if i := loneSurrogate(data); i >= 0 {
+		return nil, &FieldError{Reason: fmt.Sprintf("malformed JSON: a \\u escape at byte %d is half a surrogate pair (not a character)", i)}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
+	v, err := decodeTree(dec, "", 0)
+	if err != nil {
+		return nil, err
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, &FieldError{Reason: "malformed JSON: trailing data after the document"}
 	}
 	return v, nil
+}
+
+// decodeTree reads one JSON value with dec's tokens.
+func decodeTree(dec *json.Decoder, path string, depth int) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil
+	}
+	// A non-nullable union's {"branch": value} adds a JSON level to
+	// each document level: deeper than twice the limit is never a
+	// document (EncodeJSON checks the document's own depth).
+	if depth >= 2*MaxDepth {
+		return nil, fieldErr(path, "%v", ErrTooDeep)
+	}
+	switch delim {
+	case '{':
+		obj := map[string]any{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
+			}
+			k := kt.(string)
+			if _, dup := obj[k]; dup {
+				return nil, fieldErr(join(path, k), "the object names this key twice")
+			}
+			if obj[k], err = decodeTree(dec, join(path, k), depth+1); err != nil {
+				return nil, err
+			}
+		}
+		_, err := dec.Token() // '}'
+		if err != nil {
+			return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
+		}
+		return obj, nil
+	case '[':
+		arr := []any{}
+		for dec.More() {
+			v, err := decodeTree(dec, path+"["+strconv.Itoa(len(arr))+"]", depth+1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		if _, err := dec.Token(); err != nil { // ']'
+			return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
+		}
+		return arr, nil
+	}
+	return nil, &FieldError{Reason: fmt.Sprintf("malformed JSON: unexpected %q", delim)}
+}
+
+// loneSurrogate returns the offset of a \u escape that is half of a UTF-16
+// surrogate pair without its other half, or -1. (encoding/json would turn
+// it into U+FFFD, storing something other than what was sent.)
+func loneSurrogate(data []byte) int {
+	hex := func(i int) (rune, bool) {
+		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		r, ok := hex(i)
+		if !ok {
+			i++ // some other escape: skip its second byte
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r < 0xDC00:
+			if lo, ok := hex(i + 6); !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return i
+			}
+			i += 11
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return i
+		default:
+			i += 5
+		}
+	}
+	return -1
 }
 
 // EncodeJSON validates a JSON value (as produced by DecodeJSON) against s and
@@ -31,7 +135,7 @@ func DecodeJSON(data []byte) (any, error) {
 // field or an unknown field yields a *FieldError naming the field; see
 // JSONWriter for the JSON form.
 func EncodeJSON(dst []byte, s avro.Schema, v any) ([]byte, error) {
-	return encodeValue(dst, s, v, "")
+	return encodeValue(dst, s, v, "", 0)
 }
 
 func typeName(v any) string {
@@ -52,8 +156,16 @@ func typeName(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-func encodeValue(dst []byte, s avro.Schema, v any, path string) ([]byte, error) {
+// encodeValue encodes v as s; depth counts the records, arrays and maps
+// around it.
+func encodeValue(dst []byte, s avro.Schema, v any, path string, depth int) ([]byte, error) {
 	s = deref(s)
+	switch s.(type) {
+	case *avro.RecordSchema, *avro.ArraySchema, *avro.MapSchema:
+		if depth >= MaxDepth {
+			return dst, fieldErr(path, "%v", ErrTooDeep)
+		}
+	}
 	switch s := s.(type) {
 	case *avro.RecordSchema:
 		obj, ok := v.(map[string]any)
@@ -79,7 +191,7 @@ func encodeValue(dst []byte, s avro.Schema, v any, path string) ([]byte, error) 
 				continue
 			}
 			var err error
-			if dst, err = encodeValue(dst, f.Type(), fv, join(path, f.Name())); err != nil {
+			if dst, err = encodeValue(dst, f.Type(), fv, join(path, f.Name()), depth+1); err != nil {
 				return dst, err
 			}
 		}
@@ -93,7 +205,7 @@ func encodeValue(dst []byte, s avro.Schema, v any, path string) ([]byte, error) 
 			dst = appendLong(dst, int64(len(arr)))
 			for i, item := range arr {
 				var err error
-				if dst, err = encodeValue(dst, s.Items(), item, path+"["+strconv.Itoa(i)+"]"); err != nil {
+				if dst, err = encodeValue(dst, s.Items(), item, path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
 					return dst, err
 				}
 			}
@@ -116,14 +228,14 @@ func encodeValue(dst []byte, s avro.Schema, v any, path string) ([]byte, error) 
 			for _, k := range names {
 				dst = appendBytes(dst, []byte(k))
 				var err error
-				if dst, err = encodeValue(dst, s.Values(), obj[k], join(path, k)); err != nil {
+				if dst, err = encodeValue(dst, s.Values(), obj[k], join(path, k), depth+1); err != nil {
 					return dst, err
 				}
 			}
 		}
 		return appendLong(dst, 0), nil
 	case *avro.UnionSchema:
-		return encodeUnion(dst, s, v, path)
+		return encodeUnion(dst, s, v, path, depth)
 	case *avro.EnumSchema:
 		sym, ok := v.(string)
 		if !ok {
@@ -147,13 +259,13 @@ func encodeValue(dst []byte, s avro.Schema, v any, path string) ([]byte, error) 
 	return encodePrimitive(dst, s.Type(), v, path)
 }
 
-func encodeUnion(dst []byte, u *avro.UnionSchema, v any, path string) ([]byte, error) {
+func encodeUnion(dst []byte, u *avro.UnionSchema, v any, path string, depth int) ([]byte, error) {
 	types := u.Types()
 	if nullIdx, valIdx, ok := nullableBranch(u); ok {
 		if v == nil {
 			return appendLong(dst, int64(nullIdx)), nil
 		}
-		return encodeValue(appendLong(dst, int64(valIdx)), types[valIdx], v, path)
+		return encodeValue(appendLong(dst, int64(valIdx)), types[valIdx], v, path, depth)
 	}
 	if v == nil {
 		for i, t := range types {
@@ -168,7 +280,7 @@ func encodeUnion(dst []byte, u *avro.UnionSchema, v any, path string) ([]byte, e
 		for name, inner := range obj {
 			for i, t := range types {
 				if branchName(t) == name || string(deref(t).Type()) == name {
-					return encodeValue(appendLong(dst, int64(i)), t, inner, path)
+					return encodeValue(appendLong(dst, int64(i)), t, inner, path, depth)
 				}
 			}
 		}
@@ -209,6 +321,11 @@ func encodePrimitive(dst []byte, t avro.Type, v any, path string) ([]byte, error
 		f, err := toFloat(v)
 		if err != nil {
 			return dst, fieldErr(path, "expected a number (%s), got %s", t, describe(v))
+		}
+		// A JSON number that does not fit (1e39 as a float) is an error,
+		// not Infinity; the strings "Infinity" and "NaN" say so on purpose.
+		if _, number := v.(json.Number); number && t == avro.Float && math.IsInf(float64(float32(f)), 0) {
+			return dst, fieldErr(path, "%s is out of range for %s", describe(v), t)
 		}
 		if t == avro.Float {
 			return appendFloat(dst, float32(f)), nil

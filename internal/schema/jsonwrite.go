@@ -77,7 +77,7 @@ func (c *jsonCompiler) build(s avro.Schema, path string) jsonFn {
 			name = append(name, ':')
 			fields[i] = field{name: name, fn: c.fn(f.Type(), join(path, f.Name()))}
 		}
-		return func(d *decoder, dst []byte) ([]byte, error) {
+		return nest(path, func(d *decoder, dst []byte) ([]byte, error) {
 			dst = append(dst, '{')
 			var err error
 			for i := range fields {
@@ -87,11 +87,11 @@ func (c *jsonCompiler) build(s avro.Schema, path string) jsonFn {
 				}
 			}
 			return append(dst, '}'), nil
-		}
+		})
 	case *avro.ArraySchema:
-		return jsonBlocks(c.fn(s.Items(), path), false, path)
+		return nest(path, jsonBlocks(c.fn(s.Items(), path), false, path))
 	case *avro.MapSchema:
-		return jsonBlocks(c.fn(s.Values(), path), true, path)
+		return nest(path, jsonBlocks(c.fn(s.Values(), path), true, path))
 	case *avro.UnionSchema:
 		return c.union(s, path)
 	case *avro.EnumSchema:

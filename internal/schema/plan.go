@@ -128,19 +128,23 @@ func (c *planCompiler) build(writer, reader avro.Schema, path string) (opFn, err
 			return nil, fieldErr(path, "fixed size changed from %d to %d", w.Size(), r.Size())
 		}
 	case *avro.RecordSchema:
-		return c.record(writer.(*avro.RecordSchema), r, path)
+		op, err := c.record(writer.(*avro.RecordSchema), r, path)
+		if err != nil {
+			return nil, err
+		}
+		return nest(path, op), nil
 	case *avro.ArraySchema:
 		item, err := c.op(writer.(*avro.ArraySchema).Items(), r.Items(), path)
 		if err != nil {
 			return nil, err
 		}
-		return blocks(item, false), nil
+		return nest(path, blocks(item, false)), nil
 	case *avro.MapSchema:
 		val, err := c.op(writer.(*avro.MapSchema).Values(), r.Values(), path)
 		if err != nil {
 			return nil, err
 		}
-		return blocks(val, true), nil
+		return nest(path, blocks(val, true)), nil
 	case *avro.EnumSchema:
 		return enumOp(writer.(*avro.EnumSchema), r, path), nil
 	}

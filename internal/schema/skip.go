@@ -34,18 +34,18 @@ func (c *planCompiler) buildSkip(s avro.Schema, jump bool) skipFn {
 		for i, f := range s.Fields() {
 			fields[i] = c.stepper(f.Type(), jump)
 		}
-		return func(d *decoder) error {
+		return nestSkip(func(d *decoder) error {
 			for _, f := range fields {
 				if err := f(d); err != nil {
 					return err
 				}
 			}
 			return nil
-		}
+		})
 	case *avro.ArraySchema:
-		return skipBlocks(c.stepper(s.Items(), jump), false, jump)
+		return nestSkip(skipBlocks(c.stepper(s.Items(), jump), false, jump))
 	case *avro.MapSchema:
-		return skipBlocks(c.stepper(s.Values(), jump), true, jump)
+		return nestSkip(skipBlocks(c.stepper(s.Values(), jump), true, jump))
 	case *avro.UnionSchema:
 		branches := make([]skipFn, len(s.Types()))
 		for i, b := range s.Types() {

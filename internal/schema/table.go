@@ -187,6 +187,12 @@ func NewVersion(number int, text string) (*Version, error) {
 	if s.Type() != avro.Record {
 		return nil, fmt.Errorf("a document schema must be a record, got %s", s.Type())
 	}
+	if err := checkFinite(s); err != nil {
+		return nil, err
+	}
+	if err := checkRawDefaults(text, s); err != nil {
+		return nil, err
+	}
 	if err := checkDefaults(s, ""); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,123 @@
+package schema
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// TestHostile runs testdata/hostile: inputs a hostile client can send,
+// each of which must end in a clear error (or ok) in bounded time and
+// memory, never a crash, a hang or a silently different stored value.
+//
+//	version          one schema text: NewVersion
+//	evolve           schema texts separated by ~~~: each version, each
+//	                 evolution and the plans both ways
+//	json             a schema, ~~~, a JSON document: DecodeJSON+EncodeJSON
+//	nested-json n=N  a Node {v, next} schema's document N levels deep, as JSON
+//	nested-avro n=N  the same as Avro binary: validation, the JSON writer,
+//	                 and a plan to a later version
+func TestHostile(t *testing.T) {
+	const node = `{"type":"record","name":"Node","fields":[{"name":"v","type":"int"},{"name":"next","type":["null","Node"],"default":null}]}`
+	const node2 = `{"type":"record","name":"Node","fields":[{"name":"v","type":"long"},{"name":"next","type":["null","Node"],"default":null},{"name":"w","type":"int","default":1}]}`
+	datadriven.RunTest(t, "testdata/hostile", func(t *testing.T, d *datadriven.TestData) string {
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out := run(t, d, node, node2)
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+			t.Fatalf("%s: allocated %d MB", d.Pos, grew>>20)
+		}
+		return out + "\n"
+	})
+}
+
+func run(t *testing.T, d *datadriven.TestData, node, node2 string) string {
+	result := func(err error) string {
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return "ok"
+	}
+	switch d.Cmd {
+	case "version":
+		_, err := NewVersion(1, d.Input)
+		return result(err)
+	case "evolve":
+		var vs []*Version
+		for i, text := range strings.Split(d.Input, "~~~") {
+			v, err := NewVersion(i+1, text)
+			if err != nil {
+				return fmt.Sprintf("version %d: %s", i+1, result(err))
+			}
+			vs = append(vs, v)
+		}
+		for i := 1; i < len(vs); i++ {
+			if err := CheckEvolution(vs[i-1].Schema, vs[i].Schema); err != nil {
+				return fmt.Sprintf("evolve %d→%d: %s", i, i+1, result(err))
+			}
+			if _, err := NewPlan(vs[i-1].Schema, vs[i].Schema); err != nil {
+				return fmt.Sprintf("plan %d→%d: %s", i, i+1, result(err))
+			}
+			if _, err := NewPlan(vs[i].Schema, vs[i-1].Schema); err != nil {
+				return fmt.Sprintf("plan %d→%d: %s", i+1, i, result(err))
+			}
+		}
+		return "ok"
+	case "json":
+		text, doc, _ := strings.Cut(d.Input, "~~~")
+		v, err := NewVersion(1, text)
+		if err != nil {
+			return "schema: " + result(err)
+		}
+		tree, err := DecodeJSON([]byte(strings.TrimSpace(doc)))
+		if err != nil {
+			return result(err)
+		}
+		b, err := EncodeJSON(nil, v.Schema, tree)
+		if err != nil {
+			return result(err)
+		}
+		js, err := v.JSON.Append(nil, b)
+		if err != nil {
+			return result(err)
+		}
+		return "ok " + string(js)
+	case "nested-json":
+		var n int
+		d.ScanArgs(t, "n", &n)
+		v, _ := NewVersion(1, node)
+		doc := strings.Repeat(`{"v":1,"next":`, n) + `{"v":1,"next":null}` + strings.Repeat(`}`, n)
+		tree, err := DecodeJSON([]byte(doc))
+		if err != nil {
+			return result(err)
+		}
+		_, err = EncodeJSON(nil, v.Schema, tree)
+		return result(err)
+	case "nested-avro":
+		var n int
+		d.ScanArgs(t, "n", &n)
+		v1, _ := NewVersion(1, node)
+		v2, _ := NewVersion(2, node2)
+		// Each level: v=1 (zigzag 2), union branch 1 (zigzag 2); then the
+		// last v and branch 0 (null).
+		b := strings.Repeat("\x02\x02", n) + "\x02\x00"
+		var out []string
+		out = append(out, "validate: "+result(v1.Validate([]byte(b))))
+		_, err := v1.JSON.Append(nil, []byte(b))
+		out = append(out, "json: "+result(err))
+		p, err := NewPlan(v1.Schema, v2.Schema)
+		if err != nil {
+			return result(err)
+		}
+		_, err = p.Apply(nil, []byte(b))
+		out = append(out, "plan: "+result(err))
+		return strings.Join(out, "\n")
+	}
+	t.Fatalf("unknown command %s", d.Cmd)
+	return ""
+}
