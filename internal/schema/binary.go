@@ -1,9 +1,9 @@
 package schema
 
 import (
-	"fmt"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 )
