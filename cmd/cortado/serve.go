@@ -26,6 +26,7 @@ type roleFlags struct {
 	etcdPeer       *string
 	maxBody        *int64
 	maxResp        *int
+	bodyTimeout    *time.Duration
 	logLevel       *string
 	readyFile      *string
 	demo           *bool
@@ -55,6 +56,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 	if name == "serve" || name == "router" {
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
+		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
 	}
 	if name != "router" {
 		f.leaseTTL = fs.Int("lease-ttl", 5, "seconds a storage node or the leading controller may be silent before it is taken for dead")
@@ -90,7 +92,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.EtcdClientURL, o.EtcdPeerURL = *f.etcdClient, *f.etcdPeer
 	}
 	if f.maxBody != nil {
-		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp}
+		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout}
 	}
 	if *f.etcdEndpoints != "" {
 		o.EtcdEndpoints = strings.Split(*f.etcdEndpoints, ",")

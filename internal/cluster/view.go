@@ -21,11 +21,13 @@ type RoutingView struct {
 	done    chan struct{}
 	// reporter, when set, reports nodes this router cannot reach.
 	reporter *reporter
+	cli      *clientv3.Client
+	prefix   string
 }
 
 // WatchRouting loads the routing tables and follows them until ctx ends.
 func WatchRouting(ctx context.Context, cli *clientv3.Client, prefix string) (*RoutingView, error) {
-	v := &RoutingView{tables: map[string]*RoutingTable{}, done: make(chan struct{})}
+	v := &RoutingView{tables: map[string]*RoutingTable{}, done: make(chan struct{}), cli: cli, prefix: prefix}
 	resp, err := cli.Get(ctx, routingPrefix(prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
@@ -44,6 +46,13 @@ func WatchRouting(ctx context.Context, cli *clientv3.Client, prefix string) (*Ro
 		}
 	}()
 	return v, nil
+}
+
+// StorageNodes counts the registered storage nodes: how many replicas a
+// new database can have.
+func (v *RoutingView) StorageNodes(ctx context.Context) (int, error) {
+	nodes, err := LiveNodes(ctx, v.cli, v.prefix)
+	return len(nodes), err
 }
 
 // Done is closed when the watch has ended.

@@ -1,9 +1,12 @@
 package clustertest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -124,6 +127,23 @@ func TestHTTPAPI(t *testing.T) {
 	if !bytes.Equal(r7.body, r8.body) {
 		t.Fatalf("avro round trip differs:\n%s\n%s", r7.body, r8.body)
 	}
+	// The same document, written as JSON and as Avro, has one ETag.
+	if r7.header.Get("ETag") != r8.header.Get("ETag") || r7.header.Get("Vary") != "Accept" {
+		t.Fatalf("ETags by input format: %s vs %s; Vary %q", r7.header.Get("ETag"), r8.header.Get("ETag"), r7.header.Get("Vary"))
+	}
+	// A projection is a representation of its own: its media type names
+	// the fields, its ETag differs, and that ETag revalidates it.
+	r = h.want(h.do("GET", "/demo/Profile/7?fields=lastName", map[string]string{"Accept": "avro/binary; version=1"}, ""), 200)
+	if ct := r.header.Get("Content-Type"); ct != `avro/binary; version=1; fields="lastName"` {
+		t.Fatalf("projected avro content type %q", ct)
+	}
+	pe := r.header.Get("ETag")
+	if pe == r7.header.Get("ETag") || pe == "" {
+		t.Fatalf("projected ETag %q equals the document's", pe)
+	}
+	h.want(h.do("GET", "/demo/Profile/7?fields=lastName", map[string]string{"If-None-Match": pe}, ""), 304)
+	h.want(h.do("GET", "/demo/Profile/7?fields=lastName", map[string]string{"If-None-Match": r7.header.Get("ETag")}, ""), 200)
+	h.want(h.do("GET", "/demo/Profile/7?fields=firstName", map[string]string{"If-None-Match": pe}, ""), 200)
 	h.problem(h.do("GET", "/demo/Profile/7", map[string]string{"Accept": "text/html"}, ""), 406, "urn:cortado:problem:not-acceptable")
 
 	// Bad input: the right status and problem type, and nothing changes.
@@ -156,13 +176,25 @@ func TestHTTPAPI(t *testing.T) {
 		{"bad continuation token", "GET", "/demo/Message/alice?next=!!", "", nil, 400, "urn:cortado:problem:invalid-key", ""},
 		{"method not allowed", "GET", "/demo/_txn/a", ``, nil, 405, "urn:cortado:problem:method-not-allowed", ""},
 		{"not found", "GET", "/demo/Profile/99", "", nil, 404, "urn:cortado:problem:document-not-found", ""},
+		{"empty If-Match", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"X"}`, map[string]string{"If-Match": ""}, 400, "urn:cortado:problem:malformed-request", ""},
+		{"malformed If-Match", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"X"}`, map[string]string{"If-Match": "abc"}, 400, "urn:cortado:problem:malformed-request", ""},
+		{"malformed If-None-Match", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"X"}`, map[string]string{"If-None-Match": `"a", b`}, 400, "urn:cortado:problem:malformed-request", ""},
+		{"non-canonical key +7", "PUT", "/demo/Profile/+7", `{"firstName":{},"lastName":"X"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
+		{"non-canonical key 07", "PUT", "/demo/Profile/07", `{"firstName":{},"lastName":"X"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
+		{"key not UTF-8", "PUT", "/demo/Message/%FF/1", `{"from":"a","subject":"s"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
+		{"key part too long", "PUT", "/demo/Message/" + strings.Repeat("k", 1100) + "/1", `{"from":"a","subject":"s"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
+		{"duplicate JSON key", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"X","lastName":"Y"}`, nil, 400, "urn:cortado:problem:invalid-document", "lastName"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			h := httpCase{t, s.URL}
-			p := h.problem(h.do(c.method, c.path, c.headers, c.body), c.status, c.typ)
+			r := h.do(c.method, c.path, c.headers, c.body)
+			p := h.problem(r, c.status, c.typ)
 			if c.field != "" && p["field"] != c.field {
 				t.Fatalf("field %v, want %s", p["field"], c.field)
+			}
+			if len(r.body) > 1024 {
+				t.Fatalf("a %d-byte problem echoes the input", len(r.body))
 			}
 			after := h.want(h.do("GET", "/demo/Profile/7", nil, ""), 200)
 			if !bytes.Equal(after.body, before.body) || after.header.Get("X-Cortado-SCN") != before.header.Get("X-Cortado-SCN") {
@@ -207,6 +239,7 @@ func TestHTTPAPI(t *testing.T) {
 	if len(page.Documents) != 2 || page.Next == "" || page.Documents[1].Document["subject"] != "2" || r.header.Get("ETag") == "" {
 		t.Fatalf("collection page: %s", r.body)
 	}
+	h.want(h.do("GET", "/demo/Message/box?limit=2&fields=subject", map[string]string{"If-None-Match": r.header.Get("ETag")}, ""), 304)
 	r = h.want(h.do("GET", "/demo/Message/box?limit=2&next="+page.Next, nil, ""), 200)
 	page.Next = ""
 	json.Unmarshal(r.body, &page)
@@ -231,4 +264,79 @@ func TestHTTPAPI(t *testing.T) {
 			t.Fatalf("metrics lack %s", m)
 		}
 	}
+}
+
+// rawHTTP sends a request as raw bytes (what a hostile client can send
+// that net/http's client would not) and returns the status line and body.
+func rawHTTP(t *testing.T, base, request string, pause time.Duration, rest string) (string, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte(request))
+	if pause > 0 {
+		time.Sleep(pause)
+		conn.Write([]byte(rest))
+	}
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", request[:min(len(request), 60)], err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.Status + " " + resp.Header.Get("Content-Type"), string(b)
+}
+
+// TestHTTPHostileTransport: what a hostile client does below the
+// document level gets a problem with the right status, never a 500, a
+// redirect or a hang: a malformed chunked body (400), a body that
+// trickles (408 after --body-timeout), a client that leaves mid-body
+// (counted as 499), a path with "//" or ".." (400, not a redirect to
+// another document), explicit zero sizes and more replicas than nodes
+// (400), a schema larger than etcd takes (413).
+func TestHTTPHostileTransport(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--body-timeout", "1s"}})
+	h := httpCase{t, s.URL}
+	put := "PUT /demo/Profile/7 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+	status, body := rawHTTP(t, s.URL, put+"Transfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n0\r\n\r\n", 0, "")
+	if !strings.HasPrefix(status, "400") || !strings.Contains(status, "problem+json") {
+		t.Fatalf("malformed chunked body: %s %s", status, body)
+	}
+	start := time.Now()
+	status, body = rawHTTP(t, s.URL, put+"Content-Length: 100\r\n\r\n{\"lastName\"", 0, "")
+	if !strings.HasPrefix(status, "408") || time.Since(start) > 10*time.Second {
+		t.Fatalf("trickling body: %s %s after %v", status, body, time.Since(start))
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write([]byte(put + "Content-Length: 100\r\n\r\n{\"last"))
+	time.Sleep(100 * time.Millisecond)
+	conn.Close()
+	await(t, 10*time.Second, "the aborted request counted as 499", func() bool {
+		r := h.do("GET", "/metrics", nil, "")
+		return strings.Contains(string(r.body), `code="499"`)
+	})
+	for _, path := range []string{"/demo//Profile/7", "/demo/Profile/../Message/x/1", "/demo/./Profile/7"} {
+		status, body = rawHTTP(t, s.URL, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n", 0, "")
+		if !strings.HasPrefix(status, "400") || !strings.Contains(status, "problem+json") {
+			t.Fatalf("GET %s: %s %s", path, status, body)
+		}
+	}
+	h.problem(h.do("PUT", "/_schemata/zero", nil, `{"partitions":0}`), 400, "urn:cortado:problem:invalid-schema")
+	h.problem(h.do("PUT", "/_schemata/zero", nil, `{"replicas":0}`), 400, "urn:cortado:problem:invalid-schema")
+	h.problem(h.do("PUT", "/_schemata/many", nil, `{"replicas":2}`), 400, "urn:cortado:problem:invalid-schema")
+	h.want(h.do("GET", "/_schemata/zero", nil, ""), 404)
+	fields := make([]string, 6000)
+	for i := range fields {
+		fields[i] = fmt.Sprintf(`{"name":"field_number_%d","type":"string","default":""}`, i)
+	}
+	big := `{"key":[{"name":"k"}],"schema":{"type":"record","name":"Big","fields":[` + strings.Join(fields, ",") + `]}}`
+	h.problem(h.do("PUT", "/_schemata/demo/Big", nil, big), 413, "urn:cortado:problem:request-too-large")
+	h.want(h.do("GET", "/_schemata/demo/Big", nil, ""), 404)
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Type is the type of one key part.
@@ -58,20 +59,42 @@ func (p Part) String() string {
 
 // Parse reads a part of type t from its text form.
 func Parse(t Type, s string) (Part, error) {
+	if len(s) > MaxPartBytes {
+		return Part{}, fmt.Errorf("a key part of %d bytes is over the limit of %d", len(s), MaxPartBytes)
+	}
 	switch t {
 	case Long, Int:
 		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return Part{}, fmt.Errorf("%q is not a %s", s, t)
+		// Only the canonical decimal form: "+1" and "01" would address
+		// key 1 under another name.
+		if err != nil || strconv.FormatInt(v, 10) != s {
+			return Part{}, fmt.Errorf("%s is not a %s in canonical decimal form", quoteShort(s), t)
 		}
 		if t == Int && (v < math.MinInt32 || v > math.MaxInt32) {
 			return Part{}, fmt.Errorf("%q is out of range for int", s)
 		}
 		return I(v), nil
 	case String, "":
+		if !utf8.ValidString(s) {
+			return Part{}, fmt.Errorf("a string key part must be valid UTF-8")
+		}
 		return S(s), nil
 	}
 	return Part{}, fmt.Errorf("unknown key type %q", t)
+}
+
+// Key size limits: a key part's text, and a whole encoded key.
+const (
+	MaxPartBytes = 1024
+	MaxKeyBytes  = 4096
+)
+
+// quoteShort quotes s for an error message, cut to a few dozen bytes.
+func quoteShort(s string) string {
+	if len(s) > 40 {
+		return strconv.Quote(s[:37]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // AppendPart appends the order-preserving encoding of p to dst.

@@ -66,6 +66,10 @@ type statusWriter struct {
 	wrote bool
 }
 
+// Unwrap lets http.ResponseController reach the connection (read
+// deadlines for request bodies, flushing).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *statusWriter) WriteHeader(code int) {
 	if !w.wrote {
 		w.code, w.wrote = code, true

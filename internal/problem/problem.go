@@ -35,6 +35,7 @@ const (
 	TypeNotReplicated      = "urn:cortado:problem:not-replicated"
 	TypeNotEnoughReplicas  = "urn:cortado:problem:not-enough-replicas"
 	TypeTimeout            = "urn:cortado:problem:deadline-exceeded"
+	TypeRequestTimeout     = "urn:cortado:problem:request-timeout"
 	TypeInternal           = "urn:cortado:problem:internal"
 )
 
@@ -59,8 +60,19 @@ func (p *Problem) Error() string {
 	return p.Title
 }
 
+// MaxDetail bounds a problem's detail: details may quote input, and an
+// error must never echo a large part of a request back.
+const MaxDetail = 512
+
 // New returns a problem of a type with its status and title.
 func New(status int, typ, title, detail string) *Problem {
+	if len(detail) > MaxDetail {
+		cut := MaxDetail
+		for cut > 0 && detail[cut]&0xC0 == 0x80 { // not inside a UTF-8 sequence
+			cut--
+		}
+		detail = detail[:cut] + "…"
+	}
 	return &Problem{Type: typ, Title: title, Status: status, Detail: detail}
 }
 

@@ -35,7 +35,13 @@ var (
 	// ErrContention means other registrars kept taking the next version
 	// number; the caller may retry.
 	ErrContention = errors.New("schema registration contended; retry")
+	// ErrSchemaTooLarge is a schema text over MaxSchemaBytes.
+	ErrSchemaTooLarge = fmt.Errorf("a schema is limited to %d bytes", MaxSchemaBytes)
 )
+
+// MaxSchemaBytes bounds a schema version's text (each version is one etcd
+// value, and etcd refuses requests over 1.5 MiB).
+const MaxSchemaBytes = 256 << 10
 
 // maxRegisterAttempts bounds the compare-and-swap loop of RegisterVersion.
 // Every failed attempt means another registrar succeeded, so the loop only
@@ -343,6 +349,9 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
 		} else if err := d.CheckPartitionKey(key[0]); err != nil {
 			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
+		}
+		if len(text) > MaxSchemaBytes {
+			return 0, false, fmt.Errorf("table %s: a schema of %d bytes: %w", table, len(text), ErrSchemaTooLarge)
 		}
 		v, err := schema.NewVersion(next, text)
 		if err != nil {

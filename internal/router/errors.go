@@ -25,6 +25,17 @@ type projectionError struct{ err error }
 func (e *projectionError) Error() string { return e.err.Error() }
 func (e *projectionError) Unwrap() error { return e.err }
 
+// bodyError is a request body that could not be read as HTTP (a
+// malformed chunked encoding: 400).
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "reading the request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// errBodyTimeout is a request body not received within the body timeout
+// (408).
+var errBodyTimeout = errors.New("the request body did not arrive within the body timeout")
+
 // responseTooLarge is a response over the size limit (413).
 type responseTooLarge struct {
 	size, limit int
@@ -68,6 +79,7 @@ func toProblem(err error) *problem.Problem {
 		ie  *registry.IncompatibleError
 		inv *registry.InvalidError
 		mbe *http.MaxBytesError
+		be  *bodyError
 	)
 	switch {
 	case errors.As(err, &ie):
@@ -93,6 +105,12 @@ func toProblem(err error) *problem.Problem {
 	case errors.As(err, &mbe):
 		return problem.New(http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "Request body too large",
 			fmt.Sprintf("request bodies are limited to %d bytes", mbe.Limit))
+	case errors.Is(err, registry.ErrSchemaTooLarge):
+		return problem.New(http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "Schema too large", err.Error())
+	case errors.As(err, &be):
+		return problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed request body", be.Error())
+	case errors.Is(err, errBodyTimeout):
+		return problem.New(http.StatusRequestTimeout, problem.TypeRequestTimeout, "Request body too slow", err.Error())
 	case errors.As(err, &rt):
 		detail := err.Error() + "; ask for fewer fields with ?fields=a,b.c"
 		if rt.partial {

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -8,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +59,15 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if len(raw) == 0 || raw[0] == "" {
 		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "paths are /{db}/{table}/{key…} or /_schemata/{db}[/{table}]"))
 		return
+	}
+	// Paths are taken as sent, never cleaned or redirected: a segment
+	// that is empty, "." or ".." names nothing (escape a key that is:
+	// %2E%2E).
+	for _, seg := range raw {
+		if seg == "" || seg == "." || seg == ".." {
+			fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed path", `path segments may not be empty, "." or ".." (percent-encode such a key part)`))
+			return
+		}
 	}
 	if raw[0] == "_schemata" {
 		r.serveSchemata(w, req, raw[1:])
@@ -110,7 +121,11 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, table string, key []string) {
 	ctx := req.Context()
-	cond := preconditions(req)
+	cond, err := preconditions(req)
+	if err != nil {
+		fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed conditional header", err.Error()))
+		return
+	}
 	switch req.Method {
 	case http.MethodGet, http.MethodHead:
 		f, err := readFormat(req)
@@ -154,7 +169,13 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 		h := w.Header()
 		h.Set(HeaderSchemaVersion, strconv.Itoa(doc.BodyVersion))
 		if f.Avro {
-			h.Set("Content-Type", fmt.Sprintf("%s; version=%d", MediaAvro, doc.BodyVersion))
+			// A projection is not version N's encoding: say which
+			// fields it carries, so nothing decodes it as the whole.
+			ct := fmt.Sprintf("%s; version=%d", MediaAvro, doc.BodyVersion)
+			if len(f.Fields) > 0 {
+				ct += fmt.Sprintf("; fields=%q", strings.Join(f.Fields, ","))
+			}
+			h.Set("Content-Type", ct)
 		} else {
 			h.Set("Content-Type", "application/json")
 		}
@@ -286,11 +307,36 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 	writeJSON(w, status, body)
 }
 
+// readBody reads a request body within the size limit and the body
+// timeout. A client that sends too slowly is cut off (408), one that goes
+// away is a canceled request (499 in the metrics), and a body that is not
+// valid HTTP (a malformed chunk) is 400.
 func (r *Router) readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 	if req.ContentLength > r.opts.MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: r.opts.MaxBodyBytes}
 	}
-	return io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(r.opts.BodyTimeout)) == nil
+	b, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	if err != nil {
+		// The connection is of no further use; the expired deadline
+		// keeps the server from waiting for the rest of the body.
+		w.Header().Set("Connection", "close")
+	} else if deadline {
+		rc.SetReadDeadline(time.Time{})
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.As(err, &mbe):
+		return nil, err
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, errBodyTimeout
+	case req.Context().Err() != nil, errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, context.Canceled // the client went away mid-body
+	}
+	return nil, &bodyError{err}
 }
 
 func unescapeAll(raw []string) ([]string, error) {
@@ -298,7 +344,7 @@ func unescapeAll(raw []string) ([]string, error) {
 	for i, s := range raw {
 		v, err := url.PathUnescape(s)
 		if err != nil {
-			return nil, fmt.Errorf("bad path segment %q", s)
+			return nil, fmt.Errorf("bad path segment %s", quoteShort(s))
 		}
 		out[i] = v
 	}
@@ -363,10 +409,19 @@ func bodyFormat(req *http.Request) (int, error) {
 	return 0, fmt.Errorf("%w: %q (use application/json or avro/binary; version=N)", ErrUnsupportedMedia, ct)
 }
 
-func preconditions(req *http.Request) node.Preconditions {
+// preconditions reads the conditional headers. An If-Match or
+// If-None-Match that is present but empty or not a list of entity tags
+// (RFC 9110 §8.8.3) is an error: taking it as absent would turn a
+// compare-and-swap into an unconditional write.
+func preconditions(req *http.Request) (node.Preconditions, error) {
 	var c node.Preconditions
-	c.IfMatch = etagList(req.Header.Get("If-Match"))
-	c.IfNoneMatch = etagList(req.Header.Get("If-None-Match"))
+	var err error
+	if c.IfMatch, err = etagList(req.Header, "If-Match"); err != nil {
+		return c, err
+	}
+	if c.IfNoneMatch, err = etagList(req.Header, "If-None-Match"); err != nil {
+		return c, err
+	}
 	// Unparseable dates are ignored, as RFC 9110 requires.
 	if t, err := http.ParseTime(req.Header.Get("If-Modified-Since")); err == nil {
 		c.IfModifiedSince = t
@@ -374,21 +429,61 @@ func preconditions(req *http.Request) node.Preconditions {
 	if t, err := http.ParseTime(req.Header.Get("If-Unmodified-Since")); err == nil {
 		c.IfUnmodifiedSince = t
 	}
-	return c
+	return c, nil
 }
 
-func etagList(h string) []string {
+// etagList parses a header of entity tags: "*", or a comma-separated
+// list of "opaque" or W/"opaque". Absent is nil; present but empty or
+// malformed is an error.
+func etagList(h http.Header, name string) ([]string, error) {
+	values, present := h[name]
+	if !present {
+		return nil, nil
+	}
 	var out []string
-	for _, t := range strings.Split(h, ",") {
-		if t = strings.TrimSpace(t); t != "" {
+	for _, v := range values {
+		for _, t := range strings.Split(v, ",") {
+			t = strings.TrimSpace(t)
+			if t == "" {
+				continue
+			}
+			if t != "*" && !validETag(t) {
+				return nil, fmt.Errorf("%s: %s is not an entity tag (\"…\" or W/\"…\")", name, quoteShort(t))
+			}
 			out = append(out, t)
 		}
 	}
-	return out
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s is present but names no entity tag", name)
+	}
+	return out, nil
+}
+
+// validETag reports whether t is an entity-tag (RFC 9110 §8.8.3).
+func validETag(t string) bool {
+	t = strings.TrimPrefix(t, "W/")
+	if len(t) < 2 || t[0] != '"' || t[len(t)-1] != '"' {
+		return false
+	}
+	for _, c := range []byte(t[1 : len(t)-1]) {
+		if c == '"' || c < 0x21 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// quoteShort quotes s for an error detail, cut to a few dozen bytes.
+func quoteShort(s string) string {
+	if len(s) > 40 {
+		return strconv.Quote(s[:37]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 func docHeaders(w http.ResponseWriter, d *Document) {
 	h := w.Header()
+	h.Set("Vary", "Accept")
 	h.Set("ETag", d.ETag)
 	h.Set("Last-Modified", d.Modified.UTC().Format(http.TimeFormat))
 	h.Set(HeaderSCN, d.SCN.String())
@@ -422,7 +517,17 @@ func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
 	if p.SCN != (storage.SCN{}) {
 		w.Header().Set(HeaderSCN, p.SCN.String())
 	}
-	w.Header().Set("ETag", fmt.Sprintf(`W/"%08x"`, crc(p.Body)))
+	etag := fmt.Sprintf(`W/"%08x"`, crc(p.Body))
+	w.Header().Set("ETag", etag)
+	// If-None-Match compares weakly (RFC 9110 §13.1.2).
+	if tags, err := etagList(req.Header, "If-None-Match"); err == nil {
+		for _, t := range tags {
+			if t == "*" || strings.TrimPrefix(t, "W/") == strings.TrimPrefix(etag, "W/") {
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+		}
+	}
 	if req.Method == http.MethodHead {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)

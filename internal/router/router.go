@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/keys"
@@ -19,6 +21,9 @@ import (
 type Options struct {
 	// MaxBodyBytes caps request bodies (default 2 MiB); larger is 413.
 	MaxBodyBytes int64
+	// BodyTimeout is how long a request body may take to arrive
+	// (default 30s); a slower client is cut off with 408.
+	BodyTimeout time.Duration
 	// MaxResponseBytes caps response bodies (default 2 MiB); larger is 413
 	// with a hint to use projection.
 	MaxResponseBytes int
@@ -28,6 +33,9 @@ type Options struct {
 }
 
 func (o *Options) fill() {
+	if o.BodyTimeout == 0 {
+		o.BodyTimeout = 30 * time.Second
+	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 2 << 20
 	}
@@ -210,6 +218,14 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	if err != nil {
 		return nil, err
 	}
+	// A projection is a representation of its own, with its own ETag
+	// (the document's plus a suffix naming the fields): conditions name
+	// it, and are checked against the document's.
+	suffix := projectionSuffix(f.Fields)
+	if suffix != "" {
+		cond.IfNoneMatch = forProjection(cond.IfNoneMatch, suffix)
+		cond.IfMatch = forProjection(cond.IfMatch, suffix)
+	}
 	req := node.GetRequest{DB: db, Table: table, Partition: tg.part, Key: tg.key, Read: spec, Cond: cond}
 	it, err := n.Get(ctx, req)
 	fromSlave := false
@@ -218,7 +234,7 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	}
 	if err != nil {
 		if it != nil { // not modified: headers only
-			return &Document{Key: it.Key, SCN: it.SCN, ETag: it.ETag, Modified: it.Modified}, err
+			return &Document{Key: it.Key, SCN: it.SCN, ETag: withSuffix(it.ETag, suffix), Modified: it.Modified}, err
 		}
 		return nil, err
 	}
@@ -226,11 +242,48 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	if err != nil {
 		return nil, err
 	}
+	doc.ETag = withSuffix(doc.ETag, suffix)
 	doc.FromSlave, doc.Stale = fromSlave, it.Stale
 	if len(doc.Body) > r.opts.MaxResponseBytes {
 		return nil, &responseTooLarge{size: len(doc.Body), limit: r.opts.MaxResponseBytes}
 	}
 	return doc, nil
+}
+
+// projectionSuffix names a projection in its representation's ETag: a
+// hash of the field list ("" without a projection).
+func projectionSuffix(fields []string) string {
+	if len(fields) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("+f%08x", crc32.ChecksumIEEE([]byte(strings.Join(fields, ","))))
+}
+
+// withSuffix adds a projection's suffix inside a document's quoted ETag.
+func withSuffix(etag, suffix string) string {
+	if suffix == "" || len(etag) < 2 {
+		return etag
+	}
+	return etag[:len(etag)-1] + suffix + `"`
+}
+
+// forProjection maps the entity tags of a projected read's conditions to
+// the document's: a tag of this projection becomes the document's, a tag
+// of the whole document or another projection matches nothing ("*"
+// stays).
+func forProjection(tags []string, suffix string) []string {
+	var out []string
+	for _, t := range tags {
+		switch {
+		case t == "*":
+			out = append(out, t)
+		case strings.HasSuffix(t, suffix+`"`):
+			out = append(out, strings.TrimSuffix(t, suffix+`"`)+`"`)
+		default:
+			out = append(out, `"-"`) // never a document's ETag
+		}
+	}
+	return out
 }
 
 // Collection reads one page of the documents under a partial key, in key

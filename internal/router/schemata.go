@@ -22,6 +22,20 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 		if err := dec.Decode(&d); err != nil {
 			return nil, false, &schema.FieldError{Reason: "malformed database definition: " + err.Error()}
 		}
+		// An explicit 0 is a mistake, not a request for the default.
+		var explicit map[string]json.RawMessage
+		json.Unmarshal(body, &explicit)
+		for _, f := range []string{"partitions", "replicas", "minInSync"} {
+			if v, ok := explicit[f]; ok && string(bytes.TrimSpace(v)) == "0" {
+				return nil, false, &registry.InvalidError{Err: fmt.Errorf("%s must be at least 1 (leave it out for the default)", f)}
+			}
+		}
+	}
+	if c, ok := r.backend.(nodeCounter); ok {
+		want := max(d.Replicas, 1)
+		if n, err := c.StorageNodes(ctx); err == nil && want > n {
+			return nil, false, &registry.InvalidError{Err: fmt.Errorf("replicas %d is more than the %d storage node(s) available: no two replicas of a partition share a node", want, n)}
+		}
 	}
 	if d.Name != "" && d.Name != name {
 		return nil, false, &schema.FieldError{Path: "name", Reason: fmt.Sprintf("body names database %q but the path names %q", d.Name, name)}
@@ -41,6 +55,11 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 	}
 	out, _ := json.Marshal(stored)
 	return out, created, nil
+}
+
+// nodeCounter is a Backend that knows how many storage nodes there are.
+type nodeCounter interface {
+	StorageNodes(ctx context.Context) (int, error)
 }
 
 // awaiter is a Backend that can tell when a new database's partitions are

@@ -20,7 +20,22 @@ func (r *Router) encodeDocument(t *schema.Table, body []byte, avroVersion int) (
 		if err := v.Validate(body); err != nil {
 			return 0, nil, err
 		}
-		return v.Number, body, nil
+		// Stored as a JSON body of the same document would be (map
+		// entries sorted, each key once), so equal documents have equal
+		// bytes and ETags whatever the format they arrived in.
+		js, err := v.JSON.Append(nil, body)
+		if err != nil {
+			return 0, nil, err
+		}
+		tree, err := schema.DecodeJSON(js)
+		if err != nil {
+			return 0, nil, err
+		}
+		value, err := schema.EncodeJSON(nil, v.Schema, tree)
+		if err != nil {
+			return 0, nil, err
+		}
+		return v.Number, value, nil
 	}
 	tree, err := schema.DecodeJSON(body)
 	if err != nil {

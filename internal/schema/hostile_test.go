@@ -17,6 +17,7 @@ import (
 //	evolve           schema texts separated by ~~~: each version, each
 //	                 evolution and the plans both ways
 //	json             a schema, ~~~, a JSON document: DecodeJSON+EncodeJSON
+//	deep-schema n=N  a record whose field is N nested arrays
 //	nested-json n=N  a Node {v, next} schema's document N levels deep, as JSON
 //	nested-avro n=N  the same as Avro binary: validation, the JSON writer,
 //	                 and a plan to a later version
@@ -87,6 +88,12 @@ func run(t *testing.T, d *datadriven.TestData, node, node2 string) string {
 			return result(err)
 		}
 		return "ok " + string(js)
+	case "deep-schema":
+		var n int
+		d.ScanArgs(t, "n", &n)
+		text := `{"type":"record","name":"R","fields":[{"name":"a","type":` + strings.Repeat(`{"type":"array","items":`, n) + `"int"` + strings.Repeat(`}`, n) + `}]}`
+		_, err := NewVersion(1, text)
+		return result(err)
 	case "nested-json":
 		var n int
 		d.ScanArgs(t, "n", &n)

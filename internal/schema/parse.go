@@ -8,12 +8,58 @@ import (
 
 // Parse parses Avro schema text. Each call uses its own name cache: hamba's
 // global cache would let version 2 of a record silently replace version 1.
+//
+// Schemas are bounded before they are parsed: their JSON nests at most
+// 4 × MaxDepth deep (an Avro type is two or three JSON levels), and a fixed
+// type is at most MaxFixedBytes, so no schema walk or document is
+// unbounded.
 func Parse(text string) (avro.Schema, error) {
+	if d := jsonDepth(text); d > 4*MaxDepth {
+		return nil, fmt.Errorf("parse avro schema: its JSON nests %d deep, over the limit of %d", d, 4*MaxDepth)
+	}
 	s, err := avro.ParseWithCache(text, "", &avro.SchemaCache{})
 	if err != nil {
 		return nil, fmt.Errorf("parse avro schema: %w", err)
 	}
+	var big *avro.FixedSchema
+	walkNamed(s, func(n avro.NamedSchema, _ bool) {
+		if f, ok := n.(*avro.FixedSchema); ok && f.Size() > MaxFixedBytes {
+			big = f
+		}
+	})
+	if big != nil {
+		return nil, fmt.Errorf("parse avro schema: fixed %s of %d bytes is over the limit of %d", big.FullName(), big.Size(), MaxFixedBytes)
+	}
 	return s, nil
+}
+
+// MaxFixedBytes bounds a fixed type's size: every document holds one
+// whole, and request bodies are bounded too.
+const MaxFixedBytes = 1 << 20
+
+// jsonDepth returns how deeply the JSON text nests objects and arrays (it
+// does not check that the text is JSON).
+func jsonDepth(text string) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // deref follows named-type references.

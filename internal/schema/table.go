@@ -264,12 +264,17 @@ func (t *Table) ParseKey(texts []string) ([]keys.Part, error) {
 		return nil, fmt.Errorf("table %s has %d key parts (%s), got %d", t.Name, len(t.Key), t.keyNames(), len(texts))
 	}
 	parts := make([]keys.Part, len(texts))
+	size := 0
 	for i, s := range texts {
 		p, err := keys.Parse(t.Key[i].Type, s)
 		if err != nil {
 			return nil, fmt.Errorf("key part %s: %w", t.Key[i].Name, err)
 		}
 		parts[i] = p
+		size += len(s)
+	}
+	if size > keys.MaxKeyBytes {
+		return nil, fmt.Errorf("a key of %d bytes is over the limit of %d", size, keys.MaxKeyBytes)
 	}
 	return parts, nil
 }

@@ -106,6 +106,9 @@ type localBackend struct{ n node.Service }
 
 func (b localBackend) Node(string, int) (node.Service, error) { return b.n, nil }
 
+// StorageNodes is one: a single node holds one copy of everything.
+func (b localBackend) StorageNodes(context.Context) (int, error) { return 1, nil }
+
 // Open starts every role: coordination, registry, storage and router (and
 // with opts.Nodes ≥ 2, a controller and that many storage nodes). It does
 // not listen; see Serve.
@@ -280,8 +283,18 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /_cluster", s.serveClusterStatus)
 	mux.HandleFunc("POST /_cluster/check", s.serveClusterCheck)
-	mux.Handle("/", s.Metrics.Instrument(s.api, s.routeOf))
-	return mux
+	api := s.Metrics.Instrument(s.api, s.routeOf)
+	// The document API sees every path as sent: ServeMux would answer a
+	// path with "//" or ".." with a redirect to its cleaned form, which
+	// may be another document.
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case "/metrics", "/healthz", "/_cluster", "/_cluster/check":
+			mux.ServeHTTP(w, req)
+		default:
+			api.ServeHTTP(w, req)
+		}
+	})
 }
 
 func (s *Server) logRequests(h http.Handler) http.Handler {
