@@ -340,3 +340,36 @@ func TestHTTPHostileTransport(t *testing.T) {
 	h.problem(h.do("PUT", "/_schemata/demo/Big", nil, big), 413, "urn:cortado:problem:request-too-large")
 	h.want(h.do("GET", "/_schemata/demo/Big", nil, ""), 404)
 }
+
+// TestSchemaCompatibilityLevels: a table's level is set with
+// PUT /_schemata/{db}/{table}/_config and shown on GET; a rename by alias
+// is refused under FULL (old readers cannot read it) and accepted under
+// BACKWARD, and the refusal says which version cannot read which.
+func TestSchemaCompatibilityLevels(t *testing.T) {
+	s := StartServe(t, ServeOptions{})
+	h := httpCase{t, s.URL}
+	h.want(h.do("PUT", "/_schemata/c", nil, `{}`), 201)
+	h.want(h.do("PUT", "/_schemata/c/T", nil, `{"key":[{"name":"k"}],"schema":{"type":"record","name":"T","fields":[{"name":"a","type":"string"}]}}`), 201)
+	h.want(h.do("PUT", "/c/T/1", nil, `{"a":"x"}`), 201)
+	r := h.want(h.do("GET", "/_schemata/c/T", nil, ""), 200)
+	if !strings.Contains(string(r.body), `"compatibility":"FULL"`) {
+		t.Fatalf("default level: %s", r.body)
+	}
+	rename := `{"schema":{"type":"record","name":"T","fields":[{"name":"b","type":"string","aliases":["a"]}]}}`
+	p := h.problem(h.do("PUT", "/_schemata/c/T", nil, rename), 409, "urn:cortado:problem:incompatible-schema")
+	if !strings.Contains(p["detail"].(string), "version 1 cannot read documents of version 2") {
+		t.Fatalf("refusal detail: %v", p["detail"])
+	}
+	h.problem(h.do("PUT", "/_schemata/c/T/_config", nil, `{"compatibility":"SOMETIMES"}`), 400, "urn:cortado:problem:invalid-schema")
+	h.problem(h.do("PUT", "/_schemata/c/Nope/_config", nil, `{"compatibility":"BACKWARD"}`), 404, "urn:cortado:problem:no-such-table")
+	r = h.want(h.do("PUT", "/_schemata/c/T/_config", nil, `{"compatibility":"BACKWARD"}`), 200)
+	if !strings.Contains(string(r.body), `"compatibility":"BACKWARD"`) {
+		t.Fatalf("set level: %s", r.body)
+	}
+	h.want(h.do("PUT", "/_schemata/c/T", nil, rename), 201)
+	// The old document reads as the new version through the alias.
+	r = h.want(h.do("GET", "/c/T/1", nil, ""), 200)
+	if string(r.body) != `{"b":"x"}` {
+		t.Fatalf("old document as version 2: %s", r.body)
+	}
+}

@@ -64,7 +64,7 @@ type IncompatibleError struct {
 }
 
 func (e *IncompatibleError) Error() string {
-	return fmt.Sprintf("table %s: version %d is incompatible with version %d: %s", e.Table, e.Version, e.Version-1, e.FieldError.Error())
+	return fmt.Sprintf("table %s: version %d refused: %s", e.Table, e.Version, e.FieldError.Error())
 }
 
 // Registry is the etcd-backed schema registry with an in-memory mirror.
@@ -76,6 +76,9 @@ type Registry struct {
 	mu     sync.RWMutex
 	dbs    map[string]*schema.Database
 	tables map[string]map[string]*schema.Table
+	// compat holds each table's compatibility level by "db/table" (its
+	// etcd key may load before the table's versions).
+	compat map[string]schema.Compatibility
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -92,6 +95,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Lo
 	r := &Registry{
 		cli: cli, prefix: strings.TrimSuffix(prefix, "/") + "/schemata/", log: log,
 		dbs: map[string]*schema.Database{}, tables: map[string]map[string]*schema.Table{},
+		compat: map[string]schema.Compatibility{},
 		done: make(chan struct{}),
 	}
 	resp, err := cli.Get(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
@@ -144,6 +148,18 @@ func (r *Registry) apply(key string, value []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
+	case len(parts) == 3 && parts[0] == "config":
+		var c tableConfig
+		if err := json.Unmarshal(value, &c); err != nil {
+			return err
+		}
+		db, name := parts[1], parts[2]
+		r.compat[db+"/"+name] = c.Compatibility
+		if t := r.tables[db][name]; t != nil {
+			nt := *t
+			nt.Compatibility = c.Compatibility
+			r.tables[db][name] = &nt
+		}
 	case len(parts) == 2 && parts[0] == "db":
 		var d schema.Database
 		if err := json.Unmarshal(value, &d); err != nil {
@@ -173,19 +189,43 @@ func (r *Registry) apply(key string, value []byte) error {
 		if n != len(t.Versions)+1 {
 			return nil // already known (or out of order: the load sorts keys)
 		}
-		v, err := schema.NewVersion(n, sv.Schema)
+		v, err := schema.LoadVersion(n, sv.Schema)
 		if err != nil {
 			return err
 		}
 		// Tables are replaced, never mutated, so readers holding the old
 		// *Table keep a consistent view.
-		nt := &schema.Table{Database: db, Name: name, Key: t.Key, Versions: append(t.Versions[:len(t.Versions):len(t.Versions)], v)}
+		nt := &schema.Table{Database: db, Name: name, Key: t.Key, Versions: append(t.Versions[:len(t.Versions):len(t.Versions)], v),
+			Compatibility: r.compat[db+"/"+name]}
 		r.tables[db][name] = nt
 	}
 	return nil
 }
 
 func (r *Registry) dbKey(name string) string { return r.prefix + "db/" + name }
+
+func (r *Registry) configKey(db, table string) string { return r.prefix + "config/" + db + "/" + table }
+
+// tableConfig is a table's settings apart from its versions.
+type tableConfig struct {
+	Compatibility schema.Compatibility `json:"compatibility"`
+}
+
+// SetCompatibility sets the level a table's next versions must meet.
+func (r *Registry) SetCompatibility(ctx context.Context, db, table string, c schema.Compatibility) error {
+	if !c.Valid() || c == "" {
+		return &InvalidError{fmt.Errorf("compatibility %q is not one of %v", c, schema.Levels)}
+	}
+	if _, err := r.TableAtLeast(ctx, db, table, 1); err != nil {
+		return err
+	}
+	val, _ := json.Marshal(tableConfig{Compatibility: c})
+	k := r.configKey(db, table)
+	if _, err := r.cli.Put(ctx, k, string(val)); err != nil {
+		return fmt.Errorf("set compatibility of %s.%s: %w", db, table, err)
+	}
+	return r.apply(k, val)
+}
 
 func (r *Registry) versionKey(db, table string, n int) string {
 	return fmt.Sprintf("%stable/%s/%s/%08d", r.prefix, db, table, n)
@@ -358,7 +398,7 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
 		}
 		if t != nil {
-			if err := schema.CheckEvolution(t.Latest().Schema, v.Schema); err != nil {
+			if err := schema.CheckLevel(t.Compatibility, t.Versions, v); err != nil {
 				return 0, false, &IncompatibleError{Table: table, Version: next, FieldError: err.(*schema.FieldError)}
 			}
 		}

@@ -124,7 +124,7 @@ func toProblem(err error) *problem.Problem {
 	case errors.Is(err, registry.ErrNoVersion):
 		return problem.New(http.StatusNotFound, problem.TypeNoVersion, "No such schema version", err.Error())
 	case errors.Is(err, node.ErrNotFound):
-		return problem.New(http.StatusNotFound, problem.TypeNotFound, "Document not found", "")
+		return problem.New(http.StatusNotFound, problem.TypeNotFound, "Document not found", "no document has this key (it was never written, or was deleted)")
 	case errors.Is(err, node.ErrPreconditionFailed):
 		return problem.New(http.StatusPreconditionFailed, problem.TypePrecondition, "Precondition failed", "the document's ETag or Last-Modified does not satisfy the request's conditional headers")
 	case errors.Is(err, registry.ErrDatabaseExists), errors.Is(err, registry.ErrKeyChanged), errors.Is(err, registry.ErrContention):

@@ -261,7 +261,7 @@ func (r *Router) serveTxn(w http.ResponseWriter, req *http.Request, raw []string
 func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []string) {
 	segs, err := unescapeAll(raw)
 	if err != nil || len(segs) == 0 || segs[0] == "" || len(segs) > 3 {
-		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "schema paths are /_schemata/{db}[/{table}[/{version}]]"))
+		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "schema paths are /_schemata/{db}[/{table}[/{version}|/_config]]"))
 		return
 	}
 	ctx := req.Context()
@@ -282,6 +282,13 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 		}
 	case len(segs) == 2 && (req.Method == http.MethodGet || req.Method == http.MethodHead):
 		body, err = r.TableInfo(segs[0], segs[1])
+	case len(segs) == 3 && segs[2] == "_config" && req.Method == http.MethodPut:
+		if body, err = r.readBody(w, req); err == nil {
+			body, err = r.SetCompatibility(ctx, segs[0], segs[1], body)
+		}
+	case len(segs) == 3 && segs[2] == "_config":
+		methodNotAllowed(w, "PUT")
+		return
 	case len(segs) == 3 && (req.Method == http.MethodGet || req.Method == http.MethodHead):
 		v, perr := strconv.Atoi(segs[2])
 		if perr != nil {

@@ -69,14 +69,15 @@ type awaiter interface {
 }
 
 type tableSummary struct {
-	Name     string           `json:"name"`
-	Key      []schema.KeyPart `json:"key"`
-	Latest   int              `json:"latest"`
-	Versions []int            `json:"versions"`
+	Name          string               `json:"name"`
+	Key           []schema.KeyPart     `json:"key"`
+	Latest        int                  `json:"latest"`
+	Versions      []int                `json:"versions"`
+	Compatibility schema.Compatibility `json:"compatibility"`
 }
 
 func summarize(t *schema.Table) tableSummary {
-	s := tableSummary{Name: t.Name, Key: t.Key, Latest: t.Latest().Number}
+	s := tableSummary{Name: t.Name, Key: t.Key, Latest: t.Latest().Number, Compatibility: t.Compatibility.Or()}
 	for _, v := range t.Versions {
 		s.Versions = append(s.Versions, v.Number)
 	}
@@ -125,6 +126,23 @@ func (r *Router) RegisterSchema(ctx context.Context, db, table string, body []by
 	}
 	out, _ := json.Marshal(map[string]int{"version": v})
 	return out, created, nil
+}
+
+// SetCompatibility sets a table's compatibility level from
+// {"compatibility":"BACKWARD"} and returns the table's summary.
+func (r *Router) SetCompatibility(ctx context.Context, db, table string, body []byte) ([]byte, error) {
+	var req struct {
+		Compatibility schema.Compatibility `json:"compatibility"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, &schema.FieldError{Reason: "malformed table config: " + err.Error()}
+	}
+	if err := r.reg.SetCompatibility(ctx, db, table, req.Compatibility); err != nil {
+		return nil, err
+	}
+	return r.TableInfo(db, table)
 }
 
 // TableInfo returns a table's key and versions.

@@ -1,10 +1,78 @@
 package schema
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/hamba/avro/v2"
 )
+
+// Compatibility is a table's schema compatibility level, with the names
+// the Avro ecosystem uses (Confluent Schema Registry). BACKWARD: the new
+// version reads documents of the previous one; FORWARD: the previous one
+// reads documents of the new; FULL: both (the default); the _TRANSITIVE
+// variants check against every earlier version; NONE checks nothing.
+type Compatibility string
+
+// Compatibility levels.
+const (
+	Backward           Compatibility = "BACKWARD"
+	BackwardTransitive Compatibility = "BACKWARD_TRANSITIVE"
+	Forward            Compatibility = "FORWARD"
+	ForwardTransitive  Compatibility = "FORWARD_TRANSITIVE"
+	Full               Compatibility = "FULL"
+	FullTransitive     Compatibility = "FULL_TRANSITIVE"
+	None               Compatibility = "NONE"
+)
+
+// Levels lists every compatibility level.
+var Levels = []Compatibility{Backward, BackwardTransitive, Forward, ForwardTransitive, Full, FullTransitive, None}
+
+// Valid reports whether c names a level ("" is FULL).
+func (c Compatibility) Valid() bool { return c == "" || slices.Contains(Levels, c) }
+
+// Or returns c, or FULL when c is "".
+func (c Compatibility) Or() Compatibility {
+	if c == "" {
+		return Full
+	}
+	return c
+}
+
+// CheckLevel decides whether next may follow the versions prev (oldest
+// first) under level c. The error is a *FieldError saying which version
+// cannot read which, and at which field.
+func CheckLevel(c Compatibility, prev []*Version, next *Version) error {
+	c = c.Or()
+	if c == None || len(prev) == 0 {
+		return nil
+	}
+	against := prev[len(prev)-1:]
+	if strings.HasSuffix(string(c), "_TRANSITIVE") {
+		against = prev
+	}
+	back := c == Backward || c == BackwardTransitive || c == Full || c == FullTransitive
+	fwd := c == Forward || c == ForwardTransitive || c == Full || c == FullTransitive
+	for i := len(against) - 1; i >= 0; i-- {
+		old := against[i]
+		if back {
+			if err := Compatible(next.Schema, old.Schema); err != nil {
+				fe := err.(*FieldError)
+				return &FieldError{Path: fe.Path, Reason: fmt.Sprintf("%s: version %d cannot read documents of version %d: %s", c, next.Number, old.Number, fe.Reason)}
+			}
+		}
+		if fwd {
+			// A numeric promotion is allowed: read back by narrowing
+			// each value (see Plan).
+			if err := compatible(old.Schema, next.Schema, true); err != nil {
+				fe := err.(*FieldError)
+				return &FieldError{Path: fe.Path, Reason: fmt.Sprintf("%s: version %d cannot read documents of version %d: %s", c, old.Number, next.Number, fe.Reason)}
+			}
+		}
+	}
+	return nil
+}
 
 // CheckEvolution decides whether next may follow prev as a table's schema:
 // documents written with either must be readable with the other (Avro's
@@ -81,22 +149,29 @@ func (c *compatChecker) check(reader, writer avro.Schema, path string) *FieldErr
 		// Every branch the writer may have chosen must be readable.
 		for _, b := range wu.Types() {
 			if fe := c.check(reader, b, path); fe != nil {
+				if _, inner := deref(reader).(*avro.UnionSchema); !inner && len(wu.Types()) > 1 {
+					fe = &FieldError{Path: fe.Path, Reason: fmt.Sprintf("a value written as the union's %s branch: %s", branchName(b), fe.Reason), cause: fe.cause}
+				}
 				return fe
 			}
 		}
 		return nil
 	}
 	if ru, ok := reader.(*avro.UnionSchema); ok {
-		if unionBranchFor(ru, writer) < 0 {
-			return fieldErr(path, "union %s has no branch for %s", ru.String(), branchName(writer))
+		i := unionBranchFor(ru, writer)
+		if i < 0 && c.narrowing {
+			i = narrowingBranchFor(ru, writer)
 		}
-		return c.check(ru.Types()[unionBranchFor(ru, writer)], writer, path)
+		if i < 0 {
+			return fieldErr(path, "a %s value has no branch to go to in union %s", branchName(writer), ru.String())
+		}
+		return c.check(ru.Types()[i], writer, path)
 	}
 	if reader.Type() != writer.Type() {
 		if promotable(writer.Type(), reader.Type()) || (c.narrowing && narrowable(writer.Type(), reader.Type())) {
 			return nil
 		}
-		return fieldErr(path, "type changed from %s to %s", writer.Type(), reader.Type())
+		return fieldErr(path, "a %s value cannot be read as %s", writer.Type(), reader.Type())
 	}
 	switch r := reader.(type) {
 	case *avro.ArraySchema:
@@ -140,7 +215,7 @@ func (c *compatChecker) check(reader, writer avro.Schema, path string) *FieldErr
 			wf := writerField(w, rf)
 			if wf == nil {
 				if !rf.HasDefault() {
-					return fieldErr(join(path, rf.Name()), "field is missing on one side and has no default")
+					return fieldErr(join(path, rf.Name()), "the reading version has this field without a default, and the documents read do not have it")
 				}
 				continue
 			}
@@ -166,6 +241,18 @@ func writerField(w *avro.RecordSchema, rf *avro.Field) *avro.Field {
 		}
 	}
 	return nil
+}
+
+// narrowingBranchFor picks, for a numeric writer type that a reader union
+// has no exact or promoted branch for, a branch it narrows to (long to
+// int), as a plain numeric field narrows. -1 if none.
+func narrowingBranchFor(ru *avro.UnionSchema, writer avro.Schema) int {
+	for i, b := range ru.Types() {
+		if narrowable(deref(writer).Type(), deref(b).Type()) {
+			return i
+		}
+	}
+	return -1
 }
 
 // unionBranchFor picks the reader union branch that reads a (non-union)

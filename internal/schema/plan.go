@@ -106,6 +106,9 @@ func (c *planCompiler) build(writer, reader avro.Schema, path string) (opFn, err
 	if ru, ok := reader.(*avro.UnionSchema); ok {
 		i := unionBranchFor(ru, writer)
 		if i < 0 {
+			i = narrowingBranchFor(ru, writer) // a promotion read back
+		}
+		if i < 0 {
 			return nil, fieldErr(path, "union has no branch for %s", branchName(writer))
 		}
 		inner, err := c.op(writer, ru.Types()[i], path)

@@ -178,7 +178,8 @@ type Version struct {
 	JSON   *JSONWriter
 }
 
-// NewVersion parses a version's schema text. The top level must be a record.
+// NewVersion parses a version's schema text for registration, with every
+// check a new version must pass. The top level must be a record.
 func NewVersion(number int, text string) (*Version, error) {
 	s, err := Parse(text)
 	if err != nil {
@@ -195,6 +196,17 @@ func NewVersion(number int, text string) (*Version, error) {
 	}
 	if err := checkDefaults(s, ""); err != nil {
 		return nil, err
+	}
+	return &Version{Number: number, Text: text, Schema: s, JSON: NewJSONWriter(s)}, nil
+}
+
+// LoadVersion parses a version that was registered already (read back
+// from the registry): the checks added to registration since it was
+// stored must not keep a node from loading what the cluster holds.
+func LoadVersion(number int, text string) (*Version, error) {
+	s, err := avro.ParseWithCache(text, "", &avro.SchemaCache{})
+	if err != nil {
+		return nil, fmt.Errorf("parse avro schema: %w", err)
 	}
 	return &Version{Number: number, Text: text, Schema: s, JSON: NewJSONWriter(s)}, nil
 }
@@ -244,6 +256,8 @@ type Table struct {
 	Name     string
 	Key      []KeyPart
 	Versions []*Version // Versions[i].Number == i+1
+	// Compatibility is the level a new version must meet ("" is FULL).
+	Compatibility Compatibility
 }
 
 // Latest returns the newest version.
