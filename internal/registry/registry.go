@@ -96,7 +96,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Lo
 		cli: cli, prefix: strings.TrimSuffix(prefix, "/") + "/schemata/", log: log,
 		dbs: map[string]*schema.Database{}, tables: map[string]map[string]*schema.Table{},
 		compat: map[string]schema.Compatibility{},
-		done: make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	resp, err := cli.Get(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
