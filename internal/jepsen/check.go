@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -47,20 +48,7 @@ func (r *Result) Failed() bool { return len(r.Lost) > 0 || len(r.Anomalies) > 0 
 func Check(c *Cluster, h *History, faults []Fault) *Result {
 	res := &Result{Faults: faults, Anomalies: slices.Clone(h.anomalies)}
 	hc := newHTTP(c.routerURLs()...)
-	read := func(path string) (int64, bool, error) {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			r := hc.send("GET", path, "", "")
-			if r.err == nil && (r.status == 200 || r.status == 404) {
-				v, _ := readValue(r.body)
-				return v, r.status == 200, nil
-			}
-			if time.Now().After(deadline) {
-				return 0, false, fmt.Errorf("GET %s: %d %s %v", path, r.status, r.body, r.err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	read := func(path string) (int64, bool, error) { return readWith(hc, path) }
 	// Unique keys: every acknowledged one holds its value.
 	type kv struct {
 		v  int64
@@ -102,15 +90,31 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
-		v, found, err := read("/d/U/" + k)
-		switch {
-		case err != nil:
-			res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
-		case !found || v != acked[k].v:
-			res.Lost = append(res.Lost, Anomaly{acked[k].at, "lost put", fmt.Sprintf("U/%s=%d acknowledged at %s; now found=%v value %d", k, acked[k].v, acked[k].at.Format("15:04:05.000"), found, v)})
-		}
+	// Read back in parallel, each reader with its own connections.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	work := make(chan string)
+	for range 16 {
+		wg.Go(func() {
+			hc := newHTTP(c.routerURLs()...)
+			for k := range work {
+				v, found, err := readWith(hc, "/d/U/"+k)
+				mu.Lock()
+				switch {
+				case err != nil:
+					res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
+				case !found || v != acked[k].v:
+					res.Lost = append(res.Lost, Anomaly{acked[k].at, "lost put", fmt.Sprintf("U/%s=%d acknowledged at %s; now found=%v value %d", k, acked[k].v, acked[k].at.Format("15:04:05.000"), found, v)})
+				}
+				mu.Unlock()
+			}
+		})
 	}
+	for _, k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
 	for j := range counters {
 		key := fmt.Sprintf("C/inc%d", j)
 		n, _, err := read("/d/" + key)
@@ -153,6 +157,23 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 	res.Anomalies = append(res.Anomalies, checkReplicas(c)...)
 	res.Rows = table(h, res, faults)
 	return res
+}
+
+// readWith reads a document's number through the routers, retrying
+// answers that say nothing (503, no connection) for up to a minute.
+func readWith(hc *httpClient, path string) (int64, bool, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := hc.send("GET", path, "", "")
+		if r.err == nil && (r.status == 200 || r.status == 404) {
+			v, _ := readValue(r.body)
+			return v, r.status == 200, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, false, fmt.Errorf("GET %s: %d %s %v", path, r.status, r.body, r.err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // checkReplicas waits until every replica matches its master (the
