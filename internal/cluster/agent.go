@@ -130,27 +130,40 @@ func (a *Agent) applyJSON(ctx context.Context, b []byte) {
 
 // apply carries out a routing table's transitions for this node, up to
 // MaxTransitions at a time, and returns when all are done (so tables are
-// applied in order).
+// applied in order). Partitions this node gives up or follows go first,
+// then those it takes over: a take-over waits for the old master to step
+// down, and two nodes handing partitions to each other must not fill
+// their transition slots with take-overs waiting on each other.
 func (a *Agent) apply(ctx context.Context, t *RoutingTable) {
 	limit := a.MaxTransitions
 	if limit <= 0 {
 		limit = 16
 	}
-	sem := make(chan struct{}, limit)
-	var wg sync.WaitGroup
-	for p := range t.Partitions {
-		if ctx.Err() != nil {
-			break
+	var stepDown, takeOver []int
+	for p, r := range t.Partitions {
+		if len(r.Replicas) > 0 && r.Replicas[0] == a.ID {
+			takeOver = append(takeOver, p)
+		} else {
+			stepDown = append(stepDown, p)
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := a.transition(ctx, t, p); err != nil {
-				a.Log.Error("agent: transition", "db", t.DB, "partition", p, "err", err)
-			}
-		})
 	}
-	wg.Wait()
+	for _, parts := range [][]int{stepDown, takeOver} {
+		sem := make(chan struct{}, limit)
+		var wg sync.WaitGroup
+		for _, p := range parts {
+			if ctx.Err() != nil {
+				break
+			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := a.transition(ctx, t, p); err != nil {
+					a.Log.Error("agent: transition", "db", t.DB, "partition", p, "err", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
 }
 
 // transition brings one partition to its role in t.

@@ -172,6 +172,9 @@ func StartProcess(t testing.TB, dir, name string, args ...string) *Serve {
 	return s
 }
 
+// Pid is the running process's ID.
+func (s *Serve) Pid() int { return s.cmd.Process.Pid }
+
 // Running reports whether the process is running (not killed, not
 // exited).
 func (s *Serve) Running() bool {

@@ -23,6 +23,10 @@ type LogRequest struct {
 	// count it.
 	Ack     bool
 	Replica string
+	// BufferOnly asks a relay to answer from its buffer only, never by
+	// asking the master (a failover's drain: the master is gone, and a
+	// paused one would hold the request).
+	BufferOnly bool
 }
 
 // LogResult is a batch of commits in SCN order, or word that the asker's
@@ -307,11 +311,13 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 	for {
 		// No waiting on the source: a relay or a stepped-down master
 		// that has nothing newer says so at once.
-		res, err := old.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN()})
+		res, err := old.Log(ctx, LogRequest{DB: db, Partition: id, After: p.SCN(), BufferOnly: !planned})
 		if err != nil {
 			if ctx.Err() != nil || !planned {
 				return incomplete(err)
 			}
+		} else if !planned && !res.Holds {
+			return nil // the relay holds nothing after this replica
 		} else {
 			if res.Diverged {
 				if !planned {

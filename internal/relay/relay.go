@@ -212,6 +212,9 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 		if !ok {
 			master := p.master
 			p.mu.Unlock()
+			if req.BufferOnly {
+				return &node.LogResult{SourceRole: node.Offline}, nil // Holds false
+			}
 			if master == "" {
 				return nil, node.ErrUnavailable
 			}

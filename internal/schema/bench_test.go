@@ -177,3 +177,26 @@ func BenchmarkEncodeJSON(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRegisterRecursiveSchema parses two versions of a recursive
+// record (a linked list, v promoted int → long and a field added) and
+// checks the evolution under FULL_TRANSITIVE: what registering it costs.
+// (Before the visited set was keyed by type names, this never finished.)
+func BenchmarkRegisterRecursiveSchema(b *testing.B) {
+	v1 := `{"type":"record","name":"Node","fields":[{"name":"v","type":"int"},{"name":"next","type":["null","Node"],"default":null},{"name":"kids","type":{"type":"array","items":"Node"},"default":[]}]}`
+	v2 := `{"type":"record","name":"Node","fields":[{"name":"v","type":"long"},{"name":"next","type":["null","Node"],"default":null},{"name":"kids","type":{"type":"array","items":"Node"},"default":[]},{"name":"tag","type":"string","default":""}]}`
+	b.ReportAllocs()
+	for range b.N {
+		a, err := NewVersion(1, v1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := NewVersion(2, v2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := CheckLevel(FullTransitive, []*Version{a}, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

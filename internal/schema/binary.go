@@ -53,7 +53,7 @@ var decoders = sync.Pool{New: func() any { return new(decoder) }}
 
 func getDecoder(b []byte) *decoder {
 	d := decoders.Get().(*decoder)
-	d.b, d.i, d.depth = b, 0, 0
+	d.b, d.i, d.depth, d.utf8 = b, 0, 0, false
 	return d
 }
 
@@ -67,6 +67,9 @@ type decoder struct {
 	b     []byte
 	i     int
 	depth int // records, arrays and maps entered (see nest)
+	// utf8 makes strings and map keys that are not valid UTF-8 an
+	// error (validating input) instead of U+FFFD in JSON (reading).
+	utf8 bool
 }
 
 // MaxDepth is how deeply records, arrays and maps may nest in a document:
@@ -77,6 +80,11 @@ const MaxDepth = 100
 
 // ErrTooDeep is returned for a document nested deeper than MaxDepth.
 var ErrTooDeep = fmt.Errorf("document nests records, arrays and maps deeper than %d levels (the limit)", MaxDepth)
+
+// errNotUTF8 is a string or map key of an incoming document that is not
+// valid UTF-8 (Avro strings are UTF-8; storing it would store something
+// else than reads give back).
+var errNotUTF8 = errors.New("string is not valid UTF-8")
 
 // nest counts one level of nesting around f (a record, array or map).
 func nest(path string, f func(*decoder, []byte) ([]byte, error)) func(*decoder, []byte) ([]byte, error) {

@@ -240,3 +240,38 @@ func FuzzJSONString(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeJSON checks DecodeJSON against encoding/json: whatever both
+// accept decodes to the same tree, and what DecodeJSON refuses that
+// encoding/json takes is one of its deliberate refusals (a key named
+// twice, invalid UTF-8 or a lone surrogate, nesting over the limit).
+func FuzzDecodeJSON(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{"a":{"b":[1,2,{"c":"\u00e9"}]}}`, `{"a":1,"a":2}`, `"\ud800"`, "\"\xff\"", `[[[[1]]]]`, `1e400`, `{"":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := DecodeJSON(b)
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var want any
+		refErr := dec.Decode(&want)
+		if refErr == nil && dec.More() {
+			refErr = errors.New("trailing data")
+		}
+		if err == nil {
+			if refErr != nil {
+				t.Fatalf("accepted what encoding/json refuses (%v): %q", refErr, b)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q: %#v, encoding/json %#v", b, got, want)
+			}
+			return
+		}
+		if refErr == nil {
+			msg := err.Error()
+			if !strings.Contains(msg, "twice") && !strings.Contains(msg, "UTF-8") && !strings.Contains(msg, "surrogate") && !errors.Is(err, ErrTooDeep) && !strings.Contains(msg, "deeper than") {
+				t.Fatalf("refused what encoding/json accepts, for no documented reason: %v: %q", err, b)
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"encoding/hex"
 	"fmt"
 	"runtime"
 	"strings"
@@ -17,6 +18,7 @@ import (
 //	evolve           schema texts separated by ~~~: each version, each
 //	                 evolution and the plans both ways
 //	json             a schema, ~~~, a JSON document: DecodeJSON+EncodeJSON
+//	avro             a schema, ~~~, a document as hex: Version.Validate
 //	deep-schema n=N  a record whose field is N nested arrays
 //	nested-json n=N  a Node {v, next} schema's document N levels deep, as JSON
 //	nested-avro n=N  the same as Avro binary: validation, the JSON writer,
@@ -88,6 +90,17 @@ func run(t *testing.T, d *datadriven.TestData, node, node2 string) string {
 			return result(err)
 		}
 		return "ok " + string(js)
+	case "avro":
+		text, hexBytes, _ := strings.Cut(d.Input, "~~~")
+		v, err := NewVersion(1, text)
+		if err != nil {
+			return "schema: " + result(err)
+		}
+		b, err := hex.DecodeString(strings.TrimSpace(hexBytes))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return result(v.Validate(b))
 	case "deep-schema":
 		var n int
 		d.ScanArgs(t, "n", &n)

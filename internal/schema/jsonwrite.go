@@ -168,6 +168,9 @@ func primitiveJSON(t avro.Type, path string) jsonFn {
 			if err != nil {
 				return dst, fieldErr(path, "%v", err)
 			}
+			if d.utf8 && !utf8.Valid(b) {
+				return dst, fieldErr(path, "%v", errNotUTF8)
+			}
 			return appendJSONStringBytes(dst, b), nil
 		}
 	default: // bytes
@@ -238,6 +241,9 @@ func jsonBlocks(item jsonFn, isMap bool, path string) jsonFn {
 					k, err := d.bytes()
 					if err != nil {
 						return dst, fieldErr(path, "%v", err)
+					}
+					if d.utf8 && !utf8.Valid(k) {
+						return dst, fieldErr(path, "map key: %v", errNotUTF8)
 					}
 					dst = appendJSONStringBytes(dst, k)
 					dst = append(dst, ':')

@@ -11,6 +11,7 @@ type Validator struct{ w *JSONWriter }
 func (v *Validator) Validate(b []byte) error {
 	d := getDecoder(b)
 	defer putDecoder(d)
+	d.utf8 = true
 	if _, err := v.w.write(d, nil); err != nil {
 		return fmt.Errorf("malformed Avro binary: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/metrics"
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
@@ -287,12 +288,21 @@ func (s *Server) Handler() http.Handler {
 	// The document API sees every path as sent: ServeMux would answer a
 	// path with "//" or ".." with a redirect to its cleaned form, which
 	// may be another document.
+	admin := map[string]string{"/metrics": "GET", "/healthz": "GET", "/_cluster": "GET", "/_cluster/check": "POST"}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		switch req.URL.Path {
-		case "/metrics", "/healthz", "/_cluster", "/_cluster/check":
+		method, ok := admin[req.URL.Path]
+		switch {
+		case !ok:
+			api.ServeHTTP(w, req)
+		case req.Method == method || method == "GET" && req.Method == http.MethodHead:
 			mux.ServeHTTP(w, req)
 		default:
-			api.ServeHTTP(w, req)
+			allow := method
+			if method == "GET" {
+				allow = "GET, HEAD"
+			}
+			w.Header().Set("Allow", allow)
+			problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.TypeMethodNotAllowed, "Method not allowed", req.URL.Path+" takes "+allow))
 		}
 	})
 }

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -24,6 +27,12 @@ type Options struct {
 	CacheBytes int64
 	// Logger receives Pebble's errors (default slog.Default()).
 	Logger *slog.Logger
+	// ProbeInterval is how often the engine checks that its disk takes
+	// writes (default 1s; negative: never): it creates, writes, syncs
+	// and removes a small file in the data directory. A failure, or a
+	// probe not done within StallTimeout (default 10s), fails the engine
+	// (ErrFailed) before a commit has to find out.
+	ProbeInterval, StallTimeout time.Duration
 }
 
 // Engine is one storage node's Pebble instance and the partitions it hosts.
@@ -34,7 +43,9 @@ type Engine struct {
 	mu         sync.Mutex
 	partitions map[partitionID]*Partition
 
-	fail *failure
+	fail      *failure
+	stopProbe chan struct{}
+	probeDone chan struct{}
 }
 
 // failure is an engine's first fatal error, shared with its Pebble logger.
@@ -76,6 +87,12 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.ProbeInterval == 0 {
+		opts.ProbeInterval = time.Second
+	}
+	if opts.StallTimeout == 0 {
+		opts.StallTimeout = 10 * time.Second
+	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	fail := &failure{done: make(chan struct{})}
@@ -93,7 +110,61 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pebble in %s: %w", dir, err)
 	}
-	return &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail}, nil
+	e := &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail,
+		stopProbe: make(chan struct{}), probeDone: make(chan struct{})}
+	if opts.ProbeInterval > 0 {
+		go e.probeDisk(dir)
+	} else {
+		close(e.probeDone)
+	}
+	return e, nil
+}
+
+// probeDisk checks the disk every ProbeInterval until Close.
+func (e *Engine) probeDisk(dir string) {
+	defer close(e.probeDone)
+	t := time.NewTicker(e.opts.ProbeInterval)
+	defer t.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-e.stopProbe:
+			return
+		case <-t.C:
+		}
+		if e.Failed() != nil {
+			return
+		}
+		done := make(chan error, 1)
+		// A probe stuck in the kernel cannot be cancelled; it ends with
+		// the I/O it waits for.
+		go func() { done <- probeOnce(filepath.Join(dir, fmt.Sprintf("probe-%d", n%2))) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.opts.Logger.Error("storage: the disk refused a probe write", "err", err)
+				e.fail.set(fmt.Errorf("%w: disk probe: %v", ErrFailed, err))
+			}
+		case <-time.After(e.opts.StallTimeout):
+			e.opts.Logger.Error("storage: a disk probe stalled", "after", e.opts.StallTimeout)
+			e.fail.set(fmt.Errorf("%w: a disk probe stalled for %v", ErrFailed, e.opts.StallTimeout))
+		case <-e.stopProbe:
+			return
+		}
+	}
+}
+
+// probeOnce writes a new 4 KiB file, syncs it and removes it: a full disk
+// refuses the new pages even where overwriting old ones would succeed.
+func probeOnce(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(make([]byte, 4096))
+	serr := f.Sync()
+	cerr := f.Close()
+	os.Remove(path)
+	return errors.Join(werr, serr, cerr)
 }
 
 // Failed returns the engine's fatal error, nil while it is healthy.
@@ -121,8 +192,13 @@ func (e *Engine) commit(b *pebble.Batch) (err error) {
 	return b.Commit(e.writeOptions())
 }
 
-// Close closes Pebble. Callers stop all writes first.
-func (e *Engine) Close() error { return e.db.Close() }
+// Close stops the disk probe and closes Pebble. Callers stop all writes
+// first.
+func (e *Engine) Close() error {
+	close(e.stopProbe)
+	<-e.probeDone
+	return e.db.Close()
+}
 
 // Metrics returns Pebble's metrics.
 func (e *Engine) Metrics() *pebble.Metrics { return e.db.Metrics() }
