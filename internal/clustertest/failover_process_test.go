@@ -318,25 +318,14 @@ func (c *procCluster) verify(acked map[string]string) {
 	}
 }
 
-// timeline reads a replica's whole commit log and returns its SCNs.
+// timeline is Timeline of database d, failing the test on an error.
 func timeline(t *testing.T, url string, p int) []storage.SCN {
 	t.Helper()
-	r := node.NewRemote(url, nil)
-	var out []storage.SCN
-	after := storage.SCN{}
-	for {
-		res, err := r.Log(context.Background(), node.LogRequest{DB: "d", Partition: p, After: after, Max: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.Commits) == 0 {
-			return out
-		}
-		for _, c := range res.Commits {
-			out = append(out, c.SCN)
-		}
-		after = out[len(out)-1]
+	out, err := Timeline(url, "d", p)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return out
 }
 
 // TestFailoverKillMasterAndController kills -9 the storage node mastering

@@ -43,6 +43,31 @@ func startEtcd(t testing.TB) *coord.Embedded {
 	}
 }
 
+// newTestRegistry is a registry on its own etcd with database d and its
+// table T {k} → {v: string}.
+func newTestRegistry(t testing.TB, d schema.Database) *registry.Registry {
+	t.Helper()
+	ctx := context.Background()
+	etcd := startEtcd(t)
+	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	reg, err := registry.Open(ctx, cli, "/test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	if _, _, err := reg.CreateDatabase(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reg.RegisterVersion(ctx, d.Name, "T", []schema.KeyPart{{Name: "k"}}, `{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
 func newStorageNode(t testing.TB, reg *registry.Registry) *storageNode {
 	return newStorageNodeWith(t, reg, node.Options{})
 }
@@ -112,22 +137,7 @@ func write(t *testing.T, n *storageNode, k, v string) storage.SCN {
 // truncates the commits the new timeline lacks and follows to the same
 // state as the new master.
 func TestReplicationAndFailover(t *testing.T) {
-	ctx := context.Background()
-	etcd := startEtcd(t)
-	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	reg, err := registry.Open(ctx, cli, "/repl", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: 1})
-	if _, _, err := reg.RegisterVersion(ctx, "d", "T", []schema.KeyPart{{Name: "k"}}, `{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`); err != nil {
-		t.Fatal(err)
-	}
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
 	a, b := newStorageNode(t, reg), newStorageNode(t, reg)
 	if err := a.SetRole("d", 0, node.Master, 1); err != nil {
 		t.Fatal(err)
@@ -193,23 +203,7 @@ func sum(t testing.TB, n *storageNode, p int) (storage.SCN, uint64) {
 // new master holds it, not after the timeout.
 func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	ctx := context.Background()
-	etcd := startEtcd(t)
-	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	reg, err := registry.Open(ctx, cli, "/semisync", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	if _, _, err := reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: 1, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := reg.RegisterVersion(ctx, "d", "T", []schema.KeyPart{{Name: "k"}}, `{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`); err != nil {
-		t.Fatal(err)
-	}
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3})
 	// The in-flight write below must be confirmed well before a's
 	// timeout, not by it.
 	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 2 * time.Second})

@@ -13,7 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/cortado-db/cortado/internal/cluster"
-	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/clustertest"
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
@@ -215,7 +215,7 @@ func checkReplicas(c *Cluster) []Anomaly {
 	for p, r := range rt.Partitions {
 		var want []storage.SCN
 		for i, id := range r.Replicas {
-			got, err := timeline(rt.Nodes[id], p)
+			got, err := clustertest.Timeline(rt.Nodes[id], "d", p)
 			if err != nil {
 				out = append(out, Anomaly{time.Now(), "replicas unsettled", err.Error()})
 				continue
@@ -228,26 +228,6 @@ func checkReplicas(c *Cluster) []Anomaly {
 		}
 	}
 	return out
-}
-
-// timeline reads a replica's whole commit log and returns its SCNs.
-func timeline(url string, p int) ([]storage.SCN, error) {
-	r := node.NewRemote(url, nil)
-	var out []storage.SCN
-	after := storage.SCN{}
-	for {
-		res, err := r.Log(context.Background(), node.LogRequest{DB: "d", Partition: p, After: after, Max: 1000})
-		if err != nil {
-			return nil, err
-		}
-		if len(res.Commits) == 0 {
-			return out, nil
-		}
-		for _, c := range res.Commits {
-			out = append(out, c.SCN)
-		}
-		after = out[len(out)-1]
-	}
 }
 
 // table sums the history by the fault in force when each operation ended

@@ -34,18 +34,14 @@ type Partition struct {
 
 func openPartition(e *Engine, db string, id int) (*Partition, error) {
 	p := &Partition{e: e, DB: db, ID: id}
-	v, closer, err := e.db.Get(keys.Meta(db, id, "scn"))
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("partition %s/%d: read scn: %w", db, id, err)
-	default:
-		defer closer.Close()
-		if len(v) != 12 {
-			return nil, fmt.Errorf("partition %s/%d: corrupt scn", db, id)
-		}
-		p.scn = SCN{Gen: binary.BigEndian.Uint32(v), Seq: binary.BigEndian.Uint64(v[4:])}
+	var err error
+	if p.scn, err = readMetaSCN(e, db, id, "scn"); err != nil {
+		return nil, err
 	}
+	if p.acked, err = readMetaSCN(e, db, id, "acked"); err != nil {
+		return nil, err
+	}
+	p.stored = p.acked
 	g, closer, err := e.db.Get(keys.Meta(db, id, "gen"))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -58,20 +54,24 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 		}
 		p.gen = binary.BigEndian.Uint32(g)
 	}
-	a, closer, err := e.db.Get(keys.Meta(db, id, "acked"))
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("partition %s/%d: read acknowledged scn: %w", db, id, err)
-	default:
-		defer closer.Close()
-		if len(a) != 12 {
-			return nil, fmt.Errorf("partition %s/%d: corrupt acknowledged scn", db, id)
-		}
-		p.acked = SCN{Gen: binary.BigEndian.Uint32(a), Seq: binary.BigEndian.Uint64(a[4:])}
-		p.stored = p.acked
-	}
 	return p, nil
+}
+
+// readMetaSCN reads an SCN kept in the partition's meta section (zero if
+// absent).
+func readMetaSCN(e *Engine, db string, id int, name string) (SCN, error) {
+	v, closer, err := e.db.Get(keys.Meta(db, id, name))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return SCN{}, nil
+	}
+	if err != nil {
+		return SCN{}, fmt.Errorf("partition %s/%d: read %s: %w", db, id, name, err)
+	}
+	defer closer.Close()
+	if len(v) != 12 {
+		return SCN{}, fmt.Errorf("partition %s/%d: corrupt %s", db, id, name)
+	}
+	return SCN{Gen: binary.BigEndian.Uint32(v), Seq: binary.BigEndian.Uint64(v[4:])}, nil
 }
 
 // Generation returns the latest generation the partition has seen: of its
