@@ -177,7 +177,7 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		old := cur.Partitions[p]
 		d := decideMaster(masterInput{
 			Current: old.Replicas, Target: route.Replicas, Live: isLive, Status: status(p),
-			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)),
+			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)), From: old.From,
 		})
 		route.Replicas = d.Replicas
 		route.Generation, route.From = old.Generation, old.From

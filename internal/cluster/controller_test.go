@@ -31,6 +31,9 @@ func TestMasterChoice(t *testing.T) {
 			d.ScanArgs(t, "min-in-sync", &in.MinInSync)
 		}
 		in.Stuck = d.HasArg("stuck")
+		if d.HasArg("from") {
+			d.ScanArgs(t, "from", &in.From)
+		}
 		statuses := map[string]node.PartitionStatus{}
 		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
 			if line == "" {

@@ -29,6 +29,9 @@ type masterInput struct {
 	// Stuck says the current master has not been MASTER for longer than
 	// a hand-over takes (its drain failed): choose again.
 	Stuck bool
+	// From is the master the current one was to take over from (a
+	// planned hand-over), if any.
+	From string
 }
 
 // masterDecision is the partition's next replica list, whether its
@@ -60,6 +63,15 @@ func decideMaster(in masterInput) masterDecision {
 		return masterDecision{Replicas: tgt}
 	}
 	m := cur[0]
+	if in.Stuck && in.From != "" && in.From != m && in.Live(in.From) {
+		// A hand-over that did not complete while the old master lives:
+		// it may still be MASTER and writing, so no one else may be
+		// chosen. Give it back, or wait until it answers.
+		if _, ok := in.Status(in.From); ok {
+			return masterDecision{Replicas: first(in.From, tgt)}
+		}
+		return masterDecision{Replicas: cur}
+	}
 	if !in.Live(m) || in.Stuck {
 		return failover(in)
 	}
