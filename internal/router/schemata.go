@@ -17,6 +17,9 @@ import (
 func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) ([]byte, bool, error) {
 	var d schema.Database
 	if len(bytes.TrimSpace(body)) > 0 {
+		if err := strictJSON(body); err != nil {
+			return nil, false, err
+		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&d); err != nil {
@@ -55,6 +58,15 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 	}
 	out, _ := json.Marshal(stored)
 	return out, created, nil
+}
+
+// strictJSON refuses a request body that DecodeJSON would: invalid UTF-8,
+// a key named twice in an object, nesting over the limit. Bodies decoded
+// into Go structs by encoding/json would otherwise take the last of two
+// keys and U+FFFD for bad bytes.
+func strictJSON(body []byte) error {
+	_, err := schema.DecodeJSON(body)
+	return err
 }
 
 // nodeCounter is a Backend that knows how many storage nodes there are.
@@ -108,6 +120,9 @@ func (r *Router) RegisterSchema(ctx context.Context, db, table string, body []by
 		Key    []schema.KeyPart `json:"key"`
 		Schema json.RawMessage  `json:"schema"`
 	}
+	if err := strictJSON(body); err != nil {
+		return nil, false, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -133,6 +148,9 @@ func (r *Router) RegisterSchema(ctx context.Context, db, table string, body []by
 func (r *Router) SetCompatibility(ctx context.Context, db, table string, body []byte) ([]byte, error) {
 	var req struct {
 		Compatibility schema.Compatibility `json:"compatibility"`
+	}
+	if err := strictJSON(body); err != nil {
+		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

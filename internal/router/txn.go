@@ -29,6 +29,9 @@ func (r *Router) Txn(ctx context.Context, db, partitionKey string, body []byte) 
 	var req struct {
 		Ops []TxnOp `json:"ops"`
 	}
+	if err := strictJSON(body); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	dec.DisallowUnknownFields()
