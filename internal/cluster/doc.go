@@ -1,9 +1,13 @@
-// Package cluster owns the cluster manager's decisions: where each
-// partition's replicas live and which replica is master (the ideal state).
-// Placement is a pure function of the live nodes, their racks, the
-// partition count, the replica count and the current assignment, so it can
-// be property-tested without a cluster; the controller that reads etcd,
-// issues transitions and publishes the routing table is thin around it.
+// Package cluster owns the cluster manager's decisions and the roles that
+// carry them out: where each partition's replicas live (IdealState) and
+// which replica is master (decideMaster) are pure functions, tested
+// without a cluster; around them, the controller reads etcd and the
+// replicas' statuses and publishes routing tables, each storage node's
+// agent carries them out, members keep their leases, and routers watch the
+// tables.
 //
-// It never talks to etcd, storage or the network.
+// It never makes a replica master that may lack an acknowledged write:
+// a hand-back goes only to a caught-up replica that drains the old master,
+// and a failover only proceeds when enough replicas answered to include
+// one of every minInSync set.
 package cluster

@@ -9,4 +9,8 @@
 //   - Commits of one partition are serialized and take consecutive
 //     sequence numbers; all events of a commit share its SCN.
 //   - A document row is never read without checking its CRC.
+//   - A truncation never removes a commit at or below the partition's
+//     acknowledged watermark (ErrTruncateAcknowledged).
+//   - Once Pebble meets a write error it cannot go on from (or the disk
+//     probe fails), the engine fails: every later write is ErrFailed.
 package storage
