@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cortado-db/cortado/internal/router"
+	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/server"
 )
 
@@ -27,6 +28,7 @@ type roleFlags struct {
 	maxBody        *int64
 	maxResp        *int
 	bodyTimeout    *time.Duration
+	maxDepth       *int
 	logLevel       *string
 	readyFile      *string
 	demo           *bool
@@ -48,6 +50,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		etcdEndpoints: fs.String("etcd-endpoints", "", "comma-separated etcd endpoints"),
 		logLevel:      fs.String("log-level", "info", "debug, info, warn or error"),
 		readyFile:     fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)"),
+		maxDepth:      fs.Int("max-depth", schema.DefaultMaxDepth, "how deeply records, arrays and maps may nest in a document (8 to 1000; every role of a cluster the same)"),
 	}
 	if name == "serve" || name == "storage" {
 		f.dataDir = fs.String("data-dir", "cortado-data", "directory for storage (and, for serve, the embedded etcd)")
@@ -183,6 +186,9 @@ func runRole(name string, f *roleFlags, open func(context.Context, server.Option
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
+	}
+	if err := schema.SetMaxDepth(*f.maxDepth); err != nil {
+		return fmt.Errorf("--max-depth: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("role", name)
 	slog.SetDefault(log)

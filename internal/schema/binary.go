@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // errShort is returned when Avro bytes end in the middle of a value.
@@ -53,7 +54,7 @@ var decoders = sync.Pool{New: func() any { return new(decoder) }}
 
 func getDecoder(b []byte) *decoder {
 	d := decoders.Get().(*decoder)
-	d.b, d.i, d.depth, d.utf8 = b, 0, 0, false
+	d.b, d.i, d.depth, d.utf8, d.limit = b, 0, 0, false, MaxDepth()
 	return d
 }
 
@@ -67,19 +68,45 @@ type decoder struct {
 	b     []byte
 	i     int
 	depth int // records, arrays and maps entered (see nest)
+	limit int // MaxDepth when the decoder was taken
 	// utf8 makes strings and map keys that are not valid UTF-8 an
 	// error (validating input) instead of U+FFFD in JSON (reading).
 	utf8 bool
 }
 
-// MaxDepth is how deeply records, arrays and maps may nest in a document:
-// every path that decodes, validates, converts or writes a document
-// refuses more (ErrTooDeep), so no input can exhaust the stack or make one
-// request cost memory in proportion to its nesting.
-const MaxDepth = 100
+// DefaultMaxDepth is how deeply records, arrays and maps may nest in a
+// document unless SetMaxDepth says otherwise: every path that decodes,
+// validates, converts or writes a document refuses more (ErrTooDeep), so
+// no input can exhaust the stack or make one request cost memory in
+// proportion to its nesting.
+const DefaultMaxDepth = 100
+
+// maxDepth is the limit in force, for the whole process: documents
+// accepted under it must stay readable, so it is set once at start.
+var maxDepth atomic.Int64
+
+func init() { maxDepth.Store(DefaultMaxDepth) }
+
+// SetMaxDepth sets the nesting limit (8 to 1000) for the process; call it
+// before serving.
+func SetMaxDepth(n int) error {
+	if n < 8 || n > 1000 {
+		return fmt.Errorf("the nesting limit must be between 8 and 1000, got %d", n)
+	}
+	maxDepth.Store(int64(n))
+	return nil
+}
+
+// MaxDepth returns the nesting limit in force.
+func MaxDepth() int { return int(maxDepth.Load()) }
 
 // ErrTooDeep is returned for a document nested deeper than MaxDepth.
-var ErrTooDeep = fmt.Errorf("document nests records, arrays and maps deeper than %d levels (the limit)", MaxDepth)
+var ErrTooDeep = errors.New("document nests records, arrays and maps deeper than the limit")
+
+// tooDeep names the limit in force.
+func tooDeep(path string) *FieldError {
+	return fieldErr(path, "%v (%d levels)", ErrTooDeep, MaxDepth())
+}
 
 // errNotUTF8 is a string or map key of an incoming document that is not
 // valid UTF-8 (Avro strings are UTF-8; storing it would store something
@@ -89,8 +116,8 @@ var errNotUTF8 = errors.New("string is not valid UTF-8")
 // nest counts one level of nesting around f (a record, array or map).
 func nest(path string, f func(*decoder, []byte) ([]byte, error)) func(*decoder, []byte) ([]byte, error) {
 	return func(d *decoder, dst []byte) ([]byte, error) {
-		if d.depth >= MaxDepth {
-			return dst, fieldErr(path, "%v", ErrTooDeep)
+		if d.depth >= d.limit {
+			return dst, tooDeep(path)
 		}
 		d.depth++
 		out, err := f(d, dst)
@@ -102,8 +129,8 @@ func nest(path string, f func(*decoder, []byte) ([]byte, error)) func(*decoder, 
 // nestSkip is nest for a step over a discarded or copied value.
 func nestSkip(f skipFn) skipFn {
 	return func(d *decoder) error {
-		if d.depth >= MaxDepth {
-			return ErrTooDeep
+		if d.depth >= d.limit {
+			return tooDeep("")
 		}
 		d.depth++
 		err := f(d)

@@ -71,8 +71,8 @@ func walkRawType(raw any, s avro.Schema, path string) error {
 
 // checkDefault checks one default value v against type s.
 func checkDefault(v any, s avro.Schema, path string, depth int) error {
-	if depth > MaxDepth {
-		return fieldErr(path, "default: %v", ErrTooDeep)
+	if depth > MaxDepth() {
+		return tooDeep(path)
 	}
 	bad := func(format string, args ...any) error {
 		return fieldErr(path, "default %s does not fit the field's type: %s", shortJSON(v), fmt.Sprintf(format, args...))

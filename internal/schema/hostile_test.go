@@ -18,6 +18,7 @@ import (
 //	evolve           schema texts separated by ~~~: each version, each
 //	                 evolution and the plans both ways
 //	json             a schema, ~~~, a JSON document: DecodeJSON+EncodeJSON
+//	max-depth n=N    SetMaxDepth(N) for the cases that follow
 //	avro             a schema, ~~~, a document as hex: Version.Validate
 //	deep-schema n=N  a record whose field is N nested arrays
 //	nested-json n=N  a Node {v, next} schema's document N levels deep, as JSON
@@ -26,6 +27,7 @@ import (
 func TestHostile(t *testing.T) {
 	const node = `{"type":"record","name":"Node","fields":[{"name":"v","type":"int"},{"name":"next","type":["null","Node"],"default":null}]}`
 	const node2 = `{"type":"record","name":"Node","fields":[{"name":"v","type":"long"},{"name":"next","type":["null","Node"],"default":null},{"name":"w","type":"int","default":1}]}`
+	defer SetMaxDepth(DefaultMaxDepth)
 	datadriven.RunTest(t, "testdata/hostile", func(t *testing.T, d *datadriven.TestData) string {
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -90,6 +92,10 @@ func run(t *testing.T, d *datadriven.TestData, node, node2 string) string {
 			return result(err)
 		}
 		return "ok " + string(js)
+	case "max-depth":
+		var n int
+		d.ScanArgs(t, "n", &n)
+		return result(SetMaxDepth(n))
 	case "avro":
 		text, hexBytes, _ := strings.Cut(d.Input, "~~~")
 		v, err := NewVersion(1, text)

@@ -54,8 +54,8 @@ func decodeTree(dec *json.Decoder, path string, depth int) (any, error) {
 	// A non-nullable union's {"branch": value} adds a JSON level to
 	// each document level: deeper than twice the limit is never a
 	// document (EncodeJSON checks the document's own depth).
-	if depth >= 2*MaxDepth {
-		return nil, fieldErr(path, "%v", ErrTooDeep)
+	if depth >= 2*MaxDepth() {
+		return nil, tooDeep(path)
 	}
 	switch delim {
 	case '{':
@@ -162,8 +162,8 @@ func encodeValue(dst []byte, s avro.Schema, v any, path string, depth int) ([]by
 	s = deref(s)
 	switch s.(type) {
 	case *avro.RecordSchema, *avro.ArraySchema, *avro.MapSchema:
-		if depth >= MaxDepth {
-			return dst, fieldErr(path, "%v", ErrTooDeep)
+		if depth >= MaxDepth() {
+			return dst, tooDeep(path)
 		}
 	}
 	switch s := s.(type) {

@@ -10,12 +10,12 @@ import (
 // global cache would let version 2 of a record silently replace version 1.
 //
 // Schemas are bounded before they are parsed: their JSON nests at most
-// 4 × MaxDepth deep (an Avro type is two or three JSON levels), and a fixed
+// 4 × MaxDepth() deep (an Avro type is two or three JSON levels), and a fixed
 // type is at most MaxFixedBytes, so no schema walk or document is
 // unbounded.
 func Parse(text string) (avro.Schema, error) {
-	if d := jsonDepth(text); d > 4*MaxDepth {
-		return nil, fmt.Errorf("parse avro schema: its JSON nests %d deep, over the limit of %d", d, 4*MaxDepth)
+	if d, limit := jsonDepth(text), 4*MaxDepth(); d > limit {
+		return nil, fmt.Errorf("parse avro schema: its JSON nests %d deep, over the limit of %d", d, limit)
 	}
 	s, err := avro.ParseWithCache(text, "", &avro.SchemaCache{})
 	if err != nil {
