@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,4 +112,37 @@ func TestServeNodes(t *testing.T) {
 	await(t, 10*time.Second, "the relay to pull the write", func() bool {
 		return metric(t, s.URL, "cortado_relay_pulled_commits_total") > 0
 	})
+
+	// A clean stop under write load: handlers (replication long-polls,
+	// writes waiting for acknowledgement) finish before the engines
+	// close, so the process exits 0 without a panic.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var acked atomic.Int64
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/demo/MailboxStats/w%d-%d", s.URL, w, i), strings.NewReader(`{"total":1}`))
+				req.Header.Set("Content-Type", "application/json")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					if resp.StatusCode < 300 {
+						acked.Add(1)
+					}
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	await(t, 10*time.Second, "writes under way", func() bool { return acked.Load() > 20 })
+	s.Stop()
+	close(stop)
+	wg.Wait()
+	if code := s.cmd.ProcessState.ExitCode(); code != 0 || strings.Contains(s.Log(), "panic") {
+		t.Fatalf("stop under load: exit %d\n%s", code, s.Log())
+	}
 }

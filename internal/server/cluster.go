@@ -89,20 +89,25 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	return m, nil
 }
 
-// close leaves the cluster at once (a clean stop does not wait for the
-// lease to lapse), after fencing: nothing is written once the controller
-// may have moved on.
-func (m *member) close() error {
-	var errs []error
-	if m.member != nil && m.engine.Failed() == nil {
-		m.node.FenceAll()
-		errs = append(errs, m.member.Leave())
+// leave fences every partition and leaves the cluster at once (a clean
+// stop does not wait for the lease to lapse): nothing is written once the
+// controller may have moved on.
+func (m *member) leave() error {
+	if m.member == nil || m.engine.Failed() != nil {
+		return nil
 	}
+	m.node.FenceAll()
+	return m.member.Leave()
+}
+
+// close stops the agent and closes the engine; the HTTP servers that call
+// into the node have stopped first.
+func (m *member) close() error {
 	if m.cancel != nil {
 		m.cancel()
 		<-m.done
 	}
-	return errors.Join(append(errs, m.engine.Close())...)
+	return m.engine.Close()
 }
 
 // startLocalCluster runs, for `serve --nodes N`, N storage nodes with

@@ -337,8 +337,11 @@ func (s *Server) close() error {
 	for _, stop := range s.stop {
 		stop()
 	}
+	// Leave the cluster first, then let every HTTP handler finish (a
+	// replication long-poll reads the engine), then stop the agents and
+	// close the engines: never an engine closed under a running handler.
 	for _, m := range s.members {
-		errs = append(errs, m.close())
+		errs = append(errs, m.leave())
 	}
 	for _, h := range append(s.extra, s.http) {
 		if h == nil {
@@ -347,6 +350,9 @@ func (s *Server) close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		errs = append(errs, h.Shutdown(ctx))
 		cancel()
+	}
+	for _, m := range s.members {
+		errs = append(errs, m.close())
 	}
 	if s.engine != nil {
 		errs = append(errs, s.engine.Close())
