@@ -14,6 +14,11 @@ const (
 	OpInsert Op = 'i'
 	OpUpdate Op = 'u'
 	OpDelete Op = 'd'
+	// OpAutoIncrement records a collection's auto-increment high-water
+	// mark (Key: the collection's encoded prefix; Value and PrevValue:
+	// the new and the old mark, 8 bytes big-endian, PrevValue empty if
+	// none). It is no document change: change streams skip it.
+	OpAutoIncrement Op = 'a'
 )
 
 func (o Op) String() string {
@@ -24,6 +29,8 @@ func (o Op) String() string {
 		return "update"
 	case OpDelete:
 		return "delete"
+	case OpAutoIncrement:
+		return "auto-increment"
 	}
 	return "unknown"
 }

@@ -75,6 +75,10 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 				if err := b.Delete(k, nil); err != nil {
 					return err
 				}
+			case OpAutoIncrement:
+				if err := b.Set(autoIncrementKey(p.DB, p.ID, e.Table, e.Key), e.Value, nil); err != nil {
+					return err
+				}
 			default:
 				return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
 			}
@@ -248,7 +252,18 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 		for j := len(c.Events) - 1; j >= 0; j-- {
 			e := c.Events[j]
 			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
-			if e.Op == OpInsert {
+			if e.Op == OpAutoIncrement {
+				mk := autoIncrementKey(p.DB, p.ID, e.Table, e.Key)
+				var err error
+				if len(e.PrevValue) == 0 {
+					err = b.Delete(mk, nil)
+				} else {
+					err = b.Set(mk, e.PrevValue, nil)
+				}
+				if err != nil {
+					return 0, err
+				}
+			} else if e.Op == OpInsert {
 				if err := b.Delete(k, nil); err != nil {
 					return 0, err
 				}
@@ -420,6 +435,32 @@ func (p *Partition) checksum(snap *pebble.Snapshot, scn SCN) (Sums, error) {
 	if table != nil {
 		s.Tables[tableName] = table.Sum64()
 	}
+	if err := it.Error(); err != nil {
+		return Sums{}, err
+	}
+	// The auto-increment marks are replicated state too.
+	marks := keys.Meta(p.DB, p.ID, "autoinc")
+	mit, err := snap.NewIter(&pebble.IterOptions{LowerBound: marks, UpperBound: keys.PrefixEnd(marks)})
+	if err != nil {
+		return Sums{}, err
+	}
+	defer mit.Close()
+	auto := fnv.New64a()
+	n := 0
+	for valid := mit.First(); valid; valid = mit.Next() {
+		v, err := mit.ValueAndErr()
+		if err != nil {
+			return Sums{}, err
+		}
+		for _, h := range []hash.Hash64{total, auto} {
+			h.Write(mit.Key())
+			h.Write(v)
+		}
+		n++
+	}
+	if n > 0 {
+		s.Tables["_autoincrement"] = auto.Sum64()
+	}
 	s.Total = total.Sum64()
-	return s, it.Error()
+	return s, mit.Error()
 }

@@ -77,14 +77,16 @@ func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 // handed out there and the largest key present, so deleted keys are never
 // reused.
 func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part) (int64, error) {
-	metaKey := keys.Meta(tx.p.DB, tx.p.ID, "autoinc", append([]keys.Part{keys.S(table)}, prefix...)...)
+	metaKey := autoIncrementKey(tx.p.DB, tx.p.ID, table, keys.AppendParts(nil, prefix))
 	var last int64
+	var prev []byte
 	v, closer, err := tx.b.Get(metaKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
 		return 0, err
 	default:
+		prev = append([]byte(nil), v...)
 		last = int64(binary.BigEndian.Uint64(v))
 		closer.Close()
 	}
@@ -104,8 +106,18 @@ func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part) (int64, error)
 		return 0, err
 	}
 	next := last + 1
-	if err := tx.b.Set(metaKey, binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
+	value := binary.BigEndian.AppendUint64(nil, uint64(next))
+	if err := tx.b.Set(metaKey, value, nil); err != nil {
 		return 0, err
 	}
+	// The high-water mark travels in the commit, so a replica promoted
+	// later never hands out a key its master handed out before.
+	tx.events = append(tx.events, Event{Op: OpAutoIncrement, Table: table, Key: keys.AppendParts(nil, prefix), Value: value, PrevValue: prev})
 	return next, nil
+}
+
+// autoIncrementKey is where a collection's auto-increment high-water mark
+// lives: prefix is the collection's encoded leading key parts.
+func autoIncrementKey(db string, id int, table string, prefix []byte) []byte {
+	return append(keys.Meta(db, id, "autoinc", keys.S(table)), prefix...)
 }
