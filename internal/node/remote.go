@@ -312,9 +312,14 @@ func (r *Remote) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumRe
 
 // handleCall serves POST /_node/{name}: the request as JSON in, the result
 // as JSON out, or a wireError with 409.
+// maxCallBytes bounds an internal request body: a write carries at most
+// a transaction of documents the router accepted (bodies of a few MiB),
+// base64 in JSON.
+const maxCallBytes = 64 << 20
+
 func handleCall(mux *http.ServeMux, name string, do func(context.Context, *json.Decoder) (any, error)) {
 	mux.HandleFunc("POST /_node/"+name, func(w http.ResponseWriter, r *http.Request) {
-		dec := json.NewDecoder(r.Body)
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCallBytes))
 		dec.UseNumber()
 		res, err := do(r.Context(), dec)
 		w.Header().Set("Content-Type", "application/json")

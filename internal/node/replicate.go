@@ -104,9 +104,11 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if req.Max <= 0 {
-		req.Max = 256
+	// Bounded whatever the asker says: a long poll holds a goroutine.
+	if req.Max <= 0 || req.Max > MaxLogBatch {
+		req.Max = min(max(req.Max, 256), MaxLogBatch)
 	}
+	req.Wait = min(req.Wait, MaxLogWait)
 	deadline := time.Now().Add(req.Wait)
 	for {
 		changed := p.Changed()
@@ -162,6 +164,12 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		t.Stop()
 	}
 }
+
+// Bounds on one log request, on a node or a relay.
+const (
+	MaxLogBatch = 10000
+	MaxLogWait  = 10 * time.Second
+)
 
 // behind reports whether replica p is behind a follower at after in the
 // follower's own generation and still in it, so it may yet reach after.

@@ -96,7 +96,7 @@ func (n *Node) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResu
 	if req.At.IsZero() {
 		s, err = p.Sums()
 	} else {
-		ctx, cancel := context.WithTimeout(ctx, req.Wait)
+		ctx, cancel := context.WithTimeout(ctx, min(req.Wait, 30*time.Second))
 		defer cancel()
 		s, err = p.ChecksumAt(req.At, ctx.Done())
 	}

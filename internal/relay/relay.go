@@ -198,9 +198,10 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 // waiting up to req.Wait for one; a request the buffer cannot answer (the
 // asker is behind it, or on another timeline) is passed to the master.
 func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
-	if req.Max <= 0 {
-		req.Max = 256
+	if req.Max <= 0 || req.Max > node.MaxLogBatch {
+		req.Max = min(max(req.Max, 256), node.MaxLogBatch)
 	}
+	req.Wait = min(req.Wait, node.MaxLogWait)
 	p := r.part(req.DB, req.Partition, false)
 	if p == nil {
 		return nil, node.ErrUnavailable
