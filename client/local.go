@@ -46,6 +46,7 @@ func (c *Client) ReadAs(ctx context.Context, db, table string, key Key, o *ReadO
 		return nil, err
 	}
 	raw.SchemaVersion = want
+	raw.ETag = schema.WithSuffix(raw.ETag, schema.ProjectionSuffix(fields))
 	return raw, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"strings"
 	"time"
@@ -221,7 +220,7 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	// A projection is a representation of its own, with its own ETag
 	// (the document's plus a suffix naming the fields): conditions name
 	// it, and are checked against the document's.
-	suffix := projectionSuffix(f.Fields)
+	suffix := schema.ProjectionSuffix(f.Fields)
 	if suffix != "" {
 		cond.IfNoneMatch = forProjection(cond.IfNoneMatch, suffix)
 		cond.IfMatch = forProjection(cond.IfMatch, suffix)
@@ -234,7 +233,7 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	}
 	if err != nil {
 		if it != nil { // not modified: headers only
-			return &Document{Key: it.Key, SCN: it.SCN, ETag: withSuffix(it.ETag, suffix), Modified: it.Modified}, err
+			return &Document{Key: it.Key, SCN: it.SCN, ETag: schema.WithSuffix(it.ETag, suffix), Modified: it.Modified}, err
 		}
 		return nil, err
 	}
@@ -242,29 +241,12 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	if err != nil {
 		return nil, err
 	}
-	doc.ETag = withSuffix(doc.ETag, suffix)
+	doc.ETag = schema.WithSuffix(doc.ETag, suffix)
 	doc.FromSlave, doc.Stale = fromSlave, it.Stale
 	if len(doc.Body) > r.opts.MaxResponseBytes {
 		return nil, &responseTooLarge{size: len(doc.Body), limit: r.opts.MaxResponseBytes}
 	}
 	return doc, nil
-}
-
-// projectionSuffix names a projection in its representation's ETag: a
-// hash of the field list ("" without a projection).
-func projectionSuffix(fields []string) string {
-	if len(fields) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("+f%08x", crc32.ChecksumIEEE([]byte(strings.Join(fields, ","))))
-}
-
-// withSuffix adds a projection's suffix inside a document's quoted ETag.
-func withSuffix(etag, suffix string) string {
-	if suffix == "" || len(etag) < 2 {
-		return etag
-	}
-	return etag[:len(etag)-1] + suffix + `"`
 }
 
 // forProjection maps the entity tags of a projected read's conditions to

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"strings"
 
@@ -296,4 +297,23 @@ func pruneDefault(orig, projected avro.Schema, v any) any {
 		return out
 	}
 	return v
+}
+
+// ProjectionSuffix names a projection in its representation's ETag: "+f"
+// and the CRC-32 of the comma-joined field list ("" without a projection).
+// A projected read's ETag is the document's with this suffix inside the
+// quotes (WithSuffix), on the server and in clients that project locally.
+func ProjectionSuffix(fields []string) string {
+	if len(fields) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("+f%08x", crc32.ChecksumIEEE([]byte(strings.Join(fields, ","))))
+}
+
+// WithSuffix adds a projection's suffix inside a document's quoted ETag.
+func WithSuffix(etag, suffix string) string {
+	if suffix == "" || len(etag) < 2 {
+		return etag
+	}
+	return etag[:len(etag)-1] + suffix + `"`
 }
