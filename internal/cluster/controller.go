@@ -43,7 +43,8 @@ type Controller struct {
 	OnCheck       func([]PartitionCheck)
 	// StuckAfter is how long a partition's master may report a role other
 	// than MASTER (its hand-over drain failed) before the controller
-	// chooses again, in a new generation (default 15s).
+	// chooses again, in a new generation (default 8s: a failed drain ends
+	// at the agent's 5 s drain limit).
 	StuckAfter time.Duration
 
 	remotes node.Remotes
@@ -72,7 +73,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.Interval = 500 * time.Millisecond
 	}
 	if c.StuckAfter == 0 {
-		c.StuckAfter = 15 * time.Second
+		c.StuckAfter = 8 * time.Second
 	}
 	for ctx.Err() == nil {
 		s, err := concurrency.NewSession(c.Client, concurrency.WithTTL(c.LeaseTTL), concurrency.WithContext(ctx))
