@@ -129,12 +129,27 @@ func checkHostile(hc *http.Client, base string, r hostileRequest) string {
 	}
 	req.Header = r.header.Clone()
 	resp, err := hc.Do(req)
+	if err != nil && strings.Contains(err.Error(), "net/http: invalid") {
+		return "" // the client would not send it (a bad header): nothing reached the server
+	}
+	if err != nil && (strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "connection reset")) {
+		// The server refused the request line and closed the
+		// connection while the body was still being sent; whether it
+		// survived is what alive checks next.
+		return ""
+	}
 	if err != nil {
 		return fmt.Sprintf("%s %.80s: no answer: %v", r.method, r.path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if resp.StatusCode < 400 {
+		return ""
+	}
+	// What Go's HTTP server refuses before any handler runs (a malformed
+	// request line, oversized headers) it answers itself, in plain text:
+	// documented in docs/api.md.
+	if (resp.StatusCode == 400 && string(b) == "400 Bad Request") || resp.StatusCode == 431 {
 		return ""
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
