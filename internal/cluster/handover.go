@@ -63,14 +63,24 @@ func decideMaster(in masterInput) masterDecision {
 		return masterDecision{Replicas: tgt}
 	}
 	m := cur[0]
-	if in.Stuck && in.From != "" && in.From != m && in.Live(in.From) {
-		// A hand-over that did not complete while the old master lives:
-		// it may still be MASTER and writing, so no one else may be
-		// chosen. Give it back, or wait until it answers.
-		if _, ok := in.Status(in.From); ok {
-			return masterDecision{Replicas: first(in.From, tgt)}
+	if in.Stuck && in.Live(m) {
+		// The master did not take over in time — but it may yet, or just
+		// have: whoever is chosen now drains it (From) and so waits until
+		// it has stepped down, never writing beside it.
+		if in.From != "" && in.From != m && in.Live(in.From) {
+			// A hand-over that did not complete while the old master
+			// lives: it may still be MASTER and writing, so no one else
+			// may be chosen. Give it back, or wait until it answers.
+			if _, ok := in.Status(in.From); ok {
+				return masterDecision{Replicas: first(in.From, tgt), From: m}
+			}
+			return masterDecision{Replicas: cur}
 		}
-		return masterDecision{Replicas: cur}
+		d := failover(in)
+		if d.Replicas[0] != m {
+			d.From = m
+		}
+		return d
 	}
 	if !in.Live(m) || in.Stuck {
 		return failover(in)

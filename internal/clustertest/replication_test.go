@@ -204,8 +204,8 @@ func sum(t testing.TB, n *storageNode, p int) (storage.SCN, uint64) {
 func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	ctx := context.Background()
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3})
-	// The in-flight write below must be confirmed well before a's
-	// timeout, not by it.
+	// The in-flight write below must be confirmed by the hand-over: with
+	// no slave following a, its 2 s timeout would fail it instead.
 	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 2 * time.Second})
 	b := newStorageNodeWith(t, reg, node.Options{})
 	a.SetRole("d", 0, node.Master, 1)
@@ -237,7 +237,6 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	// waits; a steps down, b drains it and takes over, a follows b.
 	stop()
 	inflight := make(chan error, 1)
-	started := time.Now()
 	go func() {
 		_, err := a.Write(ctx, writeReq(t, "k3"))
 		inflight <- err
@@ -252,8 +251,8 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	}
 	stopA := follow(t, a, node.NewRemote(b.api.URL, nil), &truncated)
 	defer stopA()
-	if err := <-inflight; err != nil || time.Since(started) > time.Second {
-		t.Fatalf("in-flight write across the hand-over: %v after %v", err, time.Since(started))
+	if err := <-inflight; err != nil {
+		t.Fatalf("in-flight write across the hand-over: %v", err)
 	}
 	if truncated != 0 {
 		t.Fatalf("the hand-over truncated %d events", truncated)

@@ -346,6 +346,15 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 				if len(res.Commits) > 0 {
 					continue
 				}
+			} else if res.SourceRole != Master && res.SourceSCN.Less(p.SCN()) {
+				// The source stepped down (or never took over) behind
+				// this replica on this replica's own timeline: it holds
+				// nothing this replica lacks.
+				if held, err := p.HasCommit(res.SourceSCN); err != nil {
+					return err
+				} else if held || res.SourceSCN.IsZero() {
+					return nil
+				}
 			}
 		}
 		t := time.NewTimer(10 * time.Millisecond)
