@@ -244,15 +244,26 @@ func (c *procCluster) verify(acked map[string]string) {
 	for range 8 {
 		wg.Go(func() {
 			for k := range work {
-				resp, err := http.Get(c.router.URL + "/d/T/" + k)
-				if err != nil {
-					lost.Store(k, err.Error())
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || string(b) != `{"v":"`+acked[k]+`"}` {
-					lost.Store(k, fmt.Sprintf("%d %s", resp.StatusCode, b))
+				// A 503 (a partition between masters, a hand-back
+				// draining) says nothing about the write: ask again for
+				// a while.
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					resp, err := http.Get(c.router.URL + "/d/T/" + k)
+					if err != nil {
+						lost.Store(k, err.Error())
+						break
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode == 503 && time.Now().Before(deadline) {
+						time.Sleep(50 * time.Millisecond)
+						continue
+					}
+					if resp.StatusCode != 200 || string(b) != `{"v":"`+acked[k]+`"}` {
+						lost.Store(k, fmt.Sprintf("%d %s", resp.StatusCode, b))
+					}
+					break
 				}
 			}
 		})
