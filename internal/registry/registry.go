@@ -3,8 +3,8 @@
 // watch so that every router and storage node sees the same versions.
 //
 // Versions are immutable and numbered from 1 without gaps; a version is
-// only written after schema.CheckEvolution accepted it against the one
-// before, and the write is an etcd transaction that fails if another
+// only written after schema.CheckLevel accepted it against the earlier
+// ones under the table's compatibility level, and the write is an etcd transaction that fails if another
 // registrar took the number first.
 package registry
 

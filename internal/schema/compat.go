@@ -74,24 +74,6 @@ func CheckLevel(c Compatibility, prev []*Version, next *Version) error {
 	return nil
 }
 
-// CheckEvolution decides whether next may follow prev as a table's schema:
-// documents written with either must be readable with the other (Avro's
-// resolution rules, both directions). The error is a *FieldError naming the
-// first offending field.
-func CheckEvolution(prev, next avro.Schema) error {
-	if err := Compatible(next, prev); err != nil {
-		fe := err.(*FieldError)
-		return &FieldError{Path: fe.Path, Reason: "new version cannot read documents of the previous version: " + fe.Reason}
-	}
-	// Old readers of new data: a numeric promotion is allowed, read back
-	// by narrowing each value (see Plan).
-	c := compatChecker{seen: map[[2]string]bool{}, narrowing: true}
-	if fe := c.check(prev, next, ""); fe != nil {
-		return &FieldError{Path: fe.Path, Reason: "previous version cannot read documents of the new version: " + fe.Reason}
-	}
-	return nil
-}
-
 // Compatible reports whether data written with writer can be read with
 // reader under Avro's rules, as a *FieldError naming the field that cannot
 // be resolved.

@@ -62,7 +62,7 @@ func run(t *testing.T, d *datadriven.TestData, node, node2 string) string {
 			vs = append(vs, v)
 		}
 		for i := 1; i < len(vs); i++ {
-			if err := CheckEvolution(vs[i-1].Schema, vs[i].Schema); err != nil {
+			if err := CheckLevel(Full, vs[i-1:i], vs[i]); err != nil {
 				return fmt.Sprintf("evolve %d→%d: %s", i, i+1, result(err))
 			}
 			if _, err := NewPlan(vs[i-1].Schema, vs[i].Schema); err != nil {

@@ -60,7 +60,7 @@ func (p *Plan) Identity() bool { return p.identity }
 //
 // As Avro specifies, some mismatches only fail the documents that meet
 // them: a writer union branch the reader cannot read, and an enum symbol
-// the reader lacks (with no default). Registration (CheckEvolution) refuses
+// the reader lacks (with no default). Registration (CheckLevel, under FULL) refuses
 // such pairs up front; a plan reads whatever it can.
 func NewPlan(writer, reader avro.Schema) (*Plan, error) {
 	c := planCompiler{ops: map[[2]avro.Schema]*opFn{}, skips: map[avro.Schema]*skipFn{}, walks: map[avro.Schema]*skipFn{}, same: newSameTypes(writer, reader)}

@@ -209,10 +209,10 @@ func TestValidationNamesField(t *testing.T) {
 	}
 }
 
-func TestCheckEvolution(t *testing.T) {
+func TestEvolutionUnderFull(t *testing.T) {
 	tbl := profileTable(t)
 	for i := 1; i < 3; i++ {
-		if err := CheckEvolution(tbl.Version(i).Schema, tbl.Version(i+1).Schema); err != nil {
+		if err := checkFull(tbl.Version(i).Schema, tbl.Version(i+1).Schema); err != nil {
 			t.Fatalf("v%d→v%d: %v", i, i+1, err)
 		}
 	}
@@ -224,7 +224,7 @@ func TestCheckEvolution(t *testing.T) {
 	}
 	prev := mustParse(t, `{"type":"record","name":"Profile","namespace":"demo","fields":[{"name":"lastName","type":"string"}]}`)
 	for _, b := range bad {
-		err := CheckEvolution(prev, mustParse(t, b.text))
+		err := checkFull(prev, mustParse(t, b.text))
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Path != b.path {
 			t.Fatalf("want refusal naming %s, got %v", b.path, err)
@@ -233,9 +233,14 @@ func TestCheckEvolution(t *testing.T) {
 	// Removing a required field (no default) breaks old readers.
 	old := mustParse(t, `{"type":"record","name":"R","fields":[{"name":"a","type":"int"},{"name":"b","type":"int"}]}`)
 	next := mustParse(t, `{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}`)
-	if err := CheckEvolution(old, next); err == nil || err.(*FieldError).Path != "b" {
+	if err := checkFull(old, next); err == nil || err.(*FieldError).Path != "b" {
 		t.Fatalf("removing a required field: %v", err)
 	}
+}
+
+// checkFull checks next against prev under FULL, the default level.
+func checkFull(prev, next avro.Schema) error {
+	return CheckLevel(Full, []*Version{{Number: 1, Schema: prev}}, &Version{Number: 2, Schema: next})
 }
 
 func mustParse(t testing.TB, text string) avro.Schema {
