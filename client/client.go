@@ -1,7 +1,8 @@
 // Package client is the Go client of Cortado's document API. One Client
-// type has two transports: New talks HTTP to a router; OpenEmbedded opens a
-// data directory in-process and calls the same router code directly, with
-// no network hop, for programs that use Cortado as a local library.
+// type has two transports: New talks HTTP to a router; package
+// client/embedded opens a data directory in-process and calls the same
+// router code directly, with no network hop, for programs that use
+// Cortado as a local library. This package has no server dependencies.
 //
 // Every call takes a context. Failures the server reports come back as
 // *Error, which carries the RFC 9457 problem and matches the sentinel
@@ -198,38 +199,45 @@ var (
 	ErrNotModified = errors.New("cortado: not modified")
 )
 
-// transport carries calls to a router.
-type transport interface {
-	createDatabase(ctx context.Context, name string, body []byte) error
-	registerSchema(ctx context.Context, db, table string, body []byte) (int, error)
-	tableInfo(ctx context.Context, db, table string) ([]byte, error)
-	schemaVersion(ctx context.Context, db, table string, version int) ([]byte, error)
-	get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error)
-	collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) ([]byte, *Page, error)
-	multiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) ([]byte, *Page, error)
-	put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
-	insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error)
-	patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
-	delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error)
-	txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error)
-	close() error
+// Transport carries a Client's calls to a router: over HTTP (New), or
+// in-process (package client/embedded, which brings the server with it,
+// so that HTTP users of this package do not). Errors a router reports come
+// back as *Error. Collection and MultiGet return the page's JSON body and
+// the X-Cortado-SCN it was read at.
+type Transport interface {
+	CreateDatabase(ctx context.Context, name string, body []byte) error
+	RegisterSchema(ctx context.Context, db, table string, body []byte) (int, error)
+	TableInfo(ctx context.Context, db, table string) ([]byte, error)
+	SchemaVersion(ctx context.Context, db, table string, version int) ([]byte, error)
+	Get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error)
+	Collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) (body []byte, scn string, err error)
+	MultiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) (body []byte, scn string, err error)
+	Put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
+	Insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error)
+	Patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
+	Delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error)
+	Txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error)
+	Close() error
 }
+
+// NewWithTransport returns a Client that calls through t.
+func NewWithTransport(t Transport) *Client { return &Client{t: t, local: newLocalSchemas()} }
 
 // Client is a Cortado client. It is safe for concurrent use.
 type Client struct {
-	t     transport
+	t     Transport
 	local *localSchemas
 }
 
 // Close releases the client (and, for an embedded client, closes the
 // data directory).
-func (c *Client) Close() error { return c.t.close() }
+func (c *Client) Close() error { return c.t.Close() }
 
 // CreateDatabase creates a database; creating it again with the same
 // definition succeeds.
 func (c *Client) CreateDatabase(ctx context.Context, name string, def Database) error {
 	body, _ := json.Marshal(def)
-	return c.t.createDatabase(ctx, name, body)
+	return c.t.CreateDatabase(ctx, name, body)
 }
 
 // RegisterSchema registers the next schema version of a table (creating
@@ -239,12 +247,12 @@ func (c *Client) RegisterSchema(ctx context.Context, db, table string, s TableSc
 	if err != nil {
 		return 0, err
 	}
-	return c.t.registerSchema(ctx, db, table, body)
+	return c.t.RegisterSchema(ctx, db, table, body)
 }
 
 // Table describes a table.
 func (c *Client) Table(ctx context.Context, db, table string) (*TableInfo, error) {
-	b, err := c.t.tableInfo(ctx, db, table)
+	b, err := c.t.TableInfo(ctx, db, table)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +262,7 @@ func (c *Client) Table(ctx context.Context, db, table string) (*TableInfo, error
 
 // Schema returns one version of a table's Avro schema.
 func (c *Client) Schema(ctx context.Context, db, table string, version int) (json.RawMessage, error) {
-	b, err := c.t.schemaVersion(ctx, db, table, version)
+	b, err := c.t.SchemaVersion(ctx, db, table, version)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +274,7 @@ func (c *Client) Schema(ctx context.Context, db, table string, version int) (jso
 
 // Get reads one document as JSON.
 func (c *Client) Get(ctx context.Context, db, table string, key Key, o *ReadOptions) (*Document, error) {
-	return withKey(c.t.get(ctx, db, table, key.texts(), o, false))(key)
+	return withKey(c.t.Get(ctx, db, table, key.texts(), o, false))(key)
 }
 
 // withKey sets the key of a read to the caller's.
@@ -303,13 +311,13 @@ func (k Key) normalize() Key {
 // GetAvro reads one document as Avro binary of o.Version (0: as written;
 // the version is in Document.SchemaVersion).
 func (c *Client) GetAvro(ctx context.Context, db, table string, key Key, o *ReadOptions) (*Document, error) {
-	return withKey(c.t.get(ctx, db, table, key.texts(), o, true))(key)
+	return withKey(c.t.Get(ctx, db, table, key.texts(), o, true))(key)
 }
 
 // Collection reads a page of the documents under a key prefix, in key
 // order; pass the previous page's Next to continue.
 func (c *Client) Collection(ctx context.Context, db, table string, prefix Key, limit int, next string, o *ReadOptions) (*Page, error) {
-	_, p, err := c.t.collection(ctx, db, table, prefix.texts(), limit, next, o)
+	p, err := page(c.t.Collection(ctx, db, table, prefix.texts(), limit, next, o))
 	return p, err
 }
 
@@ -319,7 +327,7 @@ func (c *Client) MultiGet(ctx context.Context, db, table string, keys []Key, o *
 	for i, k := range keys {
 		texts[i] = k.texts()
 	}
-	_, p, err := c.t.multiGet(ctx, db, table, texts, o)
+	p, err := page(c.t.MultiGet(ctx, db, table, texts, o))
 	return p, err
 }
 
@@ -340,7 +348,7 @@ func (c *Client) Put(ctx context.Context, db, table string, key Key, doc any, co
 	if err != nil {
 		return nil, err
 	}
-	return writeKey(c.t.put(ctx, db, table, key.texts(), body, cond))(key)
+	return writeKey(c.t.Put(ctx, db, table, key.texts(), body, cond))(key)
 }
 
 // Insert adds a document under a collection with the next auto-increment
@@ -350,7 +358,7 @@ func (c *Client) Insert(ctx context.Context, db, table string, prefix Key, doc a
 	if err != nil {
 		return nil, err
 	}
-	w, err := c.t.insert(ctx, db, table, prefix.texts(), body)
+	w, err := c.t.Insert(ctx, db, table, prefix.texts(), body)
 	if w != nil {
 		w.Key = w.Key.normalize()
 	}
@@ -363,12 +371,12 @@ func (c *Client) Patch(ctx context.Context, db, table string, key Key, p Patch, 
 	if err != nil {
 		return nil, err
 	}
-	return writeKey(c.t.patch(ctx, db, table, key.texts(), body, cond))(key)
+	return writeKey(c.t.Patch(ctx, db, table, key.texts(), body, cond))(key)
 }
 
 // Delete removes a document (full key) or a collection (partial key).
 func (c *Client) Delete(ctx context.Context, db, table string, key Key, cond *Conditions) (*WriteResult, error) {
-	return writeKey(c.t.delete(ctx, db, table, key.texts(), cond))(key)
+	return writeKey(c.t.Delete(ctx, db, table, key.texts(), cond))(key)
 }
 
 // Txn applies ops to one document group atomically.
@@ -377,7 +385,7 @@ func (c *Client) Txn(ctx context.Context, db string, partitionKey any, ops []Txn
 	if err != nil {
 		return nil, err
 	}
-	b, err := c.t.txn(ctx, db, Key{partitionKey}.texts()[0], body)
+	b, err := c.t.Txn(ctx, db, Key{partitionKey}.texts()[0], body)
 	if err != nil {
 		return nil, err
 	}
@@ -415,4 +423,10 @@ func parsePage(b []byte, scn string) (*Page, error) {
 	return p, nil
 }
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+// page parses a transport's page.
+func page(body []byte, scn string, err error) (*Page, error) {
+	if err != nil {
+		return nil, err
+	}
+	return parsePage(body, scn)
+}

@@ -37,7 +37,7 @@ type httpTransport struct {
 	hc   *http.Client
 }
 
-func (t *httpTransport) close() error {
+func (t *httpTransport) Close() error {
 	t.hc.CloseIdleConnections()
 	return nil
 }
@@ -136,12 +136,12 @@ func readQuery(o *ReadOptions) (url.Values, http.Header) {
 	return q, h
 }
 
-func (t *httpTransport) createDatabase(ctx context.Context, name string, body []byte) error {
+func (t *httpTransport) CreateDatabase(ctx context.Context, name string, body []byte) error {
 	_, err := t.do(ctx, http.MethodPut, "/_schemata/"+url.PathEscape(name), nil, nil, body)
 	return err
 }
 
-func (t *httpTransport) registerSchema(ctx context.Context, db, table string, body []byte) (int, error) {
+func (t *httpTransport) RegisterSchema(ctx context.Context, db, table string, body []byte) (int, error) {
 	r, err := t.do(ctx, http.MethodPut, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table), nil, nil, body)
 	if err != nil {
 		return 0, err
@@ -150,7 +150,7 @@ func (t *httpTransport) registerSchema(ctx context.Context, db, table string, bo
 	return v.Version, json.Unmarshal(r.body, &v)
 }
 
-func (t *httpTransport) tableInfo(ctx context.Context, db, table string) ([]byte, error) {
+func (t *httpTransport) TableInfo(ctx context.Context, db, table string) ([]byte, error) {
 	r, err := t.do(ctx, http.MethodGet, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table), nil, nil, nil)
 	if err != nil {
 		return nil, err
@@ -158,7 +158,7 @@ func (t *httpTransport) tableInfo(ctx context.Context, db, table string) ([]byte
 	return r.body, nil
 }
 
-func (t *httpTransport) schemaVersion(ctx context.Context, db, table string, version int) ([]byte, error) {
+func (t *httpTransport) SchemaVersion(ctx context.Context, db, table string, version int) ([]byte, error) {
 	r, err := t.do(ctx, http.MethodGet, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table)+"/"+strconv.Itoa(version), nil, nil, nil)
 	if err != nil {
 		return nil, err
@@ -166,7 +166,7 @@ func (t *httpTransport) schemaVersion(ctx context.Context, db, table string, ver
 	return r.body, nil
 }
 
-func (t *httpTransport) get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error) {
+func (t *httpTransport) Get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error) {
 	q, h := readQuery(o)
 	if avro {
 		v := 0
@@ -193,7 +193,7 @@ func keyOf(texts []string) Key {
 	return k
 }
 
-func (t *httpTransport) collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) ([]byte, *Page, error) {
+func (t *httpTransport) Collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) ([]byte, string, error) {
 	q, h := readQuery(o)
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
@@ -203,22 +203,21 @@ func (t *httpTransport) collection(ctx context.Context, db, table string, prefix
 	}
 	r, err := t.do(ctx, http.MethodGet, docPath(db, table, prefix), q, h, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
-	p, err := parsePage(r.body, r.header.Get("X-Cortado-SCN"))
-	return r.body, p, err
+	return r.body, r.header.Get("X-Cortado-SCN"), nil
 }
 
-func (t *httpTransport) multiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) ([]byte, *Page, error) {
+func (t *httpTransport) MultiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) ([]byte, string, error) {
 	if len(keys) == 0 {
-		return nil, nil, fmt.Errorf("cortado: multi-get needs keys")
+		return nil, "", fmt.Errorf("cortado: multi-get needs keys")
 	}
 	// /db/table/k1/(a,b): every key shares all parts but the last.
 	lead := keys[0][:len(keys[0])-1]
 	lasts := make([]string, len(keys))
 	for i, k := range keys {
 		if len(k) != len(keys[0]) || strings.Join(k[:len(k)-1], "\x00") != strings.Join(lead, "\x00") {
-			return nil, nil, fmt.Errorf("cortado: multi-get keys must share every part but the last")
+			return nil, "", fmt.Errorf("cortado: multi-get keys must share every part but the last")
 		}
 		lasts[i] = strings.ReplaceAll(url.PathEscape(k[len(k)-1]), ",", "%2C")
 	}
@@ -226,10 +225,9 @@ func (t *httpTransport) multiGet(ctx context.Context, db, table string, keys [][
 	path := docPath(db, table, lead) + "/(" + strings.Join(lasts, ",") + ")"
 	r, err := t.do(ctx, http.MethodGet, path, q, h, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
-	p, err := parsePage(r.body, r.header.Get("X-Cortado-SCN"))
-	return r.body, p, err
+	return r.body, r.header.Get("X-Cortado-SCN"), nil
 }
 
 func writeResult(r *response, key []string) *WriteResult {
@@ -252,7 +250,7 @@ func writeResult(r *response, key []string) *WriteResult {
 	return w
 }
 
-func (t *httpTransport) put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error) {
+func (t *httpTransport) Put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error) {
 	r, err := t.do(ctx, http.MethodPut, docPath(db, table, key), nil, condHeaders(nil, c), body)
 	if err != nil {
 		return nil, err
@@ -260,7 +258,7 @@ func (t *httpTransport) put(ctx context.Context, db, table string, key []string,
 	return writeResult(r, key), nil
 }
 
-func (t *httpTransport) insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error) {
+func (t *httpTransport) Insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error) {
 	r, err := t.do(ctx, http.MethodPost, docPath(db, table, prefix), nil, nil, body)
 	if err != nil {
 		return nil, err
@@ -268,7 +266,7 @@ func (t *httpTransport) insert(ctx context.Context, db, table string, prefix []s
 	return writeResult(r, prefix), nil
 }
 
-func (t *httpTransport) patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error) {
+func (t *httpTransport) Patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error) {
 	r, err := t.do(ctx, http.MethodPatch, docPath(db, table, key), nil, condHeaders(nil, c), body)
 	if err != nil {
 		return nil, err
@@ -276,7 +274,7 @@ func (t *httpTransport) patch(ctx context.Context, db, table string, key []strin
 	return writeResult(r, key), nil
 }
 
-func (t *httpTransport) delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error) {
+func (t *httpTransport) Delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error) {
 	r, err := t.do(ctx, http.MethodDelete, docPath(db, table, key), nil, condHeaders(nil, c), nil)
 	if err != nil {
 		return nil, err
@@ -288,7 +286,7 @@ func (t *httpTransport) delete(ctx context.Context, db, table string, key []stri
 	return w, nil
 }
 
-func (t *httpTransport) txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error) {
+func (t *httpTransport) Txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error) {
 	r, err := t.do(ctx, http.MethodPost, "/"+url.PathEscape(db)+"/_txn/"+url.PathEscape(partitionKey), nil, nil, body)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/controller"
 )
 
 func runCluster(args []string) error {
@@ -53,21 +53,21 @@ func runCluster(args []string) error {
 		return err
 	}
 	if args[0] == "status" {
-		var st cluster.Status
+		var st controller.Status
 		if err := json.Unmarshal(body, &st); err != nil {
 			return err
 		}
 		printStatus(&st)
 		return nil
 	}
-	var res struct{ Partitions []cluster.PartitionCheck }
+	var res struct{ Partitions []controller.PartitionCheck }
 	if err := json.Unmarshal(body, &res); err != nil {
 		return err
 	}
 	return printCheck(res.Partitions)
 }
 
-func printStatus(st *cluster.Status) {
+func printStatus(st *controller.Status) {
 	leader := st.Controller
 	if leader == "" {
 		leader = "(none elected)"
@@ -112,14 +112,14 @@ func printStatus(st *cluster.Status) {
 	w.Flush()
 }
 
-func printCheck(parts []cluster.PartitionCheck) error {
+func printCheck(parts []controller.PartitionCheck) error {
 	counts := map[string]int{}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "DB\tPART\tSCN\tMASTER\tREPLICA\tRESULT\tDETAIL")
 	for _, p := range parts {
 		for _, r := range p.Replicas {
 			counts[r.Result]++
-			if r.Result == cluster.CheckEqual {
+			if r.Result == controller.CheckEqual {
 				continue
 			}
 			detail := r.Error
@@ -131,12 +131,12 @@ func printCheck(parts []cluster.PartitionCheck) error {
 	}
 	w.Flush()
 	fmt.Printf("%d partitions: %d replicas equal, %d differ, %d unsettled, %d unreachable\n", len(parts),
-		counts[cluster.CheckEqual], counts[cluster.CheckDiffers], counts[cluster.CheckUnsettled], counts[cluster.CheckUnreachable])
-	if counts[cluster.CheckAlarm] > 0 {
-		return fmt.Errorf("%d replicas hold acknowledged commits their masters lack (see the log: an acknowledged write was lost on the master)", counts[cluster.CheckAlarm])
+		counts[controller.CheckEqual], counts[controller.CheckDiffers], counts[controller.CheckUnsettled], counts[controller.CheckUnreachable])
+	if counts[controller.CheckAlarm] > 0 {
+		return fmt.Errorf("%d replicas hold acknowledged commits their masters lack (see the log: an acknowledged write was lost on the master)", counts[controller.CheckAlarm])
 	}
-	if counts[cluster.CheckDiffers] > 0 {
-		return fmt.Errorf("%d replicas differ from their masters", counts[cluster.CheckDiffers])
+	if counts[controller.CheckDiffers] > 0 {
+		return fmt.Errorf("%d replicas differ from their masters", counts[controller.CheckDiffers])
 	}
 	return nil
 }

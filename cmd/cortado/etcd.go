@@ -18,8 +18,8 @@ import (
 func runEtcd(args []string) error {
 	fs := flag.NewFlagSet("etcd", flag.ExitOnError)
 	dir := fs.String("data-dir", "cortado-etcd", "etcd's data directory")
-	client := fs.String("client-url", "http://127.0.0.1:2379", "client URL")
-	peer := fs.String("peer-url", "http://127.0.0.1:2380", "peer URL")
+	client := fs.String("client-url", coord.DefaultClientURL, "client URL")
+	peer := fs.String("peer-url", coord.DefaultPeerURL, "peer URL")
 	ready := fs.String("ready-file", "", "write the client URL to this file once serving")
 	fs.Parse(args)
 	e, err := coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(*dir, "etcd"), ClientURL: *client, PeerURL: *peer})

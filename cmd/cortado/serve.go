@@ -8,13 +8,20 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/agent"
+	"github.com/cortado-db/cortado/internal/controller"
+	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/relay"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/server"
+	"github.com/cortado-db/cortado/internal/topo"
+	"github.com/cortado-db/cortado/internal/wire"
 )
 
 // roleFlags are the flags every server role takes.
@@ -41,6 +48,8 @@ type roleFlags struct {
 	controllerID   *string
 	checkInterval  *time.Duration
 	relayBuffer    *int
+	protocol       *uint
+	cpuProfile     *string
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -51,10 +60,12 @@ func newRoleFlags(name, listen string) *roleFlags {
 		logLevel:      fs.String("log-level", "info", "debug, info, warn or error"),
 		readyFile:     fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)"),
 		maxDepth:      fs.Int("max-depth", schema.DefaultMaxDepth, "how deeply records, arrays and maps may nest in a document (8 to 1000; every role of a cluster the same)"),
+		cpuProfile:    fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`)"),
+		protocol:      fs.Uint("protocol-version", uint(wire.Version), fmt.Sprintf("newest internal protocol version spoken (%d to %d): the previous one makes this process talk as the previous release, during a rolling upgrade", wire.MinVersion, wire.Version)),
 	}
 	if name == "serve" || name == "storage" {
-		f.dataDir = fs.String("data-dir", "cortado-data", "directory for storage (and, for serve, the embedded etcd)")
-		f.maxTransitions = fs.Int("max-transitions", 16, "partitions changing role at once on a storage node")
+		f.dataDir = fs.String("data-dir", server.DefaultDataDir, "directory for storage (and, for serve, the embedded etcd)")
+		f.maxTransitions = fs.Int("max-transitions", agent.DefaultMaxTransitions, "partitions changing role at once on a storage node")
 	}
 	if name == "serve" || name == "router" {
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
@@ -62,16 +73,16 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
 	}
 	if name != "router" {
-		f.leaseTTL = fs.Int("lease-ttl", 5, "seconds a storage node or the leading controller may be silent before it is taken for dead")
+		f.leaseTTL = fs.Int("lease-ttl", topo.DefaultLeaseTTL, "seconds a storage node or the leading controller may be silent before it is taken for dead")
 	}
 	if name == "serve" || name == "controller" {
 		f.controllerID = fs.String("controller-id", "", "this controller's name (default host-pid)")
-		f.checkInterval = fs.Duration("check-interval", 10*time.Minute, "how often the leading controller checks that replicas match their masters (0 disables)")
+		f.checkInterval = fs.Duration("check-interval", controller.DefaultCheckInterval, "how often the leading controller checks that replicas match their masters (0 disables)")
 	}
 	switch name {
 	case "serve":
-		f.etcdClient = fs.String("etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL (when --etcd-endpoints is empty)")
-		f.etcdPeer = fs.String("etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd peer URL")
+		f.etcdClient = fs.String("etcd-client-url", coord.DefaultClientURL, "embedded etcd client URL (when --etcd-endpoints is empty)")
+		f.etcdPeer = fs.String("etcd-peer-url", coord.DefaultPeerURL, "embedded etcd peer URL")
 		f.demo = fs.Bool("demo", false, "create the demo database of the README")
 		f.nodes = fs.Int("nodes", 1, "storage nodes to run in this process (2 or more adds a controller and replication)")
 	case "storage":
@@ -81,13 +92,13 @@ func newRoleFlags(name, listen string) *roleFlags {
 	case "relay":
 		f.nodeID = fs.String("relay-id", "", "this relay's name (default: its advertised address)")
 		f.advertise = fs.String("advertise-url", "", "URL slaves reach this relay at (default http:// + the listen address)")
-		f.relayBuffer = fs.Int("buffer", 10000, "commits kept per partition; older ones are re-read from the master")
+		f.relayBuffer = fs.Int("buffer", relay.DefaultBuffer, "commits kept per partition; older ones are re-read from the master")
 	}
 	return f
 }
 
 func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
-	o := server.Options{Logger: log}
+	o := server.Options{Logger: log, ProtocolVersion: uint32(*f.protocol)}
 	if f.dataDir != nil {
 		o.DataDir = *f.dataDir
 	}
@@ -192,6 +203,19 @@ func runRole(name string, f *roleFlags, open func(context.Context, server.Option
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("role", name)
 	slog.SetDefault(log)
+	if *f.cpuProfile != "" {
+		pf, err := os.Create(*f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Listen first: a storage node advertises the address it serves on.

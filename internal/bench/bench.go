@@ -26,6 +26,7 @@ type Options struct {
 	DocBytes int           // payload size (default 1024)
 	Keys     int           // distinct documents (default 10000)
 	DB       string        // database (default "bench")
+	Replicas int           // replicas of a database Load creates (default: the server's)
 }
 
 // Phase is the result of one operation's run.

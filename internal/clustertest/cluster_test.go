@@ -16,33 +16,37 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/agent"
+	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/relay"
 	"github.com/cortado-db/cortado/internal/router"
+	"github.com/cortado-db/cortado/internal/routing"
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/topo"
+	"github.com/cortado-db/cortado/internal/wire"
 )
 
 type clusterNode struct {
 	*storageNode
 	id     string
-	member *cluster.Member
+	member *topo.Member
 	stop   context.CancelFunc
 }
 
 func startClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string, opts node.Options) *clusterNode {
 	t.Helper()
 	sn := newStorageNodeWith(t, reg, opts)
-	m, err := cluster.Join(ctx, cli, "/c", cluster.NodeInfo{ID: id, URL: sn.api.URL}, 2, nil)
+	m, err := topo.Join(ctx, cli, "/c", topo.NodeInfo{ID: id, URL: sn.url}, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sn.RequireLease(m.Valid)
+	sn.RequireLease(m.Held)
 	actx, cancel := context.WithCancel(ctx)
-	a := &cluster.Agent{Client: cli, Prefix: "/c", ID: id, Node: sn.Node, Member: m, Log: slog.New(slog.DiscardHandler)}
+	a := &agent.Agent{Client: cli, Prefix: "/c", ID: id, Node: sn.Node, Member: m, Log: slog.New(slog.DiscardHandler)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -57,8 +61,7 @@ func startClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, r
 // answering and its lease is left to lapse.
 func (n *clusterNode) kill() {
 	n.stop()
-	n.api.CloseClientConnections()
-	n.api.Close()
+	n.api.Abort()
 	n.member.Abandon()
 }
 
@@ -66,8 +69,7 @@ func (n *clusterNode) kill() {
 // keeps its lease (it still talks to etcd): a network fault between
 // clients and the node that etcd does not see.
 func (n *clusterNode) cutOff() {
-	n.api.CloseClientConnections()
-	n.api.Close()
+	n.api.Abort()
 }
 
 // testCluster is storage nodes, an elected controller and a router, in
@@ -78,7 +80,7 @@ type testCluster struct {
 	cli   *clientv3.Client
 	reg   *registry.Registry
 	nodes map[string]*clusterNode
-	view  *cluster.RoutingView
+	view  *routing.RoutingView
 	url   string // the router
 
 	nodeOpts node.Options
@@ -125,18 +127,18 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		rctx, rcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); c.relay.Run(rctx) }()
-		api := httptest.NewServer(c.relay.Handler())
-		t.Cleanup(func() { rcancel(); <-done; api.Close() })
-		if err := cluster.RegisterRelay(rctx, cli, "/c", "relay", api.URL, 2); err != nil {
+		_, url := serveInternal(t, func(s *wire.Server) { c.relay.Register(s, node.ServeOptions{}) })
+		t.Cleanup(func() { rcancel(); <-done })
+		if _, err := topo.RegisterRelay(rctx, cli, "/c", "relay", url, 2); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range nodes {
 		c.addNode()
 	}
-	ctl := &cluster.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
+	ctl := &controller.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
 	go ctl.Run(ctx)
-	if c.view, err = cluster.WatchRouting(ctx, cli, "/c"); err != nil {
+	if c.view, err = routing.WatchRouting(ctx, cli, "/c"); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.view.ReportSickNodes(ctx, cli, "/c", "router", 2, log); err != nil {
@@ -297,11 +299,11 @@ func TestControllerJoinUnderLoad(t *testing.T) {
 		}
 	}()
 	// Let the writer get going on the three-node layout, then join.
-	awaitTable(t, c, func(tb *cluster.RoutingTable) bool { return tb != nil })
+	awaitTable(t, c, func(tb *topo.RoutingTable) bool { return tb != nil })
 	for len(c.nodes) < 4 {
 		c.addNode()
 	}
-	awaitTable(t, c, func(tb *cluster.RoutingTable) bool {
+	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
 		masters := 0
 		for _, r := range tb.Partitions {
 			if r.Replicas[0] == "n3" {
@@ -318,7 +320,7 @@ func TestControllerJoinUnderLoad(t *testing.T) {
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
 }
 
-func awaitTable(t *testing.T, c *testCluster, ok func(*cluster.RoutingTable) bool) {
+func awaitTable(t *testing.T, c *testCluster, ok func(*topo.RoutingTable) bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !ok(c.view.Table("d")) {
@@ -331,7 +333,7 @@ func awaitTable(t *testing.T, c *testCluster, ok func(*cluster.RoutingTable) boo
 
 // awaitReplicasEqual waits until every partition's live replicas have the
 // same SCN and checksum as its master.
-func awaitReplicasEqual(t *testing.T, view *cluster.RoutingView, nodes map[string]*clusterNode, partitions int) {
+func awaitReplicasEqual(t *testing.T, view *routing.RoutingView, nodes map[string]*clusterNode, partitions int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for p := 0; p < partitions; {
@@ -432,22 +434,26 @@ func TestRelayBuffer(t *testing.T) {
 	c := startClusterWith(t, clusterOptions{nodes: 2, partitions: partitions, replicas: 2, relayBuffer: 5,
 		relayPulled: func(n int) { pulled.Add(int64(n)) }, relayServed: func(n int) { served.Add(int64(n)) }})
 	acked := map[string]string{}
-	for i := range 60 {
-		k, v := fmt.Sprintf("k%d", i), fmt.Sprint(i)
-		c.put(k, v)
-		acked[k] = v
-	}
+	i := 0
+	// Slaves that started following before the relay knew their partition
+	// read from the master for a while, then come back to the relay.
+	await(t, 30*time.Second, "the relay to serve slaves from its buffer", func() bool {
+		for range 20 {
+			k, v := fmt.Sprintf("k%d", i), fmt.Sprint(i)
+			c.put(k, v)
+			acked[k] = v
+			i++
+		}
+		return served.Load() > 0 && pulled.Load() > 0
+	})
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
-	if served.Load() == 0 || pulled.Load() == 0 {
-		t.Fatalf("the relay served %d and pulled %d commits", served.Load(), pulled.Load())
-	}
 	// Before the relay's buffer: answered from the master.
 	res, err := c.relay.Log(context.Background(), node.LogRequest{DB: "d", Partition: 0})
 	if err != nil || len(res.Commits) == 0 || res.Commits[0].SCN.Seq != 1 {
 		t.Fatalf("reading partition 0 from its start through the relay: %v %+v", err, res)
 	}
 	c.addNode()
-	awaitTable(t, c, func(tb *cluster.RoutingTable) bool {
+	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
 		for _, r := range tb.Partitions {
 			if slices.Contains(r.Replicas, "n2") {
 				return true
@@ -461,7 +467,7 @@ func TestRelayBuffer(t *testing.T) {
 
 // busiestMaster is the node mastering the most partitions in t (of those
 // tied, the first by name).
-func busiestMaster(t *cluster.RoutingTable) string {
+func busiestMaster(t *topo.RoutingTable) string {
 	count := map[string]int{}
 	for _, r := range t.Partitions {
 		count[r.Replicas[0]]++

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/client/embedded"
 )
 
 // TestConcurrentIncrements runs many concurrent PATCH increments on one
@@ -15,7 +16,7 @@ import (
 // unique (read-modify-write is atomic per partition).
 func TestConcurrentIncrements(t *testing.T) {
 	ctx := context.Background()
-	c, err := client.OpenEmbedded(ctx, t.TempDir(), nil)
+	c, err := embedded.Open(ctx, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

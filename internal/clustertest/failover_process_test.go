@@ -17,10 +17,11 @@ import (
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // procCluster is Cortado as separate processes on loopback ports: storage
@@ -38,12 +39,18 @@ type procCluster struct {
 	partitions int
 	// history is every routing table version published, in order.
 	mu      sync.Mutex
-	history []*cluster.RoutingTable
+	history []*topo.RoutingTable
 }
 
 const procPrefix = "/cortado"
 
 func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
+	return startProcClusterWith(t, nodes, partitions, nil)
+}
+
+// startProcClusterWith is startProcCluster with extra flags for some
+// processes, by name ("relay", "s0", "s1", …).
+func startProcClusterWith(t *testing.T, nodes, partitions int, extra map[string][]string) *procCluster {
 	etcd := startEtcd(t)
 	cli, err := coord.Connect(context.Background(), []string{etcd.Endpoint})
 	if err != nil {
@@ -56,7 +63,7 @@ func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
 	go func() {
 		for wr := range cli.Watch(wctx, procPrefix+"/routing/", clientv3.WithPrefix()) {
 			for _, ev := range wr.Events {
-				var rt cluster.RoutingTable
+				var rt topo.RoutingTable
 				if json.Unmarshal(ev.Kv.Value, &rt) == nil {
 					c.mu.Lock()
 					c.history = append(c.history, &rt)
@@ -77,10 +84,10 @@ func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.relayProxy.Stop)
-	c.relay = StartRole(t, "relay", "--etcd-endpoints", etcd.Endpoint, "--listen", relayAddr, "--advertise-url", "http://"+c.relayProxy.Listen, "--lease-ttl", "2")
+	c.relay = StartRole(t, "relay", append([]string{"--etcd-endpoints", etcd.Endpoint, "--listen", relayAddr, "--advertise-url", "http://" + c.relayProxy.Listen, "--lease-ttl", "2"}, extra["relay"]...)...)
 	for i := range nodes {
 		id := fmt.Sprintf("s%d", i)
-		c.storage[id] = StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint, "--node-id", id, "--lease-ttl", "2")
+		c.storage[id] = StartRole(t, "storage", append([]string{"--etcd-endpoints", etcd.Endpoint, "--node-id", id, "--lease-ttl", "2"}, extra[id]...)...)
 	}
 	for _, id := range []string{"c1", "c2"} {
 		c.controllers[id] = StartRole(t, "controller", "--etcd-endpoints", etcd.Endpoint, "--controller-id", id, "--lease-ttl", "2", "--check-interval", "0")
@@ -106,9 +113,9 @@ func (c *procCluster) do(method, path, body string, want int) {
 	}
 }
 
-func (c *procCluster) table() *cluster.RoutingTable {
+func (c *procCluster) table() *topo.RoutingTable {
 	c.t.Helper()
-	rt, err := cluster.LoadRoutingTable(context.Background(), c.cli, procPrefix, "d")
+	rt, err := topo.LoadRoutingTable(context.Background(), c.cli, procPrefix, "d")
 	if err != nil || rt == nil {
 		c.t.Fatalf("routing table: %v %v", rt, err)
 	}
@@ -296,7 +303,7 @@ func (c *procCluster) verify(acked map[string]string) {
 		}
 	}
 	await(t, 30*time.Second, "every replica to match its master", func() bool {
-		res, err := cluster.Check(context.Background(), c.cli, procPrefix, "d")
+		res, err := controller.Check(context.Background(), c.cli, procPrefix, "d")
 		if err != nil {
 			return false
 		}
@@ -305,10 +312,10 @@ func (c *procCluster) verify(acked map[string]string) {
 				return false
 			}
 			for _, r := range pc.Replicas {
-				if r.Result == cluster.CheckDiffers {
+				if r.Result == controller.CheckDiffers {
 					t.Fatalf("partition %d: replica %s differs from master %s at %s", pc.Partition, r.Node, pc.Master, pc.SCN)
 				}
-				if r.Result != cluster.CheckEqual {
+				if r.Result != controller.CheckEqual {
 					return false
 				}
 			}
@@ -350,7 +357,7 @@ func TestFailoverKillMasterAndController(t *testing.T) {
 	awaitWrites(t, w, 50)
 
 	victim := c.busiestMaster()
-	st, err := cluster.ClusterStatus(context.Background(), c.cli, procPrefix)
+	st, err := controller.ClusterStatus(context.Background(), c.cli, procPrefix)
 	if err != nil || c.controllers[st.Controller] == nil {
 		t.Fatalf("leading controller: %q %v", st.Controller, err)
 	}
@@ -393,12 +400,12 @@ func TestFailoverPausedMaster(t *testing.T) {
 	// would: it must refuse.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := node.NewRemote(url, nil).Write(ctx, node.WriteRequest{DB: "d", Partition: mastered[0], Ops: []node.Op{{Kind: node.OpDelete, Table: "T", Key: nil}}})
+	_, err := remote(t, url).Write(ctx, node.WriteRequest{DB: "d", Partition: mastered[0], Ops: []node.Op{{Kind: node.OpDelete, Table: "T", Key: nil}}})
 	if err == nil || !strings.Contains(err.Error(), "not the partition's master") {
 		t.Fatalf("the resumed old master answered a write: %v", err)
 	}
 	await(t, 30*time.Second, "the resumed node to host partitions again", func() bool {
-		st, err := cluster.ClusterStatus(context.Background(), c.cli, procPrefix)
+		st, err := controller.ClusterStatus(context.Background(), c.cli, procPrefix)
 		if err != nil {
 			return false
 		}

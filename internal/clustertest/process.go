@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -212,6 +213,16 @@ func (s *Serve) Stop() {
 // Restart starts the process again with the same data directory and ports.
 func (s *Serve) Restart() {
 	s.t.Helper()
+	s.start()
+}
+
+// RestartWithout restarts the process without the flag name and its
+// value: a new binary's defaults, for an upgrade.
+func (s *Serve) RestartWithout(name string) {
+	s.t.Helper()
+	if i := slices.Index(s.args, name); i >= 0 {
+		s.args = slices.Delete(slices.Clone(s.args), i, i+2)
+	}
 	s.start()
 }
 

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,12 +19,14 @@ import (
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/wire"
 )
 
 type storageNode struct {
 	*node.Node
 	eng *storage.Engine
-	api *httptest.Server
+	api *wire.Listener // the internal API, at url
+	url string
 }
 
 func startEtcd(t testing.TB) *coord.Embedded {
@@ -80,9 +83,8 @@ func newStorageNodeWith(t testing.TB, reg *registry.Registry, opts node.Options)
 	}
 	t.Cleanup(func() { eng.Close() })
 	n := node.New(eng, reg, schema.NewPlans(64), slog.New(slog.DiscardHandler), opts)
-	api := httptest.NewServer(node.Handler(n))
-	t.Cleanup(api.Close)
-	return &storageNode{Node: n, eng: eng, api: api}
+	api, url := serveInternal(t, func(s *wire.Server) { node.Register(s, n, node.ServeOptions{}) })
+	return &storageNode{Node: n, eng: eng, api: api, url: url}
 }
 
 // follow runs n.Follow against src until the returned stop is called.
@@ -144,7 +146,7 @@ func TestReplicationAndFailover(t *testing.T) {
 	}
 	b.SetRole("d", 0, node.Slave, 0)
 	var truncatedB, truncatedA int
-	stopB := follow(t, b, node.NewRemote(a.api.URL, nil), &truncatedB)
+	stopB := follow(t, b, remote(t, a.url), &truncatedB)
 	var last storage.SCN
 	for i := range 20 {
 		last = write(t, a, fmt.Sprintf("k%d", i%7), fmt.Sprint(i))
@@ -171,7 +173,7 @@ func TestReplicationAndFailover(t *testing.T) {
 	last = write(t, b, "k3", "gen2")
 
 	// a rejoins as slave of b.
-	stopA := follow(t, a, node.NewRemote(b.api.URL, nil), &truncatedA)
+	stopA := follow(t, a, remote(t, b.url), &truncatedA)
 	defer stopA()
 	awaitSCN(t, a, last)
 	sameState(t, a, b)
@@ -221,7 +223,7 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 		t.Fatalf("write no slave applied: %v", err)
 	}
 	var truncated int
-	stop := follow(t, b, node.NewRemote(a.api.URL, nil), &truncated)
+	stop := follow(t, b, remote(t, a.url), &truncated)
 	res, err := try(a, "k2")
 	if err != nil {
 		t.Fatalf("write a slave applied: %v", err)
@@ -243,13 +245,13 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	}()
 	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 3})
 	a.SetRole("d", 0, node.Slave, 0)
-	if err := b.Drain(ctx, "d", 0, node.NewRemote(a.api.URL, nil), 5*time.Second, true, node.FollowOptions{Replica: "b"}); err != nil {
+	if err := b.Drain(ctx, "d", 0, remote(t, a.url), 5*time.Second, true, node.FollowOptions{Replica: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.SetRole("d", 0, node.Master, 2); err != nil {
 		t.Fatal(err)
 	}
-	stopA := follow(t, a, node.NewRemote(b.api.URL, nil), &truncated)
+	stopA := follow(t, a, remote(t, b.url), &truncated)
 	defer stopA()
 	if err := <-inflight; err != nil {
 		t.Fatalf("in-flight write across the hand-over: %v", err)
@@ -266,4 +268,88 @@ func writeReq(t *testing.T, k string) node.WriteRequest {
 	s, _ := schema.Parse(`{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`)
 	val, _ := schema.EncodeJSON(nil, s, tree)
 	return node.WriteRequest{DB: "d", Partition: 0, Ops: []node.Op{{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S(k)}, Version: 1, Value: val}}}
+}
+
+// serveInternal serves an internal API (a node's or a relay's) on a
+// loopback port until the test ends, and returns its URL.
+func serveInternal(t testing.TB, register func(*wire.Server)) (*wire.Listener, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := wire.NewServer()
+	register(s)
+	l := wire.Serve(ln, nil, s)
+	t.Cleanup(l.Abort)
+	return l, "http://" + ln.Addr().String()
+}
+
+// remote is a connection to the internal API at url, closed when the
+// test ends.
+func remote(t testing.TB, url string) *node.Remote {
+	r := node.NewRemote(url)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// TestLeaseLapsedMidRequest: a master paused in the middle of a write or
+// a read (SIGSTOP past its lease) may have been replaced while it slept.
+// A write it began under a lease it no longer holds is not acknowledged
+// (503 not-replicated: it may or may not survive), and a read begun under
+// such a lease is not answered (the new master may have acknowledged
+// newer writes). The lease here changes between the start and the end of
+// each request, as a rejoin under a new lease after a pause would.
+func TestLeaseLapsedMidRequest(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	n := newStorageNodeWith(t, reg, node.Options{AllMaster: true})
+	var calls atomic.Int64
+	lease := int64(1)
+	n.RequireLease(func() (int64, bool) {
+		calls.Add(1)
+		return atomic.LoadInt64(&lease), true
+	})
+	ctx := context.Background()
+	put := node.WriteRequest{DB: "d", Partition: 0, Ops: []node.Op{{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S("k")}, Version: 1, Value: []byte{0x02, 'a'}}}}
+	if _, err := n.Write(ctx, put); err != nil {
+		t.Fatalf("a write under a steady lease: %v", err)
+	}
+	get := node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}}
+	if _, err := n.Get(ctx, get); err != nil {
+		t.Fatalf("a read under a steady lease: %v", err)
+	}
+	// From now on every look at the lease finds a new one.
+	n.RequireLease(func() (int64, bool) { return atomic.AddInt64(&lease, 1), true })
+	if _, err := n.Write(ctx, put); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("a write whose lease changed under it: %v, want ErrNotReplicated", err)
+	}
+	if _, err := n.Get(ctx, get); !errors.Is(err, node.ErrNotMaster) {
+		t.Fatalf("a read whose lease changed under it: %v, want ErrNotMaster", err)
+	}
+	if calls.Load() == 0 {
+		t.Fatal("the lease was never asked")
+	}
+}
+
+// TestNodeRefusesMalformedAvro: a write that reaches a node with bytes
+// that are not a document of the named schema version (a caller other
+// than the router, a corrupted request) is refused and stores nothing.
+func TestNodeRefusesMalformedAvro(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	n := newStorageNodeWith(t, reg, node.Options{AllMaster: true})
+	r := remote(t, n.url)
+	ctx := context.Background()
+	for _, op := range []node.Op{
+		{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S("k")}, Version: 1, Value: []byte{0xff, 0xff, 0xff}},
+		{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S("k")}, Version: 1, Value: []byte{0x02, 'a', 'x'}}, // trailing byte
+		{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S("k")}, Version: 9, Value: []byte{0x02, 'a'}},
+	} {
+		_, err := r.Write(ctx, node.WriteRequest{DB: "d", Partition: 0, Ops: []node.Op{op}})
+		if err == nil {
+			t.Fatalf("write of %x (version %d) accepted", op.Value, op.Version)
+		}
+	}
+	if _, err := r.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}}); !errors.Is(err, node.ErrNotFound) {
+		t.Fatalf("after refused writes: %v, want not found", err)
+	}
 }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/controller"
 )
 
 // TestClusterScript runs `scripts/cluster up`, writes and reads through
@@ -65,7 +65,7 @@ func TestClusterScript(t *testing.T) {
 	if out := must(bin, "get", "--url", r2, "demo/MailboxStats/alice"); !json.Valid(out) || !strings.Contains(string(out), `"total": 3`) {
 		t.Fatalf("read through the second router: %s", out)
 	}
-	var st cluster.Status
+	var st controller.Status
 	if err := json.Unmarshal(must(bin, "cluster", "status", "--json", "--url", r1), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestServeNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st cluster.Status
+	var st controller.Status
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
 	if err != nil || len(st.Nodes) != 3 || len(st.Databases) != 1 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/client/embedded"
 )
 
 // The same suite runs against a real `cortado serve` over HTTP and against
@@ -25,7 +26,7 @@ func TestClientSuiteHTTP(t *testing.T) {
 func TestClientSuiteEmbedded(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	c, err := client.OpenEmbedded(ctx, dir, nil)
+	c, err := embedded.Open(ctx, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestClientSuiteEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The directory reopens with everything in it.
-	c, err = client.OpenEmbedded(ctx, dir, nil)
+	c, err = embedded.Open(ctx, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

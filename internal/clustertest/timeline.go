@@ -11,7 +11,8 @@ import (
 // its internal API at url) and returns its SCNs in order: replicas on one
 // timeline return the same sequence.
 func Timeline(url, db string, p int) ([]storage.SCN, error) {
-	r := node.NewRemote(url, nil)
+	r := node.NewRemote(url)
+	defer r.Close()
 	var out []storage.SCN
 	after := storage.SCN{}
 	for {

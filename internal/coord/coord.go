@@ -18,6 +18,12 @@ import (
 	"go.uber.org/zap"
 )
 
+// Where an embedded etcd listens unless told otherwise.
+const (
+	DefaultClientURL = "http://127.0.0.1:2379"
+	DefaultPeerURL   = "http://127.0.0.1:2380"
+)
+
 // EmbeddedOptions configures an in-process etcd.
 type EmbeddedOptions struct {
 	// Dir holds etcd's data (WAL and snapshots).
@@ -41,10 +47,10 @@ type Embedded struct {
 // StartEmbedded starts a single-member etcd and waits until it serves.
 func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 	if opts.ClientURL == "" {
-		opts.ClientURL = "http://127.0.0.1:2379"
+		opts.ClientURL = DefaultClientURL
 	}
 	if opts.PeerURL == "" {
-		opts.PeerURL = "http://127.0.0.1:2380"
+		opts.PeerURL = DefaultPeerURL
 	}
 	cu, err := url.Parse(opts.ClientURL)
 	if err != nil {

@@ -12,9 +12,10 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/cortado-db/cortado/internal/cluster"
 	"github.com/cortado-db/cortado/internal/clustertest"
+	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // Result is what a run found.
@@ -184,17 +185,17 @@ func checkReplicas(c *Cluster) []Anomaly {
 	deadline := time.Now().Add(90 * time.Second)
 	var last string
 	for {
-		res, err := cluster.Check(ctx, c.cli, prefix, "d")
+		res, err := controller.Check(ctx, c.cli, prefix, "d")
 		settled := err == nil
 		for _, pc := range res {
 			if len(pc.Replicas) != 2 {
 				settled, last = false, fmt.Sprintf("partition %d has %d slaves", pc.Partition, len(pc.Replicas))
 			}
 			for _, r := range pc.Replicas {
-				if r.Result == cluster.CheckDiffers {
+				if r.Result == controller.CheckDiffers {
 					return []Anomaly{{time.Now(), "replicas differ", fmt.Sprintf("partition %d: replica %s differs from master %s at %s", pc.Partition, r.Node, pc.Master, pc.SCN)}}
 				}
-				if r.Result != cluster.CheckEqual {
+				if r.Result != controller.CheckEqual {
 					settled, last = false, fmt.Sprintf("partition %d replica %s: %s", pc.Partition, r.Node, r.Result)
 				}
 			}
@@ -207,7 +208,7 @@ func checkReplicas(c *Cluster) []Anomaly {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	rt, err := cluster.LoadRoutingTable(ctx, c.cli, prefix, "d")
+	rt, err := topo.LoadRoutingTable(ctx, c.cli, prefix, "d")
 	if err != nil {
 		return []Anomaly{{time.Now(), "replicas unsettled", err.Error()}}
 	}

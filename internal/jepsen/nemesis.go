@@ -10,8 +10,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cortado-db/cortado/internal/cluster"
 	"github.com/cortado-db/cortado/internal/clustertest"
+	"github.com/cortado-db/cortado/internal/controller"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // Fault is one nemesis action, from when it began to when the cluster
@@ -162,7 +163,7 @@ func fill(path string) {
 func (n *Nemesis) busiestMaster() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := cluster.LoadRoutingTable(ctx, n.c.cli, prefix, "d")
+	rt, err := topo.LoadRoutingTable(ctx, n.c.cli, prefix, "d")
 	if err != nil || rt == nil {
 		return "s1"
 	}
@@ -184,7 +185,7 @@ func (n *Nemesis) busiestMaster() string {
 func (n *Nemesis) leadingController() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := cluster.ClusterStatus(ctx, n.c.cli, prefix)
+	st, err := controller.ClusterStatus(ctx, n.c.cli, prefix)
 	if err != nil || (st.Controller != "c1" && st.Controller != "c2") {
 		return "c1"
 	}

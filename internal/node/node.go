@@ -91,7 +91,13 @@ func (n *Node) render(t *schema.Table, key []keys.Part, d *storage.Doc, spec Rea
 	if err != nil {
 		return nil, err
 	}
-	body, err := plan.Apply(nil, d.Value)
+	// The stored bytes were copied out of Pebble once (storage.Get); a
+	// read as written, or of an unchanged version unprojected, returns
+	// that copy itself.
+	body := d.Value
+	if !plan.Identity() {
+		body, err = plan.Apply(nil, d.Value)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s %v (version %d as %d): %w", t.Name, key, d.Version, version, err)
 	}
@@ -107,7 +113,7 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	// Only the master in force answers fresh reads; a slave answers a
 	// read that tolerates staleness (the router tries slaves when the
 	// master cannot) if it is current enough.
-	stale, err := n.readable(req.DB, req.Partition, req.MaxStale)
+	stale, lease, err := n.readable(req.DB, req.Partition, req.MaxStale)
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +126,9 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 		before = d.SCN
 	}
 	if err := n.awaitReplicated(ctx, req.DB, req.Partition, before); err != nil {
+		return nil, err
+	}
+	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
 		return nil, err
 	}
 	if err := req.Cond.Check(&d, ok, true); err != nil {
@@ -144,7 +153,8 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.readable(req.DB, req.Partition, 0); err != nil {
+	_, lease, err := n.readable(req.DB, req.Partition, 0)
+	if err != nil {
 		return nil, err
 	}
 	var items []*Item
@@ -169,6 +179,9 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 		items = append(items, it)
 	}
 	if err := n.awaitReplicated(ctx, req.DB, req.Partition, newest); err != nil {
+		return nil, err
+	}
+	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
 		return nil, err
 	}
 	return items, nil
@@ -220,7 +233,8 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.readable(req.DB, req.Partition, 0); err != nil {
+	_, lease, err := n.readable(req.DB, req.Partition, 0)
+	if err != nil {
 		return nil, err
 	}
 	res := &ScanResult{SCN: p.SCN()}
@@ -256,6 +270,9 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	if err := n.awaitReplicated(ctx, req.DB, req.Partition, newest); err != nil {
 		return nil, err
 	}
+	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -271,7 +288,7 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	}
 	// Held for the whole write, so a demotion waits for writes in flight
 	// and no write starts after it.
-	e, err := n.beginWrite(req.DB, req.Partition)
+	e, lease, err := n.beginWrite(req.DB, req.Partition)
 	if err != nil {
 		return nil, err
 	}
@@ -285,16 +302,25 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	if err != nil {
 		return nil, err
 	}
-	if need == 0 {
-		return res, nil
+	if need > 0 {
+		// Semi-sync: acknowledge once need slaves durably hold the
+		// commit. The role is not held meanwhile: the commit is made,
+		// and a demotion need not wait for slaves.
+		if err := e.awaitAck(ctx, res.SCN, need, n.opts.SemiSyncTimeout); err != nil {
+			return nil, err
+		}
 	}
-	// Semi-sync: acknowledge once need slaves durably hold the commit.
-	// The role is not held meanwhile: the commit is made, and a demotion
-	// need not wait for slaves.
-	if err := e.awaitAck(ctx, res.SCN, need, n.opts.SemiSyncTimeout); err != nil {
-		return nil, err
+	// A master paused (or cut off) after its write began may have lost
+	// its lease meanwhile, and another replica been promoted without this
+	// commit: slaves that still followed this node may have applied it,
+	// but it is not on the timeline in force. Only while the lease the
+	// write began under is certainly held is it the partition's timeline.
+	if !n.roles.stillHeld(lease) {
+		return nil, fmt.Errorf("partition %s/%d: commit %s: the membership lease it was made under may have lapsed: %w", req.DB, req.Partition, res.SCN, ErrNotReplicated)
 	}
-	p.Acknowledged(res.SCN)
+	if need > 0 {
+		p.Acknowledged(res.SCN)
+	}
 	return res, nil
 }
 
@@ -331,6 +357,17 @@ func (n *Node) write(ctx context.Context, p *storage.Partition, req WriteRequest
 }
 
 func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) {
+	if op.Kind == OpInsert || op.Kind == OpPut {
+		// The router validated the document; a node takes nothing on
+		// trust from the wire either: what it stores, reads give back.
+		v := t.Version(op.Version)
+		if v == nil {
+			return OpResult{}, fmt.Errorf("%w: table %s has no schema version %d", errBadRequest, op.Table, op.Version)
+		}
+		if err := v.Validate(op.Value); err != nil {
+			return OpResult{}, err
+		}
+	}
 	switch op.Kind {
 	case OpInsert:
 		next, err := tx.NextAutoIncrement(op.Table, op.Key)

@@ -1,80 +1,85 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/wire"
 )
 
-// The storage node's internal API: POST /_node/{get,multiget,scan,write,log,status,checksum}
-// with the request as JSON, answered with the result as JSON or with a
-// wireError. Routers reach remote nodes through it; nothing else should.
-
-// wireError carries an error across the network so the router can map it
-// exactly as it maps a local one.
-type wireError struct {
-	Kind    string `json:"kind"`
-	Message string `json:"message"`
-	Path    string `json:"path,omitempty"`
-	Op      *int   `json:"op,omitempty"`
-	Item    *Item  `json:"item,omitempty"` // the headers of a not-modified read
-}
+// The storage node's internal API is the gRPC service of package wire.
+// Errors cross it as a wire.Error in the status details, so the router
+// maps a remote node's error exactly as it maps a local one.
 
 var wireKinds = []struct {
 	kind string
 	err  error
+	code codes.Code
 }{
-	{"not-found", ErrNotFound},
-	{"precondition-failed", ErrPreconditionFailed},
-	{"not-modified", ErrNotModified},
-	{"not-master", ErrNotMaster},
-	{"not-enough-replicas", ErrNotEnoughReplicas},
-	{"truncate-acknowledged", storage.ErrTruncateAcknowledged},
-	{"drain-incomplete", ErrDrainIncomplete},
-	{"storage-failed", storage.ErrFailed},
-	{"not-replicated", ErrNotReplicated},
-	{"too-stale", ErrTooStale},
-	{"bad-patch", ErrBadPatch},
-	{"no-database", registry.ErrNoDatabase},
-	{"no-table", registry.ErrNoTable},
-	{"no-version", registry.ErrNoVersion},
-	{"deadline", context.DeadlineExceeded},
-	{"passed", storage.ErrPassed},
+	{"not-found", ErrNotFound, codes.NotFound},
+	{"precondition-failed", ErrPreconditionFailed, codes.FailedPrecondition},
+	{"not-modified", ErrNotModified, codes.FailedPrecondition},
+	{"not-master", ErrNotMaster, codes.FailedPrecondition},
+	{"not-enough-replicas", ErrNotEnoughReplicas, codes.FailedPrecondition},
+	{"truncate-acknowledged", storage.ErrTruncateAcknowledged, codes.DataLoss},
+	{"drain-incomplete", ErrDrainIncomplete, codes.FailedPrecondition},
+	{"storage-failed", storage.ErrFailed, codes.Internal},
+	{"not-replicated", ErrNotReplicated, codes.Aborted},
+	{"too-stale", ErrTooStale, codes.FailedPrecondition},
+	{"bad-patch", ErrBadPatch, codes.InvalidArgument},
+	{"bad-request", errBadRequest, codes.InvalidArgument},
+	{"no-database", registry.ErrNoDatabase, codes.NotFound},
+	{"no-table", registry.ErrNoTable, codes.NotFound},
+	{"no-version", registry.ErrNoVersion, codes.NotFound},
+	{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},
+	{"passed", storage.ErrPassed, codes.OutOfRange},
+	{"unavailable", ErrUnavailable, codes.Unavailable},
 }
 
-func toWire(err error) wireError {
-	w := wireError{Kind: "internal", Message: err.Error()}
+// toStatus carries err across the wire; item is the headers of a
+// not-modified read.
+func toStatus(err error, item *Item) error {
+	w := &wire.Error{Kind: "internal", Message: err.Error()}
+	code := codes.Unknown
 	var oe *OpError
 	if errors.As(err, &oe) {
-		i := oe.Index
-		w.Op = &i
+		w.HasOp, w.Op = true, int32(oe.Index)
 	}
 	var fe *schema.FieldError
 	if errors.As(err, &fe) {
-		w.Kind, w.Path, w.Message = "field", fe.Path, fe.Reason
-		return w
-	}
-	for _, k := range wireKinds {
-		if errors.Is(err, k.err) {
-			w.Kind = k.kind
-			return w
+		w.Kind, w.Path, w.Message, code = "field", fe.Path, fe.Reason, codes.InvalidArgument
+	} else {
+		for _, k := range wireKinds {
+			if errors.Is(err, k.err) {
+				w.Kind, code = k.kind, k.code
+				break
+			}
 		}
 	}
-	return w
+	if errors.Is(err, ErrNotModified) {
+		w.Item = itemTo(item)
+	}
+	st, serr := status.New(code, w.Message).WithDetails(w)
+	if serr != nil {
+		return status.Error(code, w.Message)
+	}
+	return st.Err()
 }
 
-func (w wireError) err() error {
+// fromWire is the error a wire.Error stands for.
+func fromWire(w *wire.Error) error {
 	var err error = &remoteError{msg: w.Message}
 	if w.Kind == "field" {
 		err = &schema.FieldError{Path: w.Path, Reason: w.Message}
@@ -84,8 +89,8 @@ func (w wireError) err() error {
 			err = &remoteError{msg: w.Message, is: k.err}
 		}
 	}
-	if w.Op != nil {
-		err = &OpError{Index: *w.Op, Err: err}
+	if w.HasOp {
+		err = &OpError{Index: int(w.Op), Err: err}
 	}
 	return err
 }
@@ -100,249 +105,260 @@ type remoteError struct {
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.is }
 
-// LogHandler serves only POST /_node/log, with log: what a relay serves.
-func LogHandler(log func(context.Context, LogRequest) (*LogResult, error)) http.Handler {
-	mux := http.NewServeMux()
-	handleCall(mux, "log", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req LogRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return log(ctx, req)
-	})
-	return mux
-}
-
-// Handler serves this node's internal API.
-func Handler(n *Node) http.Handler {
-	mux := http.NewServeMux()
-	handle := func(name string, do func(context.Context, *json.Decoder) (any, error)) {
-		handleCall(mux, name, do)
-	}
-	handle("get", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req GetRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return n.Get(ctx, req)
-	})
-	handle("multiget", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req MultiGetRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return n.MultiGet(ctx, req)
-	})
-	handle("scan", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req ScanRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return n.Scan(ctx, req)
-	})
-	handle("log", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req LogRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return n.Log(ctx, req)
-	})
-	handle("ack", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req AckRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return n.Ack(ctx, req)
-	})
-	handle("status", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req StatusRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return n.Status(ctx, req)
-	})
-	handle("checksum", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req ChecksumRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return n.Checksum(ctx, req)
-	})
-	handle("write", func(ctx context.Context, dec *json.Decoder) (any, error) {
-		var req WriteRequest
-		if err := dec.Decode(&req); err != nil {
-			return nil, err
-		}
-		return n.Write(ctx, req)
-	})
-	return mux
-}
-
-// Remote is a storage node reached over its internal API.
+// Remote is a storage node (or, for the log, a relay) reached over the
+// internal protocol. Close releases its connection.
 type Remote struct {
-	base string
-	hc   *http.Client
+	base    string
+	conn    *grpc.ClientConn
+	c       wire.NodeClient
+	maxV    uint32
+	version atomic.Uint32 // negotiated; 0 until the first call
+	hello   sync.Mutex
 }
 
 // NewRemote returns the Service of the node at base (e.g.
-// "http://10.0.0.5:7070").
-func NewRemote(base string, hc *http.Client) *Remote {
-	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 256}}
+// "http://10.0.0.5:7070", the URL it registered): one connection, shared
+// by every call, opened on first use.
+func NewRemote(base string) *Remote { return newRemote(base, wire.Version) }
+
+func newRemote(base string, maxVersion uint32) *Remote {
+	r := &Remote{base: strings.TrimSuffix(base, "/"), maxV: maxVersion}
+	conn, err := wire.Dial(r.base)
+	if err == nil {
+		r.conn, r.c = conn, wire.NewNodeClient(conn)
 	}
-	return &Remote{base: strings.TrimSuffix(base, "/"), hc: hc}
+	return r
 }
 
-// NewLogRemote returns a Remote for log streams: many long-polls to one
-// host at once (a relay serving every partition's slaves, a node's slaves
-// reading through one relay), so no cap on connections per host, unlike
-// NewRemote's pool for request traffic.
-func NewLogRemote(base string) *Remote {
-	return NewRemote(base, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096}})
+// Close closes the connection.
+func (r *Remote) Close() error {
+	if r.conn == nil {
+		return nil
+	}
+	return r.conn.Close()
 }
 
 var _ Service = (*Remote)(nil)
 
-func (r *Remote) call(ctx context.Context, name string, req, res any) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
+// protocol returns the protocol version agreed with the remote side,
+// exchanging versions on the first call (and again after the remote side
+// was found to have changed).
+func (r *Remote) protocol(ctx context.Context) (uint32, error) {
+	if r.c == nil {
+		return 0, fmt.Errorf("storage node %q: %w (%w): bad address", r.base, ErrUnavailable, ErrNotDelivered)
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+"/_node/"+name, bytes.NewReader(body))
-	if err != nil {
-		return err
+	if v := r.version.Load(); v != 0 {
+		return v, nil
 	}
-	hr.Header.Set("Content-Type", "application/json")
-	resp, err := r.hc.Do(hr)
+	r.hello.Lock()
+	defer r.hello.Unlock()
+	if v := r.version.Load(); v != 0 {
+		return v, nil
+	}
+	res, err := r.c.Hello(ctx, &wire.HelloRequest{MinVersion: wire.MinVersion, MaxVersion: r.maxV})
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return fmt.Errorf("storage node %s: %w (%w): %v", r.base, ErrUnavailable, ErrNotDelivered, err)
-		}
+		return 0, r.fail(ctx, err)
+	}
+	v, err := wire.Negotiate(wire.MinVersion, r.maxV, res.MinVersion, res.MaxVersion)
+	if err != nil {
+		return 0, fmt.Errorf("storage node %s: %w", r.base, err)
+	}
+	r.version.Store(v)
+	return v, nil
+}
+
+// fail turns a failed call's error into the node's error, or into
+// ErrUnavailable (with ErrNotDelivered when the request never left: the
+// connection could not be made).
+func (r *Remote) fail(ctx context.Context, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
 		return fmt.Errorf("storage node %s: %w: %v", r.base, ErrUnavailable, err)
 	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	dec.UseNumber()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return dec.Decode(res)
-	case http.StatusConflict:
-		var we wireError
-		if err := dec.Decode(&we); err != nil {
-			return fmt.Errorf("storage node %s: bad error body: %w", r.base, err)
+	for _, d := range st.Details() {
+		if w, ok := d.(*wire.Error); ok {
+			return fromWire(w)
 		}
-		if we.Item != nil {
-			if it, ok := res.(**Item); ok {
-				*it = we.Item
-			}
-		}
-		return we.err()
 	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	return fmt.Errorf("storage node %s: %s: %s", r.base, resp.Status, b)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		if strings.Contains(st.Message(), "while dialing") {
+			return fmt.Errorf("storage node %s: %w (%w): %s", r.base, ErrUnavailable, ErrNotDelivered, st.Message())
+		}
+		return fmt.Errorf("storage node %s: %w: %s", r.base, ErrUnavailable, st.Message())
+	case codes.Unimplemented:
+		r.version.Store(0) // the other side changed: agree again
+	}
+	return fmt.Errorf("storage node %s: %s: %s", r.base, st.Code(), st.Message())
+}
+
+// call runs one unary call, f (a method expression of wire.NodeClient),
+// after the version exchange.
+func call[Req, Res any](r *Remote, ctx context.Context, f func(wire.NodeClient, context.Context, Req, ...grpc.CallOption) (Res, error), req Req) (Res, error) {
+	var zero Res
+	if _, err := r.protocol(ctx); err != nil {
+		return zero, err
+	}
+	res, err := f(r.c, ctx, req)
+	if err != nil {
+		return zero, r.fail(ctx, err)
+	}
+	return res, nil
+}
+
+// notModified returns the headers a not-modified read carries.
+func notModified(err error) *Item {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if w, ok := d.(*wire.Error); ok && w.Item != nil {
+			it, _ := itemFrom(w.Item)
+			return it
+		}
+	}
+	return nil
 }
 
 // Get implements Service.
 func (r *Remote) Get(ctx context.Context, req GetRequest) (*Item, error) {
-	var it *Item
-	err := r.call(ctx, "get", req, &it)
-	return it, err
+	if _, err := r.protocol(ctx); err != nil {
+		return nil, err
+	}
+	w, err := r.c.Get(ctx, getTo(req))
+	if err != nil {
+		return notModified(err), r.fail(ctx, err)
+	}
+	return itemFrom(w)
 }
 
 // MultiGet implements Service.
 func (r *Remote) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error) {
-	var items []*Item
-	return items, r.call(ctx, "multiget", req, &items)
+	w, err := call(r, ctx, wire.NodeClient.MultiGet, multiGetTo(req))
+	if err != nil {
+		return nil, err
+	}
+	return itemsFrom(w.Items)
 }
 
 // Scan implements Service.
 func (r *Remote) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
-	var res ScanResult
-	if err := r.call(ctx, "scan", req, &res); err != nil {
+	w, err := call(r, ctx, wire.NodeClient.Scan, scanTo(req))
+	if err != nil {
 		return nil, err
 	}
-	return &res, nil
-}
-
-// Log implements LogSource.
-func (r *Remote) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
-	var res LogResult
-	if err := r.call(ctx, "log", req, &res); err != nil {
+	items, err := itemsFrom(w.Items)
+	if err != nil {
 		return nil, err
 	}
-	return &res, nil
-}
-
-// Ack implements Acker.
-func (r *Remote) Ack(ctx context.Context, req AckRequest) (*AckResult, error) {
-	var res AckResult
-	if err := r.call(ctx, "ack", req, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return &ScanResult{Items: items, Next: w.Next, SCN: scnFrom(w.Scn)}, nil
 }
 
 // Write implements Service.
 func (r *Remote) Write(ctx context.Context, req WriteRequest) (*WriteResult, error) {
-	var res WriteResult
-	if err := r.call(ctx, "write", req, &res); err != nil {
+	wr, err := writeTo(req)
+	if err != nil {
 		return nil, err
 	}
-	return &res, nil
+	w, err := call(r, ctx, wire.NodeClient.Write, wr)
+	if err != nil {
+		return nil, err
+	}
+	return writeResultFrom(w)
+}
+
+// Log implements LogSource: one long poll.
+func (r *Remote) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
+	w, err := call(r, ctx, wire.NodeClient.Log, logTo(req))
+	if err != nil {
+		return nil, err
+	}
+	return logResultFrom(w), nil
+}
+
+// logIdle is how long a log stream may stay silent (its source sends a
+// heartbeat every logHeartbeat) before the reader takes it for dead.
+const logIdle = 5 * logHeartbeat
+
+// StreamLog implements LogStreamer: on protocol 2 one stream, on protocol
+// 1 successive long polls.
+func (r *Remote) StreamLog(ctx context.Context, req LogRequest, fn func(*LogResult) error) error {
+	v, err := r.protocol(ctx)
+	if err != nil {
+		return err
+	}
+	if v < 2 {
+		return pollLog(ctx, r, req, fn)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(logIdle, cancel)
+	defer idle.Stop()
+	stream, err := r.c.StreamLog(ctx, logTo(req))
+	if err != nil {
+		return r.streamFail(ctx, idle, err)
+	}
+	for {
+		w, err := stream.Recv()
+		if err != nil {
+			return r.streamFail(ctx, idle, err)
+		}
+		idle.Reset(logIdle)
+		res := logResultFrom(w)
+		if err := fn(res); err != nil {
+			return err
+		}
+		if res.Diverged {
+			return nil
+		}
+	}
+}
+
+func (r *Remote) streamFail(ctx context.Context, idle *time.Timer, err error) error {
+	if !idle.Stop() && ctx.Err() != nil {
+		// The idle timer fired (or ctx ended) before the source spoke.
+		return fmt.Errorf("storage node %s: %w: log stream silent for %v", r.base, ErrUnavailable, logIdle)
+	}
+	return r.fail(ctx, err)
+}
+
+// Ack implements Acker.
+func (r *Remote) Ack(ctx context.Context, req AckRequest) (*AckResult, error) {
+	w, err := call(r, ctx, wire.NodeClient.Ack, &wire.AckRequest{Db: req.DB, Partition: int32(req.Partition), Replica: req.Replica, Scn: scnTo(req.SCN)})
+	if err != nil {
+		return nil, err
+	}
+	return &AckResult{Held: w.Held, Authoritative: w.Authoritative}, nil
 }
 
 // Status lists the remote node's partitions.
 func (r *Remote) Status(ctx context.Context, req StatusRequest) ([]PartitionStatus, error) {
-	var res []PartitionStatus
-	return res, r.call(ctx, "status", req, &res)
+	w, err := call(r, ctx, wire.NodeClient.Status, &wire.StatusRequest{Db: req.DB})
+	if err != nil {
+		return nil, err
+	}
+	return statusFrom(w), nil
 }
 
 // Checksum checksums a partition on the remote node.
 func (r *Remote) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResult, error) {
-	var res ChecksumResult
-	if err := r.call(ctx, "checksum", req, &res); err != nil {
+	w, err := call(r, ctx, wire.NodeClient.Checksum, &wire.ChecksumRequest{Db: req.DB, Partition: int32(req.Partition), At: scnTo(req.At), WaitNanos: int64(req.Wait)})
+	if err != nil {
 		return nil, err
 	}
-	return &res, nil
-}
-
-// handleCall serves POST /_node/{name}: the request as JSON in, the result
-// as JSON out, or a wireError with 409.
-// maxCallBytes bounds an internal request body: a write carries at most
-// a transaction of documents the router accepted (bodies of a few MiB),
-// base64 in JSON.
-const maxCallBytes = 64 << 20
-
-func handleCall(mux *http.ServeMux, name string, do func(context.Context, *json.Decoder) (any, error)) {
-	mux.HandleFunc("POST /_node/"+name, func(w http.ResponseWriter, r *http.Request) {
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCallBytes))
-		dec.UseNumber()
-		res, err := do(r.Context(), dec)
-		w.Header().Set("Content-Type", "application/json")
-		if err != nil {
-			we := toWire(err)
-			if errors.Is(err, ErrNotModified) {
-				we.Item, _ = res.(*Item)
-			}
-			w.WriteHeader(http.StatusConflict)
-			json.NewEncoder(w).Encode(we)
-			return
-		}
-		json.NewEncoder(w).Encode(res)
-	})
+	return &ChecksumResult{SCN: scnFrom(w.Scn), Sum: w.Sum, Tables: w.Tables}, nil
 }
 
 // Remotes hands out one Remote per base URL, made on first use, so a
-// caller that reaches many nodes reuses their connections. The zero value
-// makes Remotes with NewRemote's request pool.
+// caller that reaches many nodes shares one connection per node.
 type Remotes struct {
-	// New makes the Remote for a URL; nil is NewRemote(base, nil). Set it
-	// before first use.
-	New func(base string) *Remote
+	// MaxVersion is the newest protocol version spoken (default
+	// wire.Version); set it before first use.
+	MaxVersion uint32
 
 	mu sync.Mutex
 	m  map[string]*Remote
@@ -354,15 +370,25 @@ func (rs *Remotes) Get(base string) *Remote {
 	defer rs.mu.Unlock()
 	r, ok := rs.m[base]
 	if !ok {
-		if rs.New != nil {
-			r = rs.New(base)
-		} else {
-			r = NewRemote(base, nil)
+		v := rs.MaxVersion
+		if v == 0 {
+			v = wire.Version
 		}
+		r = newRemote(base, v)
 		if rs.m == nil {
 			rs.m = map[string]*Remote{}
 		}
 		rs.m[base] = r
 	}
 	return r
+}
+
+// Close closes every connection.
+func (rs *Remotes) Close() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, r := range rs.m {
+		r.Close()
+	}
+	rs.m = nil
 }

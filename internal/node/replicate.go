@@ -60,6 +60,46 @@ type LogSource interface {
 	Log(ctx context.Context, req LogRequest) (*LogResult, error)
 }
 
+// LogStreamer is a LogSource that streams: it calls fn with what
+// successive Log calls would answer, each continuing after the last
+// commit of the one before, until ctx ends, fn fails, or (after fn saw
+// it) the source says the reader diverged. Only the first answer
+// acknowledges req.After; later ones come at least every second.
+type LogStreamer interface {
+	StreamLog(ctx context.Context, req LogRequest, fn func(*LogResult) error) error
+}
+
+// streamLog reads src as a LogStreamer, by long polls if it is not one.
+func streamLog(ctx context.Context, src LogSource, req LogRequest, fn func(*LogResult) error) error {
+	if s, ok := src.(LogStreamer); ok {
+		return s.StreamLog(ctx, req, fn)
+	}
+	return pollLog(ctx, src, req, fn)
+}
+
+// pollLog is StreamLog by successive long polls: a reader on protocol 1
+// or of a local source, and the server side of a stream. An answer that
+// comes because ctx ended is not passed on.
+func pollLog(ctx context.Context, src LogSource, req LogRequest, fn func(*LogResult) error) error {
+	for ctx.Err() == nil {
+		res, err := src.Log(ctx, req)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err := fn(res); err != nil || res.Diverged {
+			return err
+		}
+		if len(res.Commits) > 0 {
+			req.After = res.Commits[len(res.Commits)-1].SCN
+		}
+		req.Ack, req.Wait = false, logHeartbeat
+	}
+	return ctx.Err()
+}
+
 // AckRequest tells a partition's master that Replica durably holds every
 // commit up to SCN (a slave that reads the log through a relay).
 type AckRequest struct {
@@ -135,12 +175,14 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 			}
 		}
 		if res.Holds {
+			size := 0
 			err := p.ReadLog(req.After, func(c storage.Commit) bool {
 				if c.SCN == req.After {
 					return true
 				}
 				res.Commits = append(res.Commits, c)
-				return len(res.Commits) < req.Max
+				size += c.Size()
+				return len(res.Commits) < req.Max && size < MaxLogBytes
 			})
 			if err != nil || len(res.Commits) > 0 {
 				return res, err
@@ -165,9 +207,12 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 	}
 }
 
-// Bounds on one log request, on a node or a relay.
+// Bounds on one log answer, on a node or a relay: commits, bytes (at
+// least one commit is sent whatever its size; a wire message holds up to
+// wire.MaxMessageBytes), and time waited.
 const (
 	MaxLogBatch = 10000
+	MaxLogBytes = 16 << 20
 	MaxLogWait  = 10 * time.Second
 )
 
@@ -207,59 +252,60 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 		return err
 	}
 	e := n.roles.entry(db, id)
-	// The first request does not wait: it tells at once whether the
-	// source holds this replica's timeline (confirming a former master's
-	// writes in flight) and acknowledges what it holds.
-	var wait time.Duration
+	// Acknowledgements go to the master: the source itself, or, when the
+	// source is a relay (whose copy is in memory and acknowledges
+	// nothing), o.Master.
+	acker := o.Master
+	if acker == nil {
+		acker, _ = o.Source.(Acker)
+	}
 	for ctx.Err() == nil {
-		after := p.SCN()
-		res, err := o.Source.Log(ctx, LogRequest{DB: db, Partition: id, After: after, Wait: wait, Ack: o.Master == nil, Replica: o.Replica})
-		wait = time.Second
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		// The first answer does not wait: it tells at once whether the
+		// source holds this replica's timeline (confirming a former
+		// master's writes in flight) and acknowledges what it holds.
+		req := LogRequest{DB: db, Partition: id, After: p.SCN(), Ack: o.Master == nil, Replica: o.Replica}
+		err := streamLog(ctx, o.Source, req, func(res *LogResult) error {
+			e.heardFromMaster()
+			if res.Diverged {
+				return n.truncate(p, res.Common, o) // the stream ends here
 			}
-			return fmt.Errorf("partition %s/%d: read master log: %w", db, id, err)
-		}
-		e.heardFromMaster()
-		if res.Diverged {
-			if err := n.truncate(p, res.Common, o); err != nil {
+			if !res.Holds {
+				return nil // the source waits for its master or its own catch-up
+			}
+			if o.Master == nil && res.SourceRole == Master {
+				// The master in force holds everything this replica
+				// has: writes it took as a master before a hand-over
+				// survived.
+				e.confirm(p.SCN())
+			}
+			// Acked is on the source's timeline, which holds this
+			// replica's.
+			if err := p.ApplyAcknowledged(res.Commits, res.Acked); err != nil {
 				return err
 			}
-			continue
-		}
-		if !res.Holds {
-			continue // the source waited for its master or its own catch-up
-		}
-		if o.Master == nil && res.SourceRole == Master {
-			// The master in force holds everything this replica has:
-			// writes it took as a master before a hand-over survived.
-			e.confirm(after)
-		}
-		// Acked is on the source's timeline, which holds this replica's.
-		if err := p.ApplyAcknowledged(res.Commits, res.Acked); err != nil {
-			return err
-		}
-		if n.opts.ReplicationLag != nil {
-			for _, c := range res.Commits {
-				n.opts.ReplicationLag(time.Since(c.Timestamp))
-			}
-		}
-		if o.Master != nil {
-			// After every answer (at least once per long poll): a new
-			// master counts acknowledgements afresh, and a read there
-			// waits until replicas hold what it returns.
-			scn := p.SCN()
-			ack, err := o.Master.Ack(ctx, AckRequest{DB: db, Partition: id, Replica: o.Replica, SCN: scn})
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
+			if n.opts.ReplicationLag != nil {
+				for _, c := range res.Commits {
+					n.opts.ReplicationLag(time.Since(c.Timestamp))
 				}
-				return fmt.Errorf("partition %s/%d: acknowledge %s to the master: %w", db, id, scn, err)
+			}
+			if acker == nil {
+				return nil
+			}
+			// After every answer (at least once a second): a new master
+			// counts acknowledgements afresh, and a read there waits
+			// until replicas hold what it returns.
+			scn := p.SCN()
+			ack, err := acker.Ack(ctx, AckRequest{DB: db, Partition: id, Replica: o.Replica, SCN: scn})
+			if err != nil {
+				return fmt.Errorf("acknowledge %s to the master: %w", scn, err)
 			}
 			if ack.Held && ack.Authoritative {
 				e.confirm(scn)
 			}
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("partition %s/%d: follow: %w", db, id, err)
 		}
 	}
 	return nil

@@ -49,13 +49,14 @@ var ErrNotReplicated = errors.New("write committed on the master but not confirm
 // roles holds the role of every partition this node hosts. With allMaster
 // (single-node serve) every partition is master in generation 1.
 type roles struct {
-	mu        sync.RWMutex // guards m, allMaster and leaseValid
+	mu        sync.RWMutex // guards m, allMaster and lease
 	allMaster bool
 	m         map[partitionKey]*partRole
-	// leaseValid, when set, is asked before every write: a node whose
-	// lease may have lapsed (it was paused, or cut off from etcd) must
-	// not write, whatever role it last knew.
-	leaseValid func() bool
+	// lease, when set, is asked before every write and before its
+	// acknowledgement: a node whose lease may have lapsed (it was paused,
+	// or cut off from etcd) must not write, whatever role it last knew,
+	// nor acknowledge a write it began under a lease since lost.
+	lease func() (id int64, valid bool)
 }
 
 // partRole is one partition's role. Writes in flight hold mu shared, a
@@ -309,31 +310,50 @@ func (n *Node) FenceAll() {
 // cluster membership lease is still certainly held; when it is not, the
 // write fails as to a non-master (fencing a paused or cut-off master
 // before it has even heard that its lease lapsed).
-func (n *Node) RequireLease(valid func() bool) {
+func (n *Node) RequireLease(lease func() (id int64, valid bool)) {
 	n.roles.mu.Lock()
-	n.roles.leaseValid = valid
+	n.roles.lease = lease
 	n.roles.mu.Unlock()
 }
 
 // beginWrite holds a partition's role shared for a write, if this node
-// masters it; the caller releases it (e.mu.RUnlock) when done.
-func (n *Node) beginWrite(db string, id int) (*partRole, error) {
+// masters it, and returns the lease it writes under; the caller releases
+// the role (e.mu.RUnlock) when done.
+func (n *Node) beginWrite(db string, id int) (*partRole, int64, error) {
 	e := n.roles.entry(db, id)
 	e.mu.RLock()
-	if e.role != Master || !n.roles.leaseHeld() {
+	lease, held := n.roles.currentLease()
+	if e.role != Master || !held {
 		e.mu.RUnlock()
-		return nil, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
+		return nil, 0, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
 	}
-	return e, nil
+	return e, lease, nil
+}
+
+// currentLease returns this node's membership lease and whether it is
+// certainly still held (always, lease 0, without a membership).
+func (r *roles) currentLease() (int64, bool) {
+	r.mu.RLock()
+	lease := r.lease
+	r.mu.RUnlock()
+	if lease == nil {
+		return 0, true
+	}
+	return lease()
 }
 
 // leaseHeld reports whether this node's membership lease is certainly
-// still held (always, without a membership).
+// still held.
 func (r *roles) leaseHeld() bool {
-	r.mu.RLock()
-	valid := r.leaseValid
-	r.mu.RUnlock()
-	return valid == nil || valid()
+	_, held := r.currentLease()
+	return held
+}
+
+// stillHeld reports whether lease is this node's lease and certainly still
+// held: no other replica can have been made master since it was.
+func (r *roles) stillHeld(lease int64) bool {
+	now, held := r.currentLease()
+	return held && now == lease
 }
 
 // authoritative reports whether this node's replica of a partition is the
@@ -374,14 +394,37 @@ func (e *partRole) heardFromMaster() {
 // that tolerates maxStale and only if it heard from its master within
 // that. Anything else is ErrNotMaster (no fresh copy here: the router
 // retries elsewhere) or ErrTooStale.
-func (n *Node) readable(db string, id int, maxStale time.Duration) (time.Duration, error) {
+//
+// A fresh read returns the lease it is served under: the read is
+// answered only if that lease is still held when it is done (inForce),
+// since a master paused in the middle of a read may have been replaced
+// meanwhile, and its answer be older than what its successor
+// acknowledged.
+func (n *Node) readable(db string, id int, maxStale time.Duration) (stale time.Duration, lease int64, err error) {
 	e, all := n.roles.lookup(db, id)
-	if all && e == nil {
-		return 0, nil
+	if lease, held := n.roles.currentLease(); held && (all && e == nil || n.Role(db, id) == Master) {
+		return 0, lease, nil
 	}
-	if n.authoritative(db, id) {
-		return 0, nil
+	stale, err = n.staleReadable(db, id, e, maxStale)
+	return stale, staleRead, err
+}
+
+// staleRead is the lease readable returns for a slave's read: it is not
+// served under the master's lease.
+const staleRead = -1
+
+// inForce fails a fresh read whose lease may have lapsed while it was
+// served.
+func (n *Node) inForce(db string, id int, lease int64) error {
+	if lease == staleRead || n.roles.stillHeld(lease) {
+		return nil
 	}
+	return fmt.Errorf("partition %s/%d: the membership lease this read was served under may have lapsed: %w", db, id, ErrNotMaster)
+}
+
+// staleReadable is readable for a replica that is not the master in
+// force.
+func (n *Node) staleReadable(db string, id int, e *partRole, maxStale time.Duration) (time.Duration, error) {
 	if maxStale <= 0 {
 		return 0, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
 	}

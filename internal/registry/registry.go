@@ -22,6 +22,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/schema"
 )
 
@@ -98,18 +99,26 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Lo
 		compat: map[string]schema.Compatibility{},
 		done:   make(chan struct{}),
 	}
-	resp, err := cli.Get(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, fmt.Errorf("load schema registry: %w", err)
-	}
-	for _, kv := range resp.Kvs {
-		if err := r.apply(string(kv.Key), kv.Value); err != nil {
-			return nil, fmt.Errorf("load schema registry: %s: %w", kv.Key, err)
-		}
-	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go r.watch(wctx, resp.Header.Revision+1)
+	w := coord.Watch(wctx, cli, r.prefix)
+	// The first change lists everything: the mirror is loaded before
+	// Open returns.
+	select {
+	case c := <-w.Changes():
+		for _, kv := range c.KVs {
+			if err := r.apply(string(kv.Key), kv.Value); err != nil {
+				cancel()
+				<-w.Done()
+				return nil, fmt.Errorf("load schema registry: %s: %w", kv.Key, err)
+			}
+		}
+	case <-ctx.Done():
+		cancel()
+		<-w.Done()
+		return nil, fmt.Errorf("load schema registry: %w", ctx.Err())
+	}
+	go r.follow(w)
 	return r, nil
 }
 
@@ -119,25 +128,21 @@ func (r *Registry) Close() {
 	<-r.done
 }
 
-func (r *Registry) watch(ctx context.Context, rev int64) {
+// follow applies the registry's changes until the watcher stops. Entries
+// are only ever added (a new version, database or config), so a Reset
+// applies every entry again.
+func (r *Registry) follow(w *coord.Watcher) {
 	defer close(r.done)
-	for ctx.Err() == nil {
-		wc := r.cli.Watch(clientv3.WithRequireLeader(ctx), r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
-		for wr := range wc {
-			if wr.Err() != nil {
-				r.log.Warn("schema registry watch", "err", wr.Err())
-				break
-			}
-			for _, ev := range wr.Events {
-				rev = ev.Kv.ModRevision + 1
-				if ev.Type != clientv3.EventTypePut {
-					continue
-				}
-				if err := r.apply(string(ev.Kv.Key), ev.Kv.Value); err != nil {
-					r.log.Error("schema registry: bad entry", "key", string(ev.Kv.Key), "err", err)
-				}
-			}
+	w.Each(func(c coord.Change) {
+		for _, kv := range c.Puts() {
+			r.applyLogged(kv.Key, kv.Value)
 		}
+	})
+}
+
+func (r *Registry) applyLogged(key, value []byte) {
+	if err := r.apply(string(key), value); err != nil {
+		r.log.Error("schema registry: bad entry", "key", string(key), "err", err)
 	}
 }
 

@@ -12,17 +12,23 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/topo"
+	"github.com/cortado-db/cortado/internal/wire"
 )
+
+// DefaultBuffer is how many commits a partition's buffer holds unless
+// Relay.Buffer says otherwise.
+const DefaultBuffer = 10000
 
 // Relay pulls and serves commit logs.
 type Relay struct {
@@ -35,10 +41,15 @@ type Relay struct {
 	// Pulled and Served, when set, count commits pulled from masters and
 	// served to readers from the buffer.
 	Pulled, Served func(n int)
+	// ProtocolVersion is the newest internal protocol version spoken to
+	// masters (default wire.Version).
+	ProtocolVersion uint32
 
 	mu      sync.Mutex
 	parts   map[partKey]*partition
-	remotes node.Remotes // log streams to masters
+	added   chan struct{}  // closed (and replaced) when a partition is added
+	remotes node.Remotes   // log streams to masters
+	pulls   sync.WaitGroup // every puller; Run waits for them
 }
 
 type partKey struct {
@@ -56,6 +67,7 @@ type partition struct {
 	acked   storage.SCN // the master's acknowledged SCN, last heard
 	changed chan struct{}
 	cancel  context.CancelFunc
+	pulled  chan struct{} // closed when the current puller has returned
 }
 
 // last is the newest SCN held; the caller holds mu.
@@ -77,43 +89,35 @@ func (p *partition) notify() {
 // until ctx ends.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.Buffer <= 0 {
-		r.Buffer = 10000
+		r.Buffer = DefaultBuffer
 	}
 	r.mu.Lock()
 	r.parts = map[partKey]*partition{}
-	r.remotes.New = node.NewLogRemote
+	r.remotes.MaxVersion = r.ProtocolVersion
 	r.mu.Unlock()
-	for ctx.Err() == nil {
-		resp, err := r.Client.Get(ctx, r.Prefix+"/routing/", clientv3.WithPrefix())
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		for _, kv := range resp.Kvs {
+	coord.Watch(ctx, r.Client, r.Prefix+"/routing/").Each(func(c coord.Change) {
+		for _, kv := range c.Puts() {
 			r.apply(ctx, kv.Value)
 		}
-		for wr := range r.Client.Watch(ctx, r.Prefix+"/routing/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
-					r.apply(ctx, ev.Kv.Value)
-				}
-			}
-		}
-	}
+	})
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, p := range r.parts {
+		p.mu.Lock()
 		if p.cancel != nil {
 			p.cancel()
 		}
+		p.mu.Unlock()
 	}
+	r.mu.Unlock()
+	r.pulls.Wait()
+	r.remotes.Close()
 	return nil
 }
 
 // apply points each partition's puller at the master a routing table
 // names.
 func (r *Relay) apply(ctx context.Context, b []byte) {
-	var t cluster.RoutingTable
+	var t topo.RoutingTable
 	if json.Unmarshal(b, &t) != nil {
 		return
 	}
@@ -131,10 +135,23 @@ func (r *Relay) apply(ctx context.Context, b []byte) {
 		p.master = url
 		pctx, cancel := context.WithCancel(ctx)
 		p.cancel = cancel
+		prev, done := p.pulled, make(chan struct{})
+		p.pulled = done
 		p.mu.Unlock()
-		if url != "" {
-			go r.pull(pctx, t.DB, id, p, r.remotes.Get(url))
+		if url == "" {
+			close(done)
+			continue
 		}
+		master := r.remotes.Get(url)
+		r.pulls.Go(func() {
+			defer close(done)
+			// One puller at a time fills the buffer: the one it
+			// replaces has returned first.
+			if prev != nil {
+				<-prev
+			}
+			r.pull(pctx, t.DB, id, p, master)
+		})
 	}
 }
 
@@ -146,53 +163,99 @@ func (r *Relay) part(db string, id int, create bool) *partition {
 	if p == nil && create {
 		p = &partition{}
 		r.parts[k] = p
+		if r.added != nil {
+			close(r.added)
+			r.added = nil
+		}
 	}
 	return p
 }
 
-// pull keeps p's buffer up to date from master until ctx ends.
+// unknownGrace is how long a log request for a partition the relay has not
+// yet seen in a routing table waits for it: a slave may start following
+// before the relay's own watch delivers the table.
+const unknownGrace = 2 * time.Second
+
+// awaitPart returns the partition once a routing table names it, or nil
+// after unknownGrace or when ctx ends.
+func (r *Relay) awaitPart(ctx context.Context, db string, id int) *partition {
+	t := time.NewTimer(unknownGrace)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		p := r.parts[partKey{db, id}]
+		if p != nil || r.parts == nil {
+			r.mu.Unlock()
+			return p
+		}
+		if r.added == nil {
+			r.added = make(chan struct{})
+		}
+		added := r.added
+		r.mu.Unlock()
+		select {
+		case <-added:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// pull keeps p's buffer up to date from master until ctx ends: one log
+// stream at a time, restarted after the buffer's last commit when it
+// breaks or the master says the buffer diverged.
 func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, master *node.Remote) {
 	for ctx.Err() == nil {
 		p.mu.Lock()
 		after := p.last()
 		p.mu.Unlock()
-		res, err := master.Log(ctx, node.LogRequest{DB: db, Partition: id, After: after, Wait: time.Second})
-		if err != nil {
+		err := master.StreamLog(ctx, node.LogRequest{DB: db, Partition: id, After: after, Wait: time.Second}, func(res *node.LogResult) error {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if !res.Diverged {
+				p.acked = res.Acked
+			}
+			switch {
+			case res.Diverged:
+				// The new master's timeline ends our buffer's at Common.
+				keep := 0
+				for keep < len(p.commits) && !res.Common.Less(p.commits[keep].SCN) {
+					keep++
+				}
+				p.commits = p.commits[:keep]
+				if keep == 0 && res.Common.Less(p.base) {
+					p.base = res.Common
+				}
+			case len(res.Commits) > 0 && p.last() == after:
+				p.commits = append(p.commits, res.Commits...)
+				after = p.last()
+				if r.Pulled != nil {
+					r.Pulled(len(res.Commits))
+				}
+				if over := len(p.commits) - r.Buffer; over > 0 {
+					p.base = p.commits[over-1].SCN
+					p.commits = append([]storage.Commit(nil), p.commits[over:]...)
+				}
+			case len(res.Commits) > 0:
+				return errRestart // the buffer moved under the stream
+			}
+			p.notify()
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			t := time.NewTimer(100 * time.Millisecond)
 			select {
 			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
+			case <-t.C:
 			}
-			continue
+			t.Stop()
 		}
-		p.mu.Lock()
-		if !res.Diverged {
-			p.acked = res.Acked
-		}
-		switch {
-		case res.Diverged:
-			// The new master's timeline ends our buffer's at Common.
-			keep := 0
-			for keep < len(p.commits) && !res.Common.Less(p.commits[keep].SCN) {
-				keep++
-			}
-			p.commits = p.commits[:keep]
-			if keep == 0 && res.Common.Less(p.base) {
-				p.base = res.Common
-			}
-		case len(res.Commits) > 0 && p.last() == after:
-			p.commits = append(p.commits, res.Commits...)
-			if r.Pulled != nil {
-				r.Pulled(len(res.Commits))
-			}
-			if over := len(p.commits) - r.Buffer; over > 0 {
-				p.base = p.commits[over-1].SCN
-				p.commits = append([]storage.Commit(nil), p.commits[over:]...)
-			}
-		}
-		p.notify()
-		p.mu.Unlock()
 	}
 }
+
+var errRestart = errors.New("relay: restart the log stream")
 
 // Log serves a partition's commits after req.After from the buffer,
 // waiting up to req.Wait for one; a request the buffer cannot answer (the
@@ -202,7 +265,7 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 		req.Max = min(max(req.Max, 256), node.MaxLogBatch)
 	}
 	req.Wait = min(req.Wait, node.MaxLogWait)
-	p := r.part(req.DB, req.Partition, false)
+	p := r.awaitPart(ctx, req.DB, req.Partition)
 	if p == nil {
 		return nil, node.ErrUnavailable
 	}
@@ -223,7 +286,11 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 		}
 		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last(), Holds: true, Acked: p.acked}
 		if start < len(p.commits) {
-			end := min(len(p.commits), start+req.Max)
+			end, size := start, 0
+			for end < len(p.commits) && end-start < req.Max && size < node.MaxLogBytes {
+				size += p.commits[end].Size()
+				end++
+			}
 			res.Commits = append([]storage.Commit(nil), p.commits[start:end]...)
 			p.mu.Unlock()
 			if r.Served != nil {
@@ -267,8 +334,8 @@ func (p *partition) find(scn storage.SCN) (int, bool) {
 	return 0, false
 }
 
-// Handler serves the relay's log API (POST /_node/log, the storage node's
-// shape), so slaves read from it with node.Remote.
-func (r *Relay) Handler() http.Handler {
-	return node.LogHandler(r.Log)
+// Register serves the relay's log API on s (the storage node's Log and
+// StreamLog), so slaves read from it with node.Remote.
+func (r *Relay) Register(s *wire.Server, o node.ServeOptions) {
+	node.RegisterLog(s, r.Log, o)
 }

@@ -1,11 +1,9 @@
 package schema
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -26,73 +24,17 @@ func DecodeJSON(data []byte) (any, error) {
 	if i := loneSurrogate(data); i >= 0 {
 		return nil, &FieldError{Reason: fmt.Sprintf("malformed JSON: a \\u escape at byte %d is half a surrogate pair (not a character)", i)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeTree(dec, "", 0)
+	p := jsonParser{b: data}
+	p.ws()
+	v, err := p.value("", 0)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	p.ws()
+	if p.i != len(data) {
 		return nil, &FieldError{Reason: "malformed JSON: trailing data after the document"}
 	}
 	return v, nil
-}
-
-// decodeTree reads one JSON value with dec's tokens.
-func decodeTree(dec *json.Decoder, path string, depth int) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
-	}
-	delim, ok := tok.(json.Delim)
-	if !ok {
-		return tok, nil
-	}
-	// A non-nullable union's {"branch": value} adds a JSON level to
-	// each document level: deeper than twice the limit is never a
-	// document (EncodeJSON checks the document's own depth).
-	if depth >= 2*MaxDepth() {
-		return nil, tooDeep(path)
-	}
-	switch delim {
-	case '{':
-		obj := map[string]any{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
-			}
-			k := kt.(string)
-			if _, dup := obj[k]; dup {
-				return nil, fieldErr(join(path, k), "the object names this key twice")
-			}
-			if obj[k], err = decodeTree(dec, join(path, k), depth+1); err != nil {
-				return nil, err
-			}
-		}
-		_, err := dec.Token() // '}'
-		if err != nil {
-			return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
-		}
-		return obj, nil
-	case '[':
-		arr := []any{}
-		for dec.More() {
-			v, err := decodeTree(dec, path+"["+strconv.Itoa(len(arr))+"]", depth+1)
-			if err != nil {
-				return nil, err
-			}
-			arr = append(arr, v)
-		}
-		if _, err := dec.Token(); err != nil { // ']'
-			return nil, &FieldError{Reason: "malformed JSON: " + err.Error()}
-		}
-		return arr, nil
-	}
-	return nil, &FieldError{Reason: fmt.Sprintf("malformed JSON: unexpected %q", delim)}
 }
 
 // loneSurrogate returns the offset of a \u escape that is half of a UTF-16

@@ -12,12 +12,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/agent"
+	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/relay"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/topo"
+	"github.com/cortado-db/cortado/internal/wire"
 )
 
 // member is one storage node in a cluster: its engine and node, its
@@ -25,7 +28,7 @@ import (
 type member struct {
 	engine *storage.Engine
 	node   *node.Node
-	member *cluster.Member
+	member *topo.Member
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -52,16 +55,16 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		ReplicationLag: func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
 	})}
 	s.members = append(s.members, m)
-	info := cluster.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack}
-	if m.member, err = cluster.Join(ctx, s.cli, s.opts.Prefix, info, s.opts.LeaseTTL, s.opts.Logger); err != nil {
+	info := topo.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack}
+	if m.member, err = topo.Join(ctx, s.cli, s.opts.Prefix, info, s.opts.LeaseTTL, s.opts.Logger); err != nil {
 		return nil, err
 	}
-	m.node.RequireLease(m.member.Valid)
+	m.node.RequireLease(m.member.Held)
 	actx, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
-	a := &cluster.Agent{
+	a := &agent.Agent{
 		Client: s.cli, Prefix: s.opts.Prefix, ID: id, Node: m.node, Member: m.member,
-		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions,
+		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions, ProtocolVersion: s.opts.ProtocolVersion,
 		Truncated: func(n int) { s.cluster.Truncated.Add(float64(n)) },
 		Alarm: func(err error) {
 			s.cluster.TruncationRefused.Inc()
@@ -117,14 +120,12 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 	if err != nil {
 		return err
 	}
-	h, err := s.startRelay(ctx, "relay", "http://"+ln.Addr().String())
+	rpc, err := s.startRelay(ctx, "relay", "http://"+ln.Addr().String())
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	s.extra = append(s.extra, hs)
-	go hs.Serve(ln)
+	s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	for i := range s.opts.Nodes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -142,32 +143,38 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 			ln.Close()
 			return err
 		}
-		h := &http.Server{Handler: node.Handler(m.node), ReadHeaderTimeout: 10 * time.Second}
-		s.extra = append(s.extra, h)
-		go h.Serve(ln)
+		rpc := wire.NewServer()
+		node.Register(rpc, m.node, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
+		s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	}
 	s.startController()
 	return nil
 }
 
 // startRelay runs a relay in the background, registered as id at url
-// (where the returned handler will be served).
-func (s *Server) startRelay(ctx context.Context, id, url string) (http.Handler, error) {
+// (where the returned server will be served).
+func (s *Server) startRelay(ctx context.Context, id, url string) (*wire.Server, error) {
 	if url == "" {
 		return nil, errors.New("a relay needs the URL its log API is reached at")
 	}
 	if id == "" {
 		id = strings.TrimPrefix(url, "http://")
 	}
-	r := &relay.Relay{Client: s.cli, Prefix: s.opts.Prefix, Buffer: s.opts.RelayBuffer, Logger: s.opts.Logger.With("relay", id),
+	r := &relay.Relay{Client: s.cli, Prefix: s.opts.Prefix, Buffer: s.opts.RelayBuffer, Logger: s.opts.Logger.With("relay", id), ProtocolVersion: s.opts.ProtocolVersion,
 		Pulled: func(n int) { s.cluster.RelayPulled.Add(float64(n)) },
 		Served: func(n int) { s.cluster.RelayServed.Add(float64(n)) },
 	}
 	rctx := s.background(func(ctx context.Context) { r.Run(ctx) })
-	if err := cluster.RegisterRelay(rctx, s.cli, s.opts.Prefix, id, url, s.opts.LeaseTTL); err != nil {
+	reg, err := topo.RegisterRelay(rctx, s.cli, s.opts.Prefix, id, url, s.opts.LeaseTTL)
+	if err != nil {
 		return nil, err
 	}
-	return r.Handler(), nil
+	// After the relay's own stop (which ends rctx), wait for its
+	// registration to be let go.
+	s.stop = append(s.stop, func() { <-reg.Done() })
+	rpc := wire.NewServer()
+	r.Register(rpc, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
+	return rpc, nil
 }
 
 // startController campaigns for leadership in the background.
@@ -177,13 +184,13 @@ func (s *Server) startController() {
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	c := &cluster.Controller{
+	c := &controller.Controller{
 		Client: s.cli, Prefix: s.opts.Prefix, Registry: s.reg, ID: id, LeaseTTL: s.opts.LeaseTTL,
 		Log: s.opts.Logger.With("controller", id),
 	}
 	if s.opts.CheckInterval > 0 {
 		c.CheckInterval = s.opts.CheckInterval
-		c.OnCheck = func(res []cluster.PartitionCheck) {
+		c.OnCheck = func(res []controller.PartitionCheck) {
 			counts := map[string]int{}
 			for _, pc := range res {
 				for _, r := range pc.Replicas {
@@ -211,7 +218,7 @@ func (s *Server) background(run func(context.Context)) context.Context {
 
 // serveClusterStatus answers GET /_cluster.
 func (s *Server) serveClusterStatus(w http.ResponseWriter, r *http.Request) {
-	st, err := cluster.ClusterStatus(r.Context(), s.cli, s.opts.Prefix)
+	st, err := controller.ClusterStatus(r.Context(), s.cli, s.opts.Prefix)
 	if err != nil {
 		unavailable(w, fmt.Sprintf("cluster state: %v", err))
 		return
@@ -222,7 +229,7 @@ func (s *Server) serveClusterStatus(w http.ResponseWriter, r *http.Request) {
 // serveClusterCheck answers POST /_cluster/check[?db=name]: it runs the
 // consistency check now.
 func (s *Server) serveClusterCheck(w http.ResponseWriter, r *http.Request) {
-	res, err := cluster.Check(r.Context(), s.cli, s.opts.Prefix, r.URL.Query().Get("db"))
+	res, err := controller.Check(r.Context(), s.cli, s.opts.Prefix, r.URL.Query().Get("db"))
 	if err != nil {
 		unavailable(w, fmt.Sprintf("consistency check: %v", err))
 		return

@@ -1,8 +1,10 @@
 // Package server assembles Cortado's roles into processes: coordination
 // (embedded or external etcd), the schema registry, storage nodes with
-// their cluster membership and agent, the controller, the router, and the
-// HTTP listener with /metrics, /healthz and /_cluster. It owns their start
-// order and shuts them down in reverse. `cortado serve` (every role) and
+// their cluster membership and agent, the relay, the controller, the
+// router, and the listener that serves HTTP (the API, /metrics, /healthz,
+// /_cluster) and a storage node's or relay's internal gRPC API on one
+// port. It owns their start order and shuts them down in reverse: roles
+// leave the cluster, listeners drain their handlers, then engines close. `cortado serve` (every role) and
 // the embedded client use Open; `cortado storage`, `cortado router` and
 // `cortado controller` use OpenStorage, OpenRouter and OpenController,
 // against an external etcd.
@@ -23,16 +25,22 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cortado-db/cortado/internal/cluster"
+	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/metrics"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/router"
+	"github.com/cortado-db/cortado/internal/routing"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/topo"
+	"github.com/cortado-db/cortado/internal/wire"
 )
+
+// DefaultDataDir is where a process keeps its data unless told otherwise.
+const DefaultDataDir = "cortado-data"
 
 // Options configures a Server. Zero values take the documented defaults.
 type Options struct {
@@ -79,6 +87,10 @@ type Options struct {
 	// CheckInterval is how often the leading controller runs the
 	// consistency check (default 10 minutes; negative disables it).
 	CheckInterval time.Duration
+	// ProtocolVersion is the newest internal protocol version this
+	// process speaks (default wire.Version): an older one makes it
+	// behave as the previous release, for rolling-upgrade tests.
+	ProtocolVersion uint32
 }
 
 // Server is one Cortado process: every role (serve), or one of them.
@@ -91,14 +103,16 @@ type Server struct {
 	cli     *clientv3.Client
 	reg     *registry.Registry
 	engine  *storage.Engine
-	http    *http.Server
+	http    *wire.Listener
+	rpc     *wire.Server // the internal API of a storage node or relay
 	api     http.Handler
 	routeOf func(*http.Request) string
 	cluster *metrics.Cluster
-	members []*member // storage nodes in a cluster
-	stop    []func()  // background roles (controller, routing view), stopped first
-	extra   []*http.Server
+	members []*member        // storage nodes in a cluster
+	stop    []func()         // background roles (controller, routing view), stopped first
+	extra   []*wire.Listener // internal APIs of serve's storage nodes and relay
 
+	mu        sync.Mutex // guards http, set by Serve
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -158,7 +172,7 @@ const (
 
 func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.DataDir == "" {
-		opts.DataDir = "cortado-data"
+		opts.DataDir = DefaultDataDir
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = "/cortado"
@@ -167,10 +181,16 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.LeaseTTL == 0 {
-		opts.LeaseTTL = 5
+		opts.LeaseTTL = topo.DefaultLeaseTTL
 	}
 	if opts.CheckInterval == 0 {
-		opts.CheckInterval = 10 * time.Minute
+		opts.CheckInterval = controller.DefaultCheckInterval
+	}
+	if opts.ProtocolVersion == 0 {
+		opts.ProtocolVersion = wire.Version
+	}
+	if opts.ProtocolVersion < wire.MinVersion || opts.ProtocolVersion > wire.Version {
+		return nil, fmt.Errorf("protocol version %d: this binary speaks %d to %d", opts.ProtocolVersion, wire.MinVersion, wire.Version)
 	}
 	if r == roleAll || r == roleStorage {
 		if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
@@ -207,18 +227,19 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
 	case r == roleRelay:
-		h, err := s.startRelay(ctx, opts.NodeID, opts.AdvertiseURL)
-		if err != nil {
+		if s.rpc, err = s.startRelay(ctx, opts.NodeID, opts.AdvertiseURL); err != nil {
 			return nil, err
 		}
-		s.api, s.routeOf = h, func(*http.Request) string { return "relay" }
+		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
 	case r == roleStorage:
 		m, err := s.startMember(ctx, opts.DataDir, opts.NodeID, opts.AdvertiseURL, plans)
 		if err != nil {
 			return nil, err
 		}
-		s.api, s.routeOf = node.Handler(m.node), func(*http.Request) string { return "node" }
+		s.rpc = wire.NewServer()
+		node.Register(s.rpc, m.node, node.ServeOptions{MaxVersion: opts.ProtocolVersion})
+		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
 	case r == roleAll && opts.Nodes <= 1:
 		opts.Storage.Logger = opts.Logger
@@ -235,12 +256,12 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			}
 		}
 		vctx, cancel := context.WithCancel(context.Background())
-		view, err := cluster.WatchRouting(vctx, s.cli, opts.Prefix)
+		view, err := routing.WatchRouting(vctx, s.cli, opts.Prefix)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
-		s.stop = append(s.stop, cancel)
+		s.stop = append(s.stop, func() { cancel(); <-view.Done() })
 		host, _ := os.Hostname()
 		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, fmt.Sprintf("%s-%d", host, os.Getpid()), opts.LeaseTTL, opts.Logger); err != nil {
 			return nil, err
@@ -315,14 +336,15 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 	})
 }
 
-// Serve serves HTTP on ln until Close.
+// Serve serves HTTP (and a storage node's or relay's internal API, on
+// the same port) on ln until Close.
 func (s *Server) Serve(ln net.Listener) error {
-	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	err := s.http.Serve(ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	l := wire.Serve(ln, &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}, s.rpc)
+	s.mu.Lock()
+	s.http = l
+	s.mu.Unlock()
+	<-l.Done()
+	return nil
 }
 
 // Close stops serving and closes every role, in reverse start order. It
@@ -343,12 +365,15 @@ func (s *Server) close() error {
 	for _, m := range s.members {
 		errs = append(errs, m.leave())
 	}
-	for _, h := range append(s.extra, s.http) {
-		if h == nil {
+	s.mu.Lock()
+	listeners := append(s.extra, s.http)
+	s.mu.Unlock()
+	for _, l := range listeners {
+		if l == nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		errs = append(errs, h.Shutdown(ctx))
+		errs = append(errs, l.Shutdown(ctx))
 		cancel()
 	}
 	for _, m := range s.members {

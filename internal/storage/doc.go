@@ -4,10 +4,12 @@
 //
 // Invariants:
 //   - One commit of a partition is one Pebble batch that holds the document
-//     rows, the commit-log entry and the partition's new SCN, written with
-//     fsync before Update returns; a crash leaves all of it or none of it.
-//   - Commits of one partition are serialized and take consecutive
-//     sequence numbers; all events of a commit share its SCN.
+//     rows, the commit-log entry and the partition's new SCN, fsynced
+//     before Update returns; a crash leaves all of it or none of it.
+//   - Commits of one partition are serialized (the partition's lock is
+//     held through the fsync) and take consecutive sequence numbers; all
+//     events of a commit share its SCN. Commits of different partitions
+//     share fsyncs in Pebble's commit pipeline.
 //   - A document row is never read without checking its CRC.
 //   - A truncation never removes a commit at or below the partition's
 //     acknowledged watermark (ErrTruncateAcknowledged).

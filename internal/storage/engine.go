@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 )
 
 // ErrFailed is returned for every write after the engine met an error it
@@ -96,7 +97,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	fail := &failure{done: make(chan struct{})}
-	db, err := pebble.Open(dir, &pebble.Options{
+	po := &pebble.Options{
 		FormatMajorVersion: pebble.FormatNewest,
 		Cache:              cache,
 		Logger:             pebbleLogger{opts.Logger, fail},
@@ -106,7 +107,15 @@ func Open(dir string, opts Options) (*Engine, error) {
 			opts.Logger.Error("pebble background error", "err", err)
 			fail.set(fmt.Errorf("%w: %v", ErrFailed, err))
 		}},
-	})
+	}
+	// A point read (a document by key, a log entry by SCN) skips every
+	// table whose bloom filter says the key is not there: without them a
+	// read seeks into each L0 sublevel and each level.
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		po.Levels[i].FilterType = pebble.TableFilter
+	}
+	db, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("open pebble in %s: %w", dir, err)
 	}

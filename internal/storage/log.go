@@ -62,6 +62,17 @@ type Commit struct {
 	Events    []Event
 }
 
+// Size is about how many bytes the commit takes: what bounds a batch of
+// them.
+func (c *Commit) Size() int {
+	n := 16
+	for i := range c.Events {
+		e := &c.Events[i]
+		n += 32 + len(e.Table) + len(e.Key) + len(e.Value) + len(e.PrevValue)
+	}
+	return n
+}
+
 var errCorruptLog = errors.New("storage: corrupt commit log entry")
 
 func encodeCommit(c *Commit) []byte {

@@ -111,7 +111,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 }
 
 // commitLog adds the log entry, the new SCN and the acknowledged SCN (if
-// it moved) to b and commits it; the caller holds mu.
+// it moved) to b and commits it with fsync; the caller holds mu.
 func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
 	if err := b.Set(keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c), nil); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -291,5 +292,56 @@ func TestAutoIncrementIsReplicated(t *testing.T) {
 	}
 	if after, _ := s.Sums(); after.Tables["_autoincrement"] != ms.Tables["_autoincrement"] {
 		t.Fatal("truncation did not restore the auto-increment mark")
+	}
+}
+
+// TestPreImagesWithinATransaction: a transaction that reads a document,
+// then writes it twice and deletes another it read, records each write's
+// pre-image as the transaction saw it (the read is reused for the first
+// write, not the second), so truncating the commit restores every row.
+func TestPreImagesWithinATransaction(t *testing.T) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	p, _ := e.Partition("db", 0)
+	put(t, p, "a", "a1")
+	put(t, p, "b", "b1")
+	before := p.SCN()
+	_, err := p.Update(func(tx *Tx) error {
+		if _, _, err := tx.Get("T", []keys.Part{keys.S("a")}); err != nil {
+			return err
+		}
+		if _, err := tx.Put("T", []keys.Part{keys.S("a")}, 1, []byte("a2")); err != nil {
+			return err
+		}
+		if _, err := tx.Put("T", []keys.Part{keys.S("a")}, 1, []byte("a3")); err != nil {
+			return err
+		}
+		if _, _, err := tx.Get("T", []keys.Part{keys.S("b")}); err != nil {
+			return err
+		}
+		_, err := tx.Delete("T", []keys.Part{keys.S("b")})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prevs []string
+	p.ReadLog(p.SCN(), func(c Commit) bool {
+		for _, ev := range c.Events {
+			prevs = append(prevs, string(ev.PrevValue))
+		}
+		return false
+	})
+	if got := strings.Join(prevs, ","); got != "a1,a2,b1" {
+		t.Fatalf("pre-images %s, want a1,a2,b1", got)
+	}
+	if _, err := p.TruncateAfter(before); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b"} {
+		d, ok, err := p.Get("T", []keys.Part{keys.S(k)})
+		if err != nil || !ok || string(d.Value) != k+"1" {
+			t.Fatalf("after truncation %s: %q %v %v", k, d.Value, ok, err)
+		}
 	}
 }

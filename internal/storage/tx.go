@@ -19,6 +19,22 @@ type Tx struct {
 	scn    SCN
 	now    time.Time
 	events []Event
+	// read is the last document Get read, until anything is written: a
+	// write of the document just read (preconditions, then the write)
+	// takes its pre-image from here instead of reading it again.
+	read struct {
+		key    []byte
+		doc    Doc
+		exists bool
+	}
+}
+
+// prev reads the document at data key k as the transaction sees it.
+func (tx *Tx) prev(k []byte) (Doc, bool, error) {
+	if tx.read.key != nil && string(tx.read.key) == string(k) {
+		return tx.read.doc, tx.read.exists, nil
+	}
+	return getDoc(tx.b, k)
 }
 
 // SCN is the SCN this transaction commits under.
@@ -29,7 +45,12 @@ func (tx *Tx) Now() time.Time { return tx.now }
 
 // Get reads a document as the transaction sees it.
 func (tx *Tx) Get(table string, key []keys.Part) (Doc, bool, error) {
-	return getDoc(tx.b, tx.p.dataKey(table, key))
+	k := tx.p.dataKey(table, key)
+	d, ok, err := getDoc(tx.b, k)
+	if err == nil {
+		tx.read.key, tx.read.doc, tx.read.exists = k, d, ok
+	}
+	return d, ok, err
 }
 
 // Scan reads a collection as the transaction sees it.
@@ -41,10 +62,11 @@ func (tx *Tx) Scan(o ScanOptions, fn func(key []keys.Part, encoded []byte, d Doc
 // was stored.
 func (tx *Tx) Put(table string, key []keys.Part, version int, value []byte) (Doc, error) {
 	k := tx.p.dataKey(table, key)
-	prev, existed, err := getDoc(tx.b, k)
+	prev, existed, err := tx.prev(k)
 	if err != nil {
 		return Doc{}, err
 	}
+	tx.read.key = nil
 	d := Doc{Version: version, SCN: tx.scn, Modified: tx.now, CRC: crc32.ChecksumIEEE(value), Value: value}
 	if err := tx.b.Set(k, encodeRow(nil, &d), nil); err != nil {
 		return Doc{}, err
@@ -60,10 +82,11 @@ func (tx *Tx) Put(table string, key []keys.Part, version int, value []byte) (Doc
 // Delete removes a document; it reports whether it existed.
 func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 	k := tx.p.dataKey(table, key)
-	prev, existed, err := getDoc(tx.b, k)
+	prev, existed, err := tx.prev(k)
 	if err != nil || !existed {
 		return false, err
 	}
+	tx.read.key = nil
 	if err := tx.b.Delete(k, nil); err != nil {
 		return false, err
 	}

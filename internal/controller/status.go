@@ -1,12 +1,9 @@
-package cluster
+package controller
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
-	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // Status is the cluster as `cortado cluster status` and GET /_cluster show
@@ -65,16 +63,16 @@ type ReplicaStatus struct {
 // ClusterStatus gathers the cluster's status from etcd and from each node.
 func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*Status, error) {
 	st := &Status{}
-	if resp, err := cli.Get(ctx, electionPrefix(prefix)+"/", append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...); err != nil {
+	if resp, err := cli.Get(ctx, topo.ElectionPrefix(prefix)+"/", append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...); err != nil {
 		return nil, err
 	} else if len(resp.Kvs) > 0 {
 		st.Controller = string(resp.Kvs[0].Value)
 	}
-	live, err := LiveNodes(ctx, cli, prefix)
+	live, err := topo.LiveNodes(ctx, cli, prefix)
 	if err != nil {
 		return nil, err
 	}
-	tables, err := routingTables(ctx, cli, prefix)
+	tables, err := topo.RoutingTables(ctx, cli, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -124,25 +122,15 @@ func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*S
 	return st, nil
 }
 
-// routingTables reads every database's routing table, by name.
-func routingTables(ctx context.Context, cli *clientv3.Client, prefix string) ([]*RoutingTable, error) {
-	resp, err := cli.Get(ctx, routingPrefix(prefix), clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	var out []*RoutingTable
-	for _, kv := range resp.Kvs {
-		var t RoutingTable
-		if err := json.Unmarshal(kv.Value, &t); err == nil {
-			out = append(out, &t)
-		}
-	}
-	slices.SortFunc(out, func(a, b *RoutingTable) int { return strings.Compare(a.DB, b.DB) })
-	return out, nil
+// partKey names one partition of one database.
+type partKey struct {
+	db string
+	id int
 }
 
-// adminHTTP is the client for status and checksum calls to nodes.
-var adminHTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+// admin holds the connections for status and checksum calls to nodes,
+// one per node, shared by this process's controller, checks and status.
+var admin node.Remotes
 
 // askNodes asks every node, in parallel, for its partitions; a node that
 // does not answer within two seconds gets its Error set.
@@ -154,7 +142,7 @@ func askNodes(ctx context.Context, nodes map[string]*NodeStatus) map[string]map[
 		wg.Go(func() {
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			st, err := node.NewRemote(n.URL, adminHTTP).Status(rctx, node.StatusRequest{})
+			st, err := admin.Get(n.URL).Status(rctx, node.StatusRequest{})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

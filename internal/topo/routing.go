@@ -1,8 +1,9 @@
-package cluster
+package topo
 
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -52,21 +53,21 @@ func (t *RoutingTable) Master(part int) (id, url string) {
 }
 
 // Keys of the cluster state in etcd, under a prefix such as /cortado.
-func nodesPrefix(prefix string) string        { return prefix + "/nodes/" }
-func routingPrefix(prefix string) string      { return prefix + "/routing/" }
-func routingKey(prefix, db string) string     { return routingPrefix(prefix) + db }
-func electionPrefix(prefix string) string     { return prefix + "/controller" }
-func routersPrefix(prefix string) string      { return prefix + "/routers/" }
-func reportsPrefix(prefix string) string      { return prefix + "/reports/" }
-func relaysPrefix(prefix string) string       { return prefix + "/relays/" }
-func nodeKey(prefix string, id string) string { return nodesPrefix(prefix) + id }
-func dbFromRoutingKey(prefix, key string) string {
-	return strings.TrimPrefix(key, routingPrefix(prefix))
+func NodesPrefix(prefix string) string        { return prefix + "/nodes/" }
+func RoutingPrefix(prefix string) string      { return prefix + "/routing/" }
+func RoutingKey(prefix, db string) string     { return RoutingPrefix(prefix) + db }
+func ElectionPrefix(prefix string) string     { return prefix + "/controller" }
+func RoutersPrefix(prefix string) string      { return prefix + "/routers/" }
+func ReportsPrefix(prefix string) string      { return prefix + "/reports/" }
+func RelaysPrefix(prefix string) string       { return prefix + "/relays/" }
+func NodeKey(prefix string, id string) string { return NodesPrefix(prefix) + id }
+func DBFromRoutingKey(prefix, key string) string {
+	return strings.TrimPrefix(key, RoutingPrefix(prefix))
 }
 
 // LiveNodes lists the registered nodes.
 func LiveNodes(ctx context.Context, cli *clientv3.Client, prefix string) ([]NodeInfo, error) {
-	resp, err := cli.Get(ctx, nodesPrefix(prefix), clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, NodesPrefix(prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
 	}
@@ -82,10 +83,27 @@ func LiveNodes(ctx context.Context, cli *clientv3.Client, prefix string) ([]Node
 
 // LoadRoutingTable reads a database's routing table (nil if none yet).
 func LoadRoutingTable(ctx context.Context, cli *clientv3.Client, prefix, db string) (*RoutingTable, error) {
-	resp, err := cli.Get(ctx, routingKey(prefix, db))
+	resp, err := cli.Get(ctx, RoutingKey(prefix, db))
 	if err != nil || len(resp.Kvs) == 0 {
 		return nil, err
 	}
 	var t RoutingTable
 	return &t, json.Unmarshal(resp.Kvs[0].Value, &t)
+}
+
+// RoutingTables reads every database's routing table, by name.
+func RoutingTables(ctx context.Context, cli *clientv3.Client, prefix string) ([]*RoutingTable, error) {
+	resp, err := cli.Get(ctx, RoutingPrefix(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []*RoutingTable
+	for _, kv := range resp.Kvs {
+		var t RoutingTable
+		if err := json.Unmarshal(kv.Value, &t); err == nil {
+			out = append(out, &t)
+		}
+	}
+	slices.SortFunc(out, func(a, b *RoutingTable) int { return strings.Compare(a.DB, b.DB) })
+	return out, nil
 }

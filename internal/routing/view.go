@@ -1,4 +1,4 @@
-package cluster
+package routing
 
 import (
 	"context"
@@ -9,14 +9,16 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // RoutingView is a router's copy of the routing tables, kept by a watch. It
 // sends each partition's work to its master.
 type RoutingView struct {
 	mu      sync.RWMutex
-	tables  map[string]*RoutingTable
+	tables  map[string]*topo.RoutingTable
 	remotes node.Remotes
 	done    chan struct{}
 	// reporter, when set, reports nodes this router cannot reach.
@@ -27,23 +29,34 @@ type RoutingView struct {
 
 // WatchRouting loads the routing tables and follows them until ctx ends.
 func WatchRouting(ctx context.Context, cli *clientv3.Client, prefix string) (*RoutingView, error) {
-	v := &RoutingView{tables: map[string]*RoutingTable{}, done: make(chan struct{}), cli: cli, prefix: prefix}
-	resp, err := cli.Get(ctx, routingPrefix(prefix), clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	for _, kv := range resp.Kvs {
-		v.set(kv.Value)
+	v := &RoutingView{tables: map[string]*topo.RoutingTable{}, done: make(chan struct{}), cli: cli, prefix: prefix}
+	w := coord.Watch(ctx, cli, topo.RoutingPrefix(prefix))
+	select {
+	case c := <-w.Changes(): // the first lists every table
+		for _, kv := range c.KVs {
+			v.set(kv.Value)
+		}
+	case <-ctx.Done():
+		<-w.Done()
+		return nil, ctx.Err()
 	}
 	go func() {
 		defer close(v.done)
-		for wr := range cli.Watch(ctx, routingPrefix(prefix), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
-					v.set(ev.Kv.Value)
-				}
+		defer func() {
+			v.mu.RLock()
+			rep := v.reporter
+			v.mu.RUnlock()
+			if rep != nil {
+				rep.stop()
 			}
-		}
+		}()
+		// Tables only move to newer versions (set keeps the newest), so
+		// a Reset is applied like changes.
+		w.Each(func(c coord.Change) {
+			for _, kv := range c.Puts() {
+				v.set(kv.Value)
+			}
+		})
 	}()
 	return v, nil
 }
@@ -51,7 +64,7 @@ func WatchRouting(ctx context.Context, cli *clientv3.Client, prefix string) (*Ro
 // StorageNodes counts the registered storage nodes: how many replicas a
 // new database can have.
 func (v *RoutingView) StorageNodes(ctx context.Context) (int, error) {
-	nodes, err := LiveNodes(ctx, v.cli, v.prefix)
+	nodes, err := topo.LiveNodes(ctx, v.cli, v.prefix)
 	return len(nodes), err
 }
 
@@ -59,7 +72,7 @@ func (v *RoutingView) StorageNodes(ctx context.Context) (int, error) {
 func (v *RoutingView) Done() <-chan struct{} { return v.done }
 
 func (v *RoutingView) set(b []byte) {
-	var t RoutingTable
+	var t topo.RoutingTable
 	if json.Unmarshal(b, &t) != nil {
 		return
 	}
@@ -71,7 +84,7 @@ func (v *RoutingView) set(b []byte) {
 }
 
 // Table returns a database's current routing table.
-func (v *RoutingView) Table(db string) *RoutingTable {
+func (v *RoutingView) Table(db string) *topo.RoutingTable {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.tables[db]
@@ -94,7 +107,7 @@ func (v *RoutingView) Slaves(db string, part int) []node.Service {
 }
 
 // service is node id at url, reporting to the reporter if there is one.
-func (v *RoutingView) service(t *RoutingTable, id, url string) node.Service {
+func (v *RoutingView) service(t *topo.RoutingTable, id, url string) node.Service {
 	r := v.remotes.Get(url)
 	v.mu.RLock()
 	rep := v.reporter
@@ -131,7 +144,7 @@ func (v *RoutingView) AwaitDatabase(ctx context.Context, db string) error {
 	}
 }
 
-func (v *RoutingView) mastersReady(ctx context.Context, t *RoutingTable) bool {
+func (v *RoutingView) mastersReady(ctx context.Context, t *topo.RoutingTable) bool {
 	byNode := map[string][]int{}
 	for p := range t.Partitions {
 		id, _ := t.Master(p)
@@ -141,7 +154,7 @@ func (v *RoutingView) mastersReady(ctx context.Context, t *RoutingTable) bool {
 		byNode[id] = append(byNode[id], p)
 	}
 	for id, parts := range byNode {
-		st, err := node.NewRemote(t.Nodes[id], adminHTTP).Status(ctx, node.StatusRequest{DB: t.DB})
+		st, err := v.remotes.Get(t.Nodes[id]).Status(ctx, node.StatusRequest{DB: t.DB})
 		if err != nil {
 			return false
 		}

@@ -1,4 +1,4 @@
-package cluster
+package topo
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func (m *Member) register(ctx context.Context) error {
 	info := m.info
 	m.mu.Unlock()
 	val, _ := json.Marshal(info)
-	if _, err := m.cli.Put(ctx, nodeKey(m.prefix, info.ID), string(val), clientv3.WithLease(g.ID)); err != nil {
+	if _, err := m.cli.Put(ctx, NodeKey(m.prefix, info.ID), string(val), clientv3.WithLease(g.ID)); err != nil {
 		m.cli.Revoke(context.Background(), g.ID)
 		return fmt.Errorf("node %s: register: %w", info.ID, err)
 	}
@@ -113,7 +113,7 @@ func (m *Member) keepAlive(ctx context.Context) {
 				if err := m.register(ctx); err == nil {
 					break
 				}
-				time.Sleep(every)
+				sleep(ctx, every)
 			}
 		default:
 			// etcd unreachable: try again; Valid turns false on its own
@@ -124,9 +124,17 @@ func (m *Member) keepAlive(ctx context.Context) {
 
 // Valid reports whether the lease is certainly still held.
 func (m *Member) Valid() bool {
+	_, valid := m.Held()
+	return valid
+}
+
+// Held returns the current lease (the incarnation) and whether it is
+// certainly still held, read together: a write that began under one
+// lease is acknowledged only while that same lease is held.
+func (m *Member) Held() (lease int64, valid bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return time.Now().Before(m.validUntil)
+	return int64(m.lease), time.Now().Before(m.validUntil)
 }
 
 // Lost is closed when the current incarnation's lease turned out to have
@@ -163,4 +171,14 @@ func (m *Member) Leave() error {
 func (m *Member) Abandon() {
 	m.cancel()
 	<-m.done
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

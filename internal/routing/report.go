@@ -1,17 +1,17 @@
-package cluster
+package routing
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // SickAfter is how many calls in a row must fail to reach a node (or be
@@ -34,20 +34,36 @@ type reporter struct {
 	prefix string
 	id     string
 	log    *slog.Logger
+	// ctx ends with the view; every etcd call of the reporter runs in
+	// calls, which the view waits for before it is done.
+	ctx          context.Context
+	calls        sync.WaitGroup
+	registration *topo.Registration // the router's own, ended with ctx
 
 	mu       sync.Mutex
 	failures map[string]int
 	reported map[string]bool
+	stopped  bool // no more calls: the view is stopping
+}
+
+// stop waits for the reporter's calls to etcd; it makes no more.
+func (r *reporter) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	r.calls.Wait()
+	<-r.registration.Done()
 }
 
 // ReportSickNodes makes the view's router register as id and report the
 // nodes it cannot reach, until ctx ends.
 func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client, prefix, id string, ttlSeconds int, log *slog.Logger) error {
-	if err := putLeased(ctx, cli, routersPrefix(prefix)+id, id, ttlSeconds); err != nil {
+	reg, err := topo.PutLeased(ctx, cli, topo.RoutersPrefix(prefix)+id, id, ttlSeconds)
+	if err != nil {
 		return err
 	}
 	v.mu.Lock()
-	v.reporter = &reporter{cli: cli, prefix: prefix, id: id, log: log, failures: map[string]int{}, reported: map[string]bool{}}
+	v.reporter = &reporter{cli: cli, prefix: prefix, id: id, log: log, ctx: ctx, registration: reg, failures: map[string]int{}, reported: map[string]bool{}}
 	v.mu.Unlock()
 	return nil
 }
@@ -68,17 +84,17 @@ func (r *reporter) observe(nodeID string, inc int64, took time.Duration, err err
 			return
 		}
 		r.failures[id] = 0
-		if r.reported[id] {
+		if r.reported[id] && !r.stopped {
 			delete(r.reported, id)
-			go r.cli.Delete(context.Background(), r.key(id))
+			r.calls.Go(func() { r.cli.Delete(r.ctx, r.key(id)) })
 		}
 		return
 	}
 	r.failures[id]++
-	if r.failures[id] >= SickAfter && !r.reported[id] {
+	if r.failures[id] >= SickAfter && !r.reported[id] && !r.stopped {
 		r.reported[id] = true
 		r.log.Warn("router: reporting a storage node it cannot reach", "node", nodeID, "router", r.id)
-		go r.report(id)
+		r.calls.Go(func() { r.report(id) })
 	}
 }
 
@@ -88,7 +104,7 @@ const ReportTTL = 30
 
 // report keeps a report of node id for ReportTTL seconds.
 func (r *reporter) report(id string) {
-	ctx := context.Background()
+	ctx := r.ctx
 	g, err := r.cli.Grant(ctx, ReportTTL)
 	if err == nil {
 		_, err = r.cli.Put(ctx, r.key(id), r.id, clientv3.WithLease(g.ID))
@@ -104,34 +120,7 @@ func (r *reporter) report(id string) {
 	})
 }
 
-func (r *reporter) key(id string) string { return reportsPrefix(r.prefix) + id + "/" + r.id }
-
-// sickNodes lists the nodes ("id/incarnation") a majority of live routers
-// report.
-func sickNodes(ctx context.Context, cli *clientv3.Client, prefix string) (map[string]bool, error) {
-	routers, err := cli.Get(ctx, routersPrefix(prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil || routers.Count == 0 {
-		return nil, err
-	}
-	reports, err := cli.Get(ctx, reportsPrefix(prefix), clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	by := map[string]int{}
-	for _, kv := range reports.Kvs {
-		rest := strings.TrimPrefix(string(kv.Key), reportsPrefix(prefix))
-		if i := strings.LastIndexByte(rest, '/'); i > 0 {
-			by[rest[:i]]++ // id/incarnation
-		}
-	}
-	sick := map[string]bool{}
-	for id, n := range by {
-		if int64(n) > routers.Count/2 {
-			sick[id] = true
-		}
-	}
-	return sick, nil
-}
+func (r *reporter) key(id string) string { return topo.ReportsPrefix(r.prefix) + id + "/" + r.id }
 
 // reporting is a node's Service that tells the reporter how each call
 // went.

@@ -1,4 +1,4 @@
-package cluster
+package agent
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // Agent carries out, on one storage node, what the routing tables say:
@@ -30,17 +32,20 @@ type Agent struct {
 	Alarm func(error)
 	// Member, when set, is this node's membership: if its lease is lost
 	// the agent fences every partition at once (no more writes).
-	Member *Member
+	Member *topo.Member
 	// DrainLimit bounds how long a new master waits for the old one to
 	// step down and hand over its last commits (default 5s).
 	DrainLimit time.Duration
 	// MaxTransitions bounds the partitions changing role at once on this
 	// node (default 16).
 	MaxTransitions int
+	// ProtocolVersion is the newest internal protocol version spoken to
+	// masters and the relay (default wire.Version).
+	ProtocolVersion uint32
 
 	mu        sync.Mutex
 	followers map[partKey]*follower
-	relay     *relayWatch
+	relay     *topo.RelayWatch
 	streams   node.Remotes // log streams: masters and the relay
 }
 
@@ -59,36 +64,28 @@ type follower struct {
 // Run applies every routing table, then each change, until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	a.followers = map[partKey]*follower{}
-	a.streams.New = node.NewLogRemote
-	a.relay = watchRelays(ctx, a.Client, a.Prefix)
+	a.streams.MaxVersion = a.ProtocolVersion
+	defer a.streams.Close()
+	rctx, stopRelays := context.WithCancel(ctx)
+	a.relay = topo.WatchRelays(rctx, a.Client, a.Prefix)
+	defer func() { stopRelays(); <-a.relay.Done() }()
 	defer a.stopAll()
+	var lost <-chan struct{}
+	if a.Member != nil {
+		lost = a.Member.Lost()
+	}
 	for ctx.Err() == nil {
-		rev, err := a.applyAll(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			a.Log.Warn("agent: read routing tables", "err", err)
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		var lost <-chan struct{}
-		if a.Member != nil {
-			lost = a.Member.Lost()
-		}
+		// Every table first (a Reset), then each change.
 		wctx, cancel := context.WithCancel(ctx)
-		watch := a.Client.Watch(wctx, routingPrefix(a.Prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		w := coord.Watch(wctx, a.Client, topo.RoutingPrefix(a.Prefix))
 	watching:
 		for {
 			select {
-			case wr, ok := <-watch:
-				if !ok {
-					break watching
-				}
-				for _, ev := range wr.Events {
-					if ev.Type == clientv3.EventTypePut {
-						a.applyJSON(ctx, ev.Kv.Value)
-					}
+			case <-w.Done():
+				break watching
+			case c := <-w.Changes():
+				for _, kv := range c.Puts() {
+					a.applyJSON(ctx, kv.Value)
 				}
 			case <-lost:
 				// Expelled from the cluster: whatever this node mastered
@@ -98,29 +95,18 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.Log.Warn("agent: lease lost; fencing every partition", "node", a.ID)
 				a.Node.FenceAll()
 				a.stopAll()
+				lost = a.Member.Lost()
 				break watching
 			}
 		}
 		cancel()
+		<-w.Done()
 	}
 	return nil
 }
 
-// applyAll applies every database's current routing table and returns the
-// etcd revision they were read at.
-func (a *Agent) applyAll(ctx context.Context) (int64, error) {
-	resp, err := a.Client.Get(ctx, routingPrefix(a.Prefix), clientv3.WithPrefix())
-	if err != nil {
-		return 0, err
-	}
-	for _, kv := range resp.Kvs {
-		a.applyJSON(ctx, kv.Value)
-	}
-	return resp.Header.Revision, nil
-}
-
 func (a *Agent) applyJSON(ctx context.Context, b []byte) {
-	var t RoutingTable
+	var t topo.RoutingTable
 	if err := json.Unmarshal(b, &t); err != nil {
 		a.Log.Error("agent: bad routing table", "err", err)
 		return
@@ -134,10 +120,10 @@ func (a *Agent) applyJSON(ctx context.Context, b []byte) {
 // then those it takes over: a take-over waits for the old master to step
 // down, and two nodes handing partitions to each other must not fill
 // their transition slots with take-overs waiting on each other.
-func (a *Agent) apply(ctx context.Context, t *RoutingTable) {
+func (a *Agent) apply(ctx context.Context, t *topo.RoutingTable) {
 	limit := a.MaxTransitions
 	if limit <= 0 {
-		limit = 16
+		limit = DefaultMaxTransitions
 	}
 	var stepDown, takeOver []int
 	for p, r := range t.Partitions {
@@ -167,7 +153,7 @@ func (a *Agent) apply(ctx context.Context, t *RoutingTable) {
 }
 
 // transition brings one partition to its role in t.
-func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
+func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) error {
 	k := partKey{t.DB, p}
 	route := t.Partitions[p]
 	idx := slices.Index(route.Replicas, a.ID)
@@ -227,7 +213,7 @@ func (a *Agent) transition(ctx context.Context, t *RoutingTable, p int) error {
 // not hold — or fails. After a failover it drains what the relay still
 // holds of the dead master's log, best effort: the controller chose this
 // replica because it holds every acknowledged commit already.
-func (a *Agent) takeOver(ctx context.Context, t *RoutingTable, p int, route PartitionRoute) error {
+func (a *Agent) takeOver(ctx context.Context, t *topo.RoutingTable, p int, route topo.PartitionRoute) error {
 	opts := node.FollowOptions{Replica: a.ID, Truncated: a.Truncated, Alarm: a.Alarm}
 	if route.From != "" && route.From != a.ID {
 		url, alive := t.Nodes[route.From]
@@ -236,7 +222,7 @@ func (a *Agent) takeOver(ctx context.Context, t *RoutingTable, p int, route Part
 		}
 		return a.Node.Drain(ctx, t.DB, p, a.streams.Get(url), a.drainLimit(), true, opts)
 	}
-	if relay := a.relay.get(); relay != "" {
+	if relay := a.relay.URL(); relay != "" {
 		return a.Node.Drain(ctx, t.DB, p, a.streams.Get(relay), a.drainLimit(), false, opts)
 	}
 	return nil
@@ -270,7 +256,7 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 		// the master for a while, then try the relay again.
 		var directUntil time.Time
 		for fctx.Err() == nil {
-			relay := a.relay.get()
+			relay := a.relay.URL()
 			viaRelay := relay != "" && time.Now().After(directUntil)
 			opts := node.FollowOptions{Source: direct, Replica: a.ID, Truncated: a.Truncated, Alarm: a.Alarm}
 			sctx, cancel := fctx, context.CancelFunc(func() {})

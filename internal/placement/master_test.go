@@ -1,4 +1,4 @@
-package cluster
+package placement
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 )
 
 // TestMasterChoice runs testdata/master_choice: who masters a partition in
-// the next routing table (decideMaster). Each case gives the published
+// the next routing table (DecideMaster). Each case gives the published
 // and ideal replica lists, the live nodes, minInSync, whether the master
 // is stuck, and one line per replica that answered: "id ROLE gen:seq".
 func TestMasterChoice(t *testing.T) {
@@ -22,7 +22,7 @@ func TestMasterChoice(t *testing.T) {
 			d.ScanArgs(t, key, &v)
 			return strings.Split(v, ",")
 		}
-		in := masterInput{Current: list("current"), Target: list("target"), MinInSync: 2}
+		in := MasterInput{Current: list("current"), Target: list("target"), MinInSync: 2}
 		live := map[string]bool{}
 		for _, id := range list("live") {
 			live[id] = true
@@ -59,7 +59,7 @@ func TestMasterChoice(t *testing.T) {
 			st, ok := statuses[id]
 			return st, ok && live[id]
 		}
-		got := decideMaster(in)
+		got := DecideMaster(in)
 		out := "replicas=" + strings.Join(got.Replicas, ",")
 		if got.From != "" {
 			out += " from=" + got.From

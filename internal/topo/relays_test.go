@@ -1,4 +1,4 @@
-package cluster
+package topo
 
 import (
 	"context"
@@ -29,11 +29,11 @@ func TestLeasedRegistrationSurvivesLeaseLoss(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := RegisterRelay(ctx, cli, "/t", "r1", "http://relay", 2); err != nil {
+	if _, err := RegisterRelay(ctx, cli, "/t", "r1", "http://relay", 2); err != nil {
 		t.Fatal(err)
 	}
 	lease := func() clientv3.LeaseID {
-		resp, err := cli.Get(context.Background(), relaysPrefix("/t")+"r1")
+		resp, err := cli.Get(context.Background(), RelaysPrefix("/t")+"r1")
 		if err != nil || len(resp.Kvs) == 0 {
 			return 0
 		}

@@ -1,4 +1,4 @@
-package cluster
+package controller
 
 import (
 	"context"
@@ -7,14 +7,18 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/placement"
 	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // Controller is the cluster manager. Several may run; one is elected
@@ -60,14 +64,14 @@ type Controller struct {
 // still treats as master of its partitions until its own view of its
 // lease has certainly lapsed.
 type fencedNode struct {
-	info  NodeInfo
+	info  topo.NodeInfo
 	until time.Time
 }
 
 // Run campaigns and, while leader, reconciles, until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 5
+		c.LeaseTTL = topo.DefaultLeaseTTL
 	}
 	if c.Interval == 0 {
 		c.Interval = 500 * time.Millisecond
@@ -82,10 +86,13 @@ func (c *Controller) Run(ctx context.Context) error {
 				return nil
 			}
 			c.Log.Warn("controller session", "err", err)
-			time.Sleep(c.Interval)
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.Interval):
+			}
 			continue
 		}
-		e := concurrency.NewElection(s, electionPrefix(c.Prefix))
+		e := concurrency.NewElection(s, topo.ElectionPrefix(c.Prefix))
 		if err := e.Campaign(ctx, c.ID); err == nil {
 			c.Log.Info("controller elected", "id", c.ID)
 			c.lead(ctx, s, e)
@@ -96,13 +103,21 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 func (c *Controller) lead(ctx context.Context, s *concurrency.Session, e *concurrency.Election) {
+	// Changes of nodes and reports only wake the loop: each round reads
+	// what it needs afresh.
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	changes := c.Client.Watch(wctx, nodesPrefix(c.Prefix), clientv3.WithPrefix())
-	reports := c.Client.Watch(wctx, reportsPrefix(c.Prefix), clientv3.WithPrefix())
+	changes := coord.Watch(wctx, c.Client, topo.NodesPrefix(c.Prefix))
+	reports := coord.Watch(wctx, c.Client, topo.ReportsPrefix(c.Prefix))
+	var checks sync.WaitGroup
 	if c.CheckInterval > 0 {
-		go c.checkEvery(wctx)
+		checks.Go(func() { c.checkEvery(wctx) })
 	}
+	defer func() {
+		cancel()
+		<-changes.Done()
+		<-reports.Done()
+		checks.Wait()
+	}()
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
 	for {
@@ -112,15 +127,15 @@ func (c *Controller) lead(ctx context.Context, s *concurrency.Session, e *concur
 			return
 		case <-s.Done(): // lost the lease: someone else leads now
 			return
-		case <-changes:
-		case <-reports:
+		case <-changes.Changes():
+		case <-reports.Changes():
 		case <-tick.C:
 		}
 	}
 }
 
 func (c *Controller) reconcileAll(ctx context.Context, e *concurrency.Election) {
-	nodes, err := LiveNodes(ctx, c.Client, c.Prefix)
+	nodes, err := topo.LiveNodes(ctx, c.Client, c.Prefix)
 	if err != nil {
 		c.Log.Warn("controller: list nodes", "err", err)
 		return
@@ -137,21 +152,21 @@ func (c *Controller) reconcileAll(ctx context.Context, e *concurrency.Election) 
 // differs from the current one. A partition whose master changes, or whose
 // master came back as a new incarnation, gets the next generation. The
 // write is fenced on this controller still leading.
-func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db string, partitions, replicas, minInSync int, live []NodeInfo) error {
-	cur, err := LoadRoutingTable(ctx, c.Client, c.Prefix, db)
+func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db string, partitions, replicas, minInSync int, live []topo.NodeInfo) error {
+	cur, err := topo.LoadRoutingTable(ctx, c.Client, c.Prefix, db)
 	if err != nil {
 		return err
 	}
-	in := Input{Partitions: partitions, Replicas: replicas, Current: Assignment{}}
+	in := placement.Input{Partitions: partitions, Replicas: replicas, Current: placement.Assignment{}}
 	urls, incs := map[string]string{}, map[string]int64{}
 	for _, n := range live {
-		in.Nodes = append(in.Nodes, Node{ID: n.ID, Rack: n.Rack})
+		in.Nodes = append(in.Nodes, placement.Node{ID: n.ID, Rack: n.Rack})
 		urls[n.ID], incs[n.ID] = n.URL, n.Incarnation
 	}
 	if len(in.Nodes) == 0 {
 		return nil
 	}
-	next := &RoutingTable{DB: db, Version: 1, Partitions: make([]PartitionRoute, partitions), Nodes: urls, Incarnations: incs}
+	next := &topo.RoutingTable{DB: db, Version: 1, Partitions: make([]topo.PartitionRoute, partitions), Nodes: urls, Incarnations: incs}
 	changed := cur == nil
 	if cur != nil {
 		next.Version = cur.Version + 1
@@ -160,7 +175,7 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		}
 		changed = len(cur.Partitions) != partitions || !maps.Equal(cur.Nodes, urls) || !maps.Equal(cur.Incarnations, incs)
 	}
-	ideal := IdealState(in)
+	ideal := placement.IdealState(in)
 	statuses := c.statuses(ctx, db, cur, urls)
 	status := func(p int) func(id string) (node.PartitionStatus, bool) {
 		return func(id string) (node.PartitionStatus, bool) {
@@ -170,13 +185,13 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 	}
 	isLive := func(id string) bool { _, ok := urls[id]; return ok }
 	for p := range partitions {
-		route := PartitionRoute{Replicas: ideal[p], Generation: 1}
+		route := topo.PartitionRoute{Replicas: ideal[p], Generation: 1}
 		if cur == nil || p >= len(cur.Partitions) {
 			next.Partitions[p] = route
 			continue
 		}
 		old := cur.Partitions[p]
-		d := decideMaster(masterInput{
+		d := placement.DecideMaster(placement.MasterInput{
 			Current: old.Replicas, Target: route.Replicas, Live: isLive, Status: status(p),
 			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)), From: old.From,
 		})
@@ -210,11 +225,11 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 
 // publish writes a routing table, if this controller still leads: every
 // transition it carries, on every node, in one etcd transaction.
-func (c *Controller) publish(ctx context.Context, e *concurrency.Election, t *RoutingTable) error {
+func (c *Controller) publish(ctx context.Context, e *concurrency.Election, t *topo.RoutingTable) error {
 	val, _ := json.Marshal(t)
 	resp, err := c.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())).
-		Then(clientv3.OpPut(routingKey(c.Prefix, t.DB), string(val))).Commit()
+		Then(clientv3.OpPut(topo.RoutingKey(c.Prefix, t.DB), string(val))).Commit()
 	if err != nil {
 		return err
 	}
@@ -228,7 +243,7 @@ func (c *Controller) publish(ctx context.Context, e *concurrency.Election, t *Ro
 // routing table version (one etcd transaction, one round of watches) per
 // changed partition: how a cluster manager without group commit issues
 // transitions. It exists to measure what grouping saves.
-func (c *Controller) publishOneByOne(ctx context.Context, e *concurrency.Election, cur, next *RoutingTable) error {
+func (c *Controller) publishOneByOne(ctx context.Context, e *concurrency.Election, cur, next *topo.RoutingTable) error {
 	step := *cur
 	step.Partitions = slices.Clone(cur.Partitions)
 	step.Nodes, step.Incarnations = next.Nodes, next.Incarnations
@@ -253,7 +268,7 @@ func (c *Controller) publishOneByOne(ctx context.Context, e *concurrency.Electio
 // replicas' roles and SCNs: where timelines end, whether a replica has
 // caught up for a hand-over, whether a master is mastering. Nodes that do
 // not answer within a second count as having answered nothing.
-func (c *Controller) statuses(ctx context.Context, db string, cur *RoutingTable, live map[string]string) map[string]map[int]node.PartitionStatus {
+func (c *Controller) statuses(ctx context.Context, db string, cur *topo.RoutingTable, live map[string]string) map[string]map[int]node.PartitionStatus {
 	if cur == nil {
 		return nil
 	}
@@ -293,7 +308,7 @@ func (c *Controller) statuses(ctx context.Context, db string, cur *RoutingTable,
 // stuck reports whether a partition's master has reported a role other
 // than MASTER, in its current generation, for longer than StuckAfter: a
 // hand-over whose drain failed, to be chosen again.
-func (c *Controller) stuck(db string, p int, r PartitionRoute, status func(string) (node.PartitionStatus, bool)) bool {
+func (c *Controller) stuck(db string, p int, r topo.PartitionRoute, status func(string) (node.PartitionStatus, bool)) bool {
 	if len(r.Replicas) == 0 {
 		return false
 	}
@@ -325,7 +340,7 @@ func (c *Controller) stuck(db string, p int, r PartitionRoute, status func(strin
 // hears, or when its own view of the lease lapses) and keeps treating it
 // as live for the lease's TTL, so that no other replica is made master
 // while it might still write.
-func (c *Controller) fenceSick(ctx context.Context, nodes []NodeInfo) []NodeInfo {
+func (c *Controller) fenceSick(ctx context.Context, nodes []topo.NodeInfo) []topo.NodeInfo {
 	if c.fenced == nil {
 		c.fenced = map[string]fencedNode{}
 	}
@@ -333,7 +348,7 @@ func (c *Controller) fenceSick(ctx context.Context, nodes []NodeInfo) []NodeInfo
 	if err != nil {
 		sick = nil
 	}
-	var out []NodeInfo
+	var out []topo.NodeInfo
 	for _, n := range nodes {
 		if !sick[fmt.Sprintf("%s/%d", n.ID, n.Incarnation)] {
 			out = append(out, n)
@@ -343,7 +358,7 @@ func (c *Controller) fenceSick(ctx context.Context, nodes []NodeInfo) []NodeInfo
 			continue
 		}
 		// The node's own view of its lease ends before etcd would have
-		// expired it (Member.Valid): waiting out the remaining TTL is
+		// expired it (topo.Member.Valid): waiting out the remaining TTL is
 		// enough.
 		ttl := time.Duration(c.LeaseTTL) * time.Second
 		if l, err := c.Client.TimeToLive(ctx, clientv3.LeaseID(n.Incarnation)); err == nil {
@@ -362,7 +377,7 @@ func (c *Controller) fenceSick(ctx context.Context, nodes []NodeInfo) []NodeInfo
 			delete(c.fenced, id)
 			continue
 		}
-		if !slices.ContainsFunc(out, func(n NodeInfo) bool { return n.ID == id }) {
+		if !slices.ContainsFunc(out, func(n topo.NodeInfo) bool { return n.ID == id }) {
 			out = append(out, f.info)
 		}
 	}
@@ -398,4 +413,31 @@ func (c *Controller) checkEvery(ctx context.Context) {
 			c.OnCheck(res)
 		}
 	}
+}
+
+// sickNodes lists the nodes ("id/incarnation") a majority of live routers
+// report.
+func sickNodes(ctx context.Context, cli *clientv3.Client, prefix string) (map[string]bool, error) {
+	routers, err := cli.Get(ctx, topo.RoutersPrefix(prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || routers.Count == 0 {
+		return nil, err
+	}
+	reports, err := cli.Get(ctx, topo.ReportsPrefix(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]int{}
+	for _, kv := range reports.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), topo.ReportsPrefix(prefix))
+		if i := strings.LastIndexByte(rest, '/'); i > 0 {
+			by[rest[:i]]++ // id/incarnation
+		}
+	}
+	sick := map[string]bool{}
+	for id, n := range by {
+		if int64(n) > routers.Count/2 {
+			sick[id] = true
+		}
+	}
+	return sick, nil
 }

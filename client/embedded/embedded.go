@@ -1,13 +1,20 @@
-package client
+// Package embedded opens a Cortado data directory in-process and serves a
+// client.Client from it with no network hop: the registry on an embedded
+// etcd bound to loopback, the storage engine and the router, called
+// directly. It is the server in a library (etcd's server/embed to its
+// client/v3); programs that talk HTTP import only package client.
+package embedded
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/cortado-db/cortado/client"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
@@ -15,18 +22,18 @@ import (
 	"github.com/cortado-db/cortado/internal/server"
 )
 
-// EmbeddedOptions configures OpenEmbedded.
-type EmbeddedOptions struct {
+// Options configures Open.
+type Options struct {
 	// Logger receives the embedded server's logs (default: discarded).
 	Logger *slog.Logger
 }
 
-// OpenEmbedded opens a Cortado data directory in-process: the registry
+// Open opens a Cortado data directory in-process: the registry
 // (on an embedded etcd bound to loopback), the storage engine and the
 // router, called directly with no HTTP. Only one process may open a data
 // directory at a time. Close the client to close the directory.
-func OpenEmbedded(ctx context.Context, dir string, opts *EmbeddedOptions) (*Client, error) {
-	o := EmbeddedOptions{}
+func Open(ctx context.Context, dir string, opts *Options) (*client.Client, error) {
+	o := Options{}
 	if opts != nil {
 		o = *opts
 	}
@@ -49,7 +56,7 @@ func OpenEmbedded(ctx context.Context, dir string, opts *EmbeddedOptions) (*Clie
 		if err != nil {
 			return nil, err
 		}
-		return &Client{t: &embedded{s: s, r: s.Router}, local: newLocalSchemas()}, nil
+		return client.NewWithTransport(&embedded{s: s, r: s.Router}), nil
 	}
 }
 
@@ -80,21 +87,21 @@ type embedded struct {
 	r *router.Router
 }
 
-func (e *embedded) close() error { return e.s.Close() }
+func (e *embedded) Close() error { return e.s.Close() }
 
-// problemErr converts a router error to the *Error an HTTP client gets.
+// problemErr converts a router error to the *client.Error an HTTP client gets.
 func problemErr(err error) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, node.ErrNotModified) {
-		return ErrNotModified
+		return client.ErrNotModified
 	}
 	p := router.Problem(err)
-	return &Error{Status: p.Status, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field, Operation: p.Operation}
+	return &client.Error{Status: p.Status, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field, Operation: p.Operation}
 }
 
-func toConditions(c *Conditions) node.Preconditions {
+func toConditions(c *client.Conditions) node.Preconditions {
 	var p node.Preconditions
 	if c == nil {
 		return p
@@ -110,7 +117,7 @@ func toConditions(c *Conditions) node.Preconditions {
 	return p
 }
 
-func format(o *ReadOptions, avro bool) router.Format {
+func format(o *client.ReadOptions, avro bool) router.Format {
 	f := router.Format{Avro: avro}
 	if o != nil {
 		f.Fields, f.Version = o.Fields, o.Version
@@ -118,8 +125,8 @@ func format(o *ReadOptions, avro bool) router.Format {
 	return f
 }
 
-func keyFromParts(parts []keys.Part) Key {
-	k := make(Key, len(parts))
+func keyFromParts(parts []keys.Part) client.Key {
+	k := make(client.Key, len(parts))
 	for i, p := range parts {
 		if p.IsInt {
 			k[i] = p.Int
@@ -130,31 +137,31 @@ func keyFromParts(parts []keys.Part) Key {
 	return k
 }
 
-func (e *embedded) createDatabase(ctx context.Context, name string, body []byte) error {
+func (e *embedded) CreateDatabase(ctx context.Context, name string, body []byte) error {
 	_, _, err := e.r.CreateDatabase(ctx, name, body)
 	return problemErr(err)
 }
 
-func (e *embedded) registerSchema(ctx context.Context, db, table string, body []byte) (int, error) {
+func (e *embedded) RegisterSchema(ctx context.Context, db, table string, body []byte) (int, error) {
 	b, _, err := e.r.RegisterSchema(ctx, db, table, body)
 	if err != nil {
 		return 0, problemErr(err)
 	}
 	var v struct{ Version int }
-	return v.Version, jsonUnmarshal(b, &v)
+	return v.Version, json.Unmarshal(b, &v)
 }
 
-func (e *embedded) tableInfo(_ context.Context, db, table string) ([]byte, error) {
+func (e *embedded) TableInfo(_ context.Context, db, table string) ([]byte, error) {
 	b, err := e.r.TableInfo(db, table)
 	return b, problemErr(err)
 }
 
-func (e *embedded) schemaVersion(_ context.Context, db, table string, version int) ([]byte, error) {
+func (e *embedded) SchemaVersion(_ context.Context, db, table string, version int) ([]byte, error) {
 	b, err := e.r.SchemaVersion(db, table, version)
 	return b, problemErr(err)
 }
 
-func (e *embedded) get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error) {
+func (e *embedded) Get(ctx context.Context, db, table string, key []string, o *client.ReadOptions, avro bool) (*client.Document, error) {
 	var cond node.Preconditions
 	if o != nil {
 		cond = toConditions(&o.Conditions)
@@ -163,17 +170,16 @@ func (e *embedded) get(ctx context.Context, db, table string, key []string, o *R
 	if d == nil {
 		return nil, problemErr(err)
 	}
-	return &Document{Key: keyFromParts(d.Key), SCN: d.SCN.String(), ETag: d.ETag, LastModified: d.Modified.Truncate(1e9),
+	return &client.Document{Key: keyFromParts(d.Key), SCN: d.SCN.String(), ETag: d.ETag, LastModified: d.Modified.Truncate(1e9),
 		SchemaVersion: d.BodyVersion, Body: d.Body}, problemErr(err)
 }
 
-func (e *embedded) collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) ([]byte, *Page, error) {
+func (e *embedded) Collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *client.ReadOptions) ([]byte, string, error) {
 	p, err := e.r.Collection(ctx, db, table, prefix, limit, next, format(o, false))
 	if err != nil {
-		return nil, nil, problemErr(err)
+		return nil, "", problemErr(err)
 	}
-	page, err := parsePage(p.Body, scnString(p))
-	return p.Body, page, err
+	return p.Body, scnString(p), nil
 }
 
 func scnString(p *router.Page) string {
@@ -183,24 +189,23 @@ func scnString(p *router.Page) string {
 	return p.SCN.String()
 }
 
-func (e *embedded) multiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) ([]byte, *Page, error) {
+func (e *embedded) MultiGet(ctx context.Context, db, table string, keys [][]string, o *client.ReadOptions) ([]byte, string, error) {
 	p, err := e.r.MultiGet(ctx, db, table, keys, format(o, false))
 	if err != nil {
-		return nil, nil, problemErr(err)
+		return nil, "", problemErr(err)
 	}
-	page, err := parsePage(p.Body, scnString(p))
-	return p.Body, page, err
+	return p.Body, scnString(p), nil
 }
 
-func (e *embedded) result(res *router.WriteResult) *WriteResult {
-	w := &WriteResult{SCN: res.SCN.String(), Key: keyFromParts(res.Key), Created: res.Created, ETag: res.ETag, Deleted: res.Deleted}
+func (e *embedded) result(res *router.WriteResult) *client.WriteResult {
+	w := &client.WriteResult{SCN: res.SCN.String(), Key: keyFromParts(res.Key), Created: res.Created, ETag: res.ETag, Deleted: res.Deleted}
 	if !res.Modified.IsZero() {
 		w.LastModified = res.Modified.Truncate(1e9)
 	}
 	return w
 }
 
-func (e *embedded) put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error) {
+func (e *embedded) Put(ctx context.Context, db, table string, key []string, body []byte, c *client.Conditions) (*client.WriteResult, error) {
 	res, err := e.r.Put(ctx, db, table, key, body, 0, toConditions(c))
 	if err != nil {
 		return nil, problemErr(err)
@@ -208,7 +213,7 @@ func (e *embedded) put(ctx context.Context, db, table string, key []string, body
 	return e.result(res), nil
 }
 
-func (e *embedded) insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error) {
+func (e *embedded) Insert(ctx context.Context, db, table string, prefix []string, body []byte) (*client.WriteResult, error) {
 	res, err := e.r.Insert(ctx, db, table, prefix, body, 0)
 	if err != nil {
 		return nil, problemErr(err)
@@ -216,7 +221,7 @@ func (e *embedded) insert(ctx context.Context, db, table string, prefix []string
 	return e.result(res), nil
 }
 
-func (e *embedded) patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error) {
+func (e *embedded) Patch(ctx context.Context, db, table string, key []string, body []byte, c *client.Conditions) (*client.WriteResult, error) {
 	res, err := e.r.Patch(ctx, db, table, key, body, toConditions(c))
 	if err != nil {
 		return nil, problemErr(err)
@@ -224,7 +229,7 @@ func (e *embedded) patch(ctx context.Context, db, table string, key []string, bo
 	return e.result(res), nil
 }
 
-func (e *embedded) delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error) {
+func (e *embedded) Delete(ctx context.Context, db, table string, key []string, c *client.Conditions) (*client.WriteResult, error) {
 	res, err := e.r.Delete(ctx, db, table, key, toConditions(c))
 	if err != nil {
 		return nil, problemErr(err)
@@ -232,7 +237,7 @@ func (e *embedded) delete(ctx context.Context, db, table string, key []string, c
 	return e.result(res), nil
 }
 
-func (e *embedded) txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error) {
+func (e *embedded) Txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error) {
 	res, err := e.r.Txn(ctx, db, partitionKey, body)
 	if err != nil {
 		return nil, problemErr(err)

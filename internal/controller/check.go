@@ -1,4 +1,4 @@
-package cluster
+package controller
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // Results of comparing one slave with its master.
@@ -54,12 +55,12 @@ type ReplicaCheck struct {
 // means the master moved on; the partition is tried again, up to three
 // times, under load.
 func Check(ctx context.Context, cli *clientv3.Client, prefix, db string) ([]PartitionCheck, error) {
-	tables, err := routingTables(ctx, cli, prefix)
+	tables, err := topo.RoutingTables(ctx, cli, prefix)
 	if err != nil {
 		return nil, err
 	}
 	type job struct {
-		t *RoutingTable
+		t *topo.RoutingTable
 		p int
 	}
 	var jobs []job
@@ -96,14 +97,14 @@ func mergeKeys(a, b map[string]uint64) map[string]bool {
 	return out
 }
 
-func checkPartition(ctx context.Context, t *RoutingTable, p int) PartitionCheck {
+func checkPartition(ctx context.Context, t *topo.RoutingTable, p int) PartitionCheck {
 	route := t.Partitions[p]
 	pc := PartitionCheck{DB: t.DB, Partition: p}
 	if len(route.Replicas) == 0 {
 		return pc
 	}
 	pc.Master = route.Replicas[0]
-	master := node.NewRemote(t.Nodes[pc.Master], adminHTTP)
+	master := admin.Get(t.Nodes[pc.Master])
 	for attempt := 0; ; attempt++ {
 		pc.Replicas = pc.Replicas[:0]
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -126,7 +127,7 @@ func checkPartition(ctx context.Context, t *RoutingTable, p int) PartitionCheck 
 				continue
 			}
 			rctx, cancel := context.WithTimeout(ctx, 6*time.Second)
-			got, err := node.NewRemote(url, adminHTTP).Checksum(rctx, node.ChecksumRequest{DB: t.DB, Partition: p, At: ref.SCN, Wait: 5 * time.Second})
+			got, err := admin.Get(url).Checksum(rctx, node.ChecksumRequest{DB: t.DB, Partition: p, At: ref.SCN, Wait: 5 * time.Second})
 			cancel()
 			switch {
 			case errors.Is(err, storage.ErrTruncateAcknowledged):

@@ -1,4 +1,4 @@
-package cluster
+package placement
 
 import (
 	"slices"
@@ -7,14 +7,14 @@ import (
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
-// handBackLag is how many commits a replica may still lack of its
+// HandBackLag is how many commits a replica may still lack of its
 // master's for mastership to be handed to it: the new master drains the
 // rest while the partition briefly takes no writes.
-const handBackLag = 256
+const HandBackLag = 256
 
-// masterInput is what the controller knows of one partition when it
+// MasterInput is what the controller knows of one partition when it
 // decides who masters it next.
-type masterInput struct {
+type MasterInput struct {
 	// Current is the published replica list (master first); Target the
 	// ideal one.
 	Current, Target []string
@@ -34,21 +34,21 @@ type masterInput struct {
 	From string
 }
 
-// masterDecision is the partition's next replica list, whether its
+// MasterDecision is the partition's next replica list, whether its
 // master changes by a planned hand-over (From, the live master it takes
 // over from) and whether the master needs a new generation although the
 // node stays the same (a failover that re-chose it).
-type masterDecision struct {
+type MasterDecision struct {
 	Replicas []string
 	From     string
 	Bump     bool
 }
 
-// decideMaster chooses a partition's master so that no acknowledged
+// DecideMaster chooses a partition's master so that no acknowledged
 // commit can be lost:
 //
 //   - A live master keeps mastership until the replica it would go to has
-//     caught up on its timeline (same generation, at most handBackLag
+//     caught up on its timeline (same generation, at most HandBackLag
 //     commits behind, never ahead: a rejoining replica first truncates
 //     what it wrote but never had acknowledged). The hand-over names the
 //     old master (From), which the new one must drain completely.
@@ -57,10 +57,10 @@ type masterDecision struct {
 //     answered that every set of MinInSync replicas, the ones that held an
 //     acknowledged commit, includes one of them. Otherwise the partition
 //     waits, without a master, for replicas to come back.
-func decideMaster(in masterInput) masterDecision {
+func DecideMaster(in MasterInput) MasterDecision {
 	cur, tgt := in.Current, in.Target
 	if len(cur) == 0 || len(tgt) == 0 {
-		return masterDecision{Replicas: tgt}
+		return MasterDecision{Replicas: tgt}
 	}
 	m := cur[0]
 	if in.Stuck && in.Live(m) {
@@ -72,9 +72,9 @@ func decideMaster(in masterInput) masterDecision {
 			// lives: it may still be MASTER and writing, so no one else
 			// may be chosen. Give it back, or wait until it answers.
 			if _, ok := in.Status(in.From); ok {
-				return masterDecision{Replicas: first(in.From, tgt), From: m}
+				return MasterDecision{Replicas: first(in.From, tgt), From: m}
 			}
-			return masterDecision{Replicas: cur}
+			return MasterDecision{Replicas: cur}
 		}
 		d := failover(in)
 		if d.Replicas[0] != m {
@@ -86,11 +86,11 @@ func decideMaster(in masterInput) masterDecision {
 		return failover(in)
 	}
 	if tgt[0] == m {
-		return masterDecision{Replicas: tgt}
+		return MasterDecision{Replicas: tgt}
 	}
 	ms, ok := in.Status(m)
 	if s, answered := in.Status(tgt[0]); ok && answered && slices.Contains(cur, tgt[0]) && caughtUp(s.SCN, ms.SCN) {
-		return masterDecision{Replicas: tgt, From: m}
+		return MasterDecision{Replicas: tgt, From: m}
 	}
 	if !slices.Contains(tgt, m) && ok {
 		// The master leaves the replica set: hand to the caught-up
@@ -107,14 +107,14 @@ func decideMaster(in masterInput) masterDecision {
 			}
 		}
 		if best != "" {
-			return masterDecision{Replicas: first(best, tgt), From: m}
+			return MasterDecision{Replicas: first(best, tgt), From: m}
 		}
 	}
-	return masterDecision{Replicas: first(m, tgt)}
+	return MasterDecision{Replicas: first(m, tgt)}
 }
 
 // failover chooses a new master for a partition whose master is gone.
-func failover(in masterInput) masterDecision {
+func failover(in MasterInput) MasterDecision {
 	cur := in.Current
 	var answered []string
 	for _, id := range cur {
@@ -125,7 +125,7 @@ func failover(in masterInput) masterDecision {
 		}
 	}
 	if len(answered) < len(cur)-in.MinInSync+1 || len(answered) == 0 {
-		return masterDecision{Replicas: cur} // wait for replicas to return
+		return MasterDecision{Replicas: cur} // wait for replicas to return
 	}
 	best := answered[0]
 	for _, id := range answered[1:] {
@@ -136,13 +136,13 @@ func failover(in masterInput) masterDecision {
 		}
 	}
 	out := first(best, in.Target)
-	return masterDecision{Replicas: out, Bump: best == cur[0]}
+	return MasterDecision{Replicas: out, Bump: best == cur[0]}
 }
 
 // caughtUp reports whether a replica at r is on the timeline of a master
 // at m and close enough behind it to take over.
 func caughtUp(r, m storage.SCN) bool {
-	return r.Gen == m.Gen && r.Seq <= m.Seq && m.Seq-r.Seq <= handBackLag
+	return r.Gen == m.Gen && r.Seq <= m.Seq && m.Seq-r.Seq <= HandBackLag
 }
 
 // first returns ids with id moved (or added) to the front.

@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cortado-db/cortado/client"
+)
+
+// The pieces scripts/bench-peers runs Cortado's peers with: the same
+// documents loaded everywhere, a bare net/http floor serving them from a
+// map, and an open-loop generator for latency at a fixed rate.
+
+// Load creates the bench database and table and writes documents 0 …
+// Keys-1, each {"n": id, "payload": DocBytes × "x"}.
+func Load(ctx context.Context, o Options, progress io.Writer) error {
+	o.fill()
+	cl := client.New(o.URL)
+	defer cl.Close()
+	if err := cl.CreateDatabase(ctx, o.DB, client.Database{Replicas: o.Replicas}); err != nil {
+		return fmt.Errorf("create database %s: %w", o.DB, err)
+	}
+	var def client.TableSchema
+	json.Unmarshal([]byte(tableDef), &def)
+	if _, err := cl.RegisterSchema(ctx, o.DB, "Doc", def); err != nil {
+		return fmt.Errorf("register table: %w", err)
+	}
+	fmt.Fprintf(progress, "loading %d documents of %d bytes\n", o.Keys, o.DocBytes)
+	return load(ctx, cl, o, strings.Repeat("x", o.DocBytes))
+}
+
+// DocumentJSON is the JSON of bench document id, as Cortado returns it.
+func DocumentJSON(id, docBytes int) []byte {
+	return fmt.Appendf(nil, `{"n":%d,"payload":"%s"}`, id, strings.Repeat("x", docBytes))
+}
+
+// Floor serves GET and PUT of /{db}/Doc/{id} from an in-memory map with
+// nothing else: the fastest any HTTP document server on this machine can
+// be, the floor Cortado is compared with. It serves until ctx ends.
+func Floor(ctx context.Context, ln net.Listener, o Options) error {
+	o.fill()
+	var mu sync.RWMutex
+	docs := make(map[string][]byte, o.Keys)
+	for id := range o.Keys {
+		docs[fmt.Sprint(id)] = DocumentJSON(id, o.DocBytes)
+	}
+	prefix := "/" + o.DB + "/Doc/"
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, ok := strings.CutPrefix(r.URL.Path, prefix)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		switch r.Method {
+		case http.MethodGet:
+			mu.RLock()
+			b, ok := docs[k]
+			mu.RUnlock()
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(b)
+		case http.MethodPut:
+			b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			mu.Lock()
+			docs[k] = b
+			mu.Unlock()
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			http.Error(w, "method", http.StatusMethodNotAllowed)
+		}
+	})
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	if err := s.Serve(ln); err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+// OpenLoop sends multi-gets of MultiKeys random documents at Rate
+// requests per second for Duration, each at its scheduled time whether
+// or not earlier ones have answered, and measures latency from the
+// scheduled time (so a stall counts for every request it delays).
+func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int) (Phase, error) {
+	o.fill()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 30 * time.Second}
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	n := int(o.Duration / interval)
+	lat := make([]time.Duration, 0, n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := 0
+	r := rand.New(rand.NewPCG(1, uint64(start.UnixNano())))
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				wg.Wait()
+				return Phase{}, ctx.Err()
+			case <-t.C:
+			}
+		}
+		ids := make([]string, multiKeys)
+		for j := range ids {
+			ids[j] = fmt.Sprint(r.IntN(o.Keys))
+		}
+		url := fmt.Sprintf("%s/%s/Doc/(%s)", o.URL, o.DB, strings.Join(ids, ","))
+		wg.Go(func() {
+			resp, err := hc.Get(url)
+			ok := err == nil && resp.StatusCode == 200
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			took := time.Since(at)
+			mu.Lock()
+			defer mu.Unlock()
+			if !ok {
+				errs++
+				return
+			}
+			lat = append(lat, took)
+		})
+	}
+	wg.Wait()
+	slices.Sort(lat)
+	p := Phase{Op: fmt.Sprintf("MGET%d", multiKeys), Requests: len(lat), Errors: errs, Throughput: float64(len(lat)) / time.Since(start).Seconds()}
+	if len(lat) > 0 {
+		p.P50, p.P99, p.Max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	}
+	return p, nil
+}

@@ -1,0 +1,136 @@
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/wire"
+)
+
+// wireMethods are the internal API's unary calls, each with a fresh
+// request message the fuzzer's bytes are decoded into.
+var wireMethods = []struct {
+	name string
+	req  func() proto.Message
+	res  func() proto.Message
+}{
+	{"Hello", func() proto.Message { return new(wire.HelloRequest) }, func() proto.Message { return new(wire.HelloResult) }},
+	{"Get", func() proto.Message { return new(wire.GetRequest) }, func() proto.Message { return new(wire.Item) }},
+	{"MultiGet", func() proto.Message { return new(wire.MultiGetRequest) }, func() proto.Message { return new(wire.Items) }},
+	{"Scan", func() proto.Message { return new(wire.ScanRequest) }, func() proto.Message { return new(wire.ScanResult) }},
+	{"Write", func() proto.Message { return new(wire.WriteRequest) }, func() proto.Message { return new(wire.WriteResult) }},
+	{"Log", func() proto.Message { return new(wire.LogRequest) }, func() proto.Message { return new(wire.LogResult) }},
+	{"Ack", func() proto.Message { return new(wire.AckRequest) }, func() proto.Message { return new(wire.AckResult) }},
+	{"Status", func() proto.Message { return new(wire.StatusRequest) }, func() proto.Message { return new(wire.StatusResult) }},
+	{"Checksum", func() proto.Message { return new(wire.ChecksumRequest) }, func() proto.Message { return new(wire.ChecksumResult) }},
+}
+
+// FuzzInternalAPI sends a storage node arbitrary internal requests: the
+// fuzzer's bytes decoded as each call's request message (keys that are
+// not in the key encoding, negative partitions, unknown operation kinds,
+// malformed patches, huge waits). Every call answers (a result or a
+// status error) within its deadline, the node stays up, and a sentinel
+// document written first is unchanged. `scripts/test` runs it for a
+// bounded time.
+func FuzzInternalAPI(f *testing.F) {
+	seeds := []proto.Message{
+		&wire.GetRequest{Db: "d", Table: "T", Partition: 0, Key: keys.Encode([]keys.Part{keys.S("a")})},
+		&wire.GetRequest{Db: "d", Table: "T", Partition: -1, Key: []byte{0xff, 0x00}},
+		&wire.MultiGetRequest{Db: "d", Table: "T", Keys: [][]byte{{0x10}, nil}},
+		&wire.ScanRequest{Db: "d", Table: "T", Limit: -5, After: []byte{}},
+		&wire.WriteRequest{Db: "d", Ops: []*wire.Op{{Kind: "put", Table: "T", Key: keys.Encode([]keys.Part{keys.S("x")}), Version: 1, Value: []byte{0x02, 'h'}}}},
+		&wire.WriteRequest{Db: "d", Ops: []*wire.Op{{Kind: "patch", Table: "T", Key: keys.Encode([]keys.Part{keys.S("x")}), Patch: []byte(`{"set":{"v":`)}}},
+		&wire.WriteRequest{Db: "d", Ops: []*wire.Op{{Kind: "deleteCollection", Table: "T"}, {Kind: "bogus"}}},
+		&wire.WriteRequest{Db: "d", Partition: 1, Ops: []*wire.Op{{Kind: "put", Table: "T", Key: keys.Encode([]keys.Part{keys.S("g")}), Version: 1, Value: []byte{0xff, 0xff, 0xff}}}},
+		&wire.LogRequest{Db: "d", Max: 1 << 30, WaitNanos: 1 << 62, After: &wire.SCN{Gen: 9, Seq: 1 << 63}},
+		&wire.AckRequest{Db: "d", Replica: "r", Scn: &wire.SCN{Gen: 1, Seq: 1}},
+		&wire.ChecksumRequest{Db: "d", At: &wire.SCN{Gen: 1, Seq: 99}, WaitNanos: 1 << 62},
+		&wire.HelloRequest{MinVersion: 99, MaxVersion: 1},
+	}
+	for i, m := range seeds {
+		b, _ := proto.Marshal(m)
+		f.Add(uint8(i), b)
+	}
+	reg := newTestRegistry(f, schema.Database{Name: "d", Partitions: 2})
+	n := newStorageNodeWith(f, reg, node.Options{AllMaster: true})
+	sentinel := keys.Encode([]keys.Part{keys.S("sentinel")})
+	value := []byte{0x10, 's', 'e', 'n', 't', 'i', 'n', 'e', 'l'} // Avro string "sentinel"
+	p := partitionOf(f, reg, "sentinel")
+	ctx := context.Background()
+	r := remote(f, n.url)
+	if _, err := r.Write(ctx, node.WriteRequest{DB: "d", Partition: p, Ops: []node.Op{{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S("sentinel")}, Version: 1, Value: value}}}); err != nil {
+		f.Fatal(err)
+	}
+	before, err := r.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: p, Key: []keys.Part{keys.S("sentinel")}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	conn, err := wire.Dial(n.url)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { conn.Close() })
+	f.Fuzz(func(t *testing.T, method uint8, body []byte) {
+		m := wireMethods[int(method)%len(wireMethods)]
+		req := m.req()
+		if proto.Unmarshal(body, req) != nil {
+			return
+		}
+		if w, ok := req.(*wire.WriteRequest); ok && w.Db == "d" {
+			// The sentinel must survive whatever else is written.
+			for _, op := range w.Ops {
+				if string(op.Key) == string(sentinel) || op.Kind == "deleteCollection" {
+					return
+				}
+			}
+		}
+		// A call whose own wait is longer is cut by the caller's
+		// deadline, which the node honours.
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		callErr := conn.Invoke(cctx, "/cortado.wire.v1.Node/"+m.name, req, m.res(), grpc.WaitForReady(true))
+		if _, ok := status.FromError(callErr); !ok {
+			t.Fatalf("%s: not a status error: %v", m.name, callErr)
+		}
+		if took := time.Since(start); took > 4*time.Second {
+			t.Fatalf("%s took %v: past its 3 s deadline", m.name, took)
+		}
+		after, err := r.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: p, Key: []keys.Part{keys.S("sentinel")}})
+		if err != nil || after.ETag != before.ETag || after.SCN != before.SCN {
+			t.Fatalf("after %s %v: sentinel %+v, %v; was %+v", m.name, req, after, err, before)
+		}
+		// What a write stored, reads give back.
+		if w, ok := req.(*wire.WriteRequest); ok && callErr == nil && w.Db == "d" && w.Partition >= 0 && w.Partition < 2 {
+			for _, op := range w.Ops {
+				k, kerr := keys.Decode(op.Key)
+				if op.Kind != "put" || op.Table != "T" || kerr != nil || len(k) != 1 {
+					continue
+				}
+				if _, gerr := r.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: int(w.Partition), Key: k}); gerr != nil && !errors.Is(gerr, node.ErrNotFound) {
+					t.Fatalf("after %v: reading %v back: %v", w, k, gerr)
+				}
+			}
+		}
+	})
+}
+
+// partitionOf is the partition of a string key in database d.
+func partitionOf(t testing.TB, reg interface {
+	Database(string) (*schema.Database, error)
+}, k string) int {
+	d, err := reg.Database("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.PartitionOf(keys.S(k))
+}

@@ -1,0 +1,220 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cortado-db/cortado/internal/wire"
+)
+
+// LogFunc serves one read of a partition's log: a Node's Log, or a
+// relay's.
+type LogFunc func(context.Context, LogRequest) (*LogResult, error)
+
+// Log implements LogSource.
+func (f LogFunc) Log(ctx context.Context, req LogRequest) (*LogResult, error) { return f(ctx, req) }
+
+// ServeOptions configure the internal API a process serves.
+type ServeOptions struct {
+	// MaxVersion is the newest protocol version served (default
+	// wire.Version). Setting it to an older one makes the process speak
+	// as the previous release did: for rolling-upgrade tests.
+	MaxVersion uint32
+}
+
+// Register serves n's internal API on s.
+func Register(s *wire.Server, n *Node, o ServeOptions) {
+	wire.RegisterNodeServer(s.GRPC, &service{n: n, log: n.Log, max: o.version(), stopping: s.Stopping()})
+}
+
+// RegisterLog serves only the log API (Hello, Log, StreamLog) on s, with
+// log: what a relay serves.
+func RegisterLog(s *wire.Server, log LogFunc, o ServeOptions) {
+	wire.RegisterNodeServer(s.GRPC, &service{log: log, max: o.version(), stopping: s.Stopping()})
+}
+
+func (o ServeOptions) version() uint32 {
+	if o.MaxVersion == 0 {
+		return wire.Version
+	}
+	return o.MaxVersion
+}
+
+// logHeartbeat is how often a log stream sends a message when there is
+// nothing new: readers learn they are current (slave reads' staleness)
+// and find a dead stream.
+const logHeartbeat = time.Second
+
+var errBadRequest = errors.New("malformed internal request")
+
+// service is the gRPC face of a node (n set) or of a relay (log only).
+type service struct {
+	wire.UnimplementedNodeServer
+	n        *Node
+	log      LogFunc
+	max      uint32
+	stopping <-chan struct{}
+}
+
+func (s *service) node() (*Node, error) {
+	if s.n == nil {
+		return nil, status.Error(codes.Unimplemented, "a relay serves only the log")
+	}
+	return s.n, nil
+}
+
+func (s *service) Hello(_ context.Context, req *wire.HelloRequest) (*wire.HelloResult, error) {
+	if _, err := wire.Negotiate(wire.MinVersion, s.max, req.MinVersion, req.MaxVersion); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &wire.HelloResult{MinVersion: wire.MinVersion, MaxVersion: s.max}, nil
+}
+
+func (s *service) Get(ctx context.Context, w *wire.GetRequest) (*wire.Item, error) {
+	n, err := s.node()
+	if err != nil {
+		return nil, err
+	}
+	req, err := getFrom(w)
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	it, err := n.Get(ctx, req)
+	if err != nil {
+		return nil, toStatus(err, it)
+	}
+	return itemTo(it), nil
+}
+
+func (s *service) MultiGet(ctx context.Context, w *wire.MultiGetRequest) (*wire.Items, error) {
+	n, err := s.node()
+	if err != nil {
+		return nil, err
+	}
+	req, err := multiGetFrom(w)
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	items, err := n.MultiGet(ctx, req)
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	return &wire.Items{Items: itemsTo(items)}, nil
+}
+
+func (s *service) Scan(ctx context.Context, w *wire.ScanRequest) (*wire.ScanResult, error) {
+	n, err := s.node()
+	if err != nil {
+		return nil, err
+	}
+	req, err := scanFrom(w)
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	res, err := n.Scan(ctx, req)
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	return &wire.ScanResult{Items: itemsTo(res.Items), Next: res.Next, Scn: scnTo(res.SCN)}, nil
+}
+
+func (s *service) Write(ctx context.Context, w *wire.WriteRequest) (*wire.WriteResult, error) {
+	n, err := s.node()
+	if err != nil {
+		return nil, err
+	}
+	req, err := writeFrom(w)
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	res, err := n.Write(ctx, req)
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	return writeResultTo(res), nil
+}
+
+func (s *service) Log(ctx context.Context, w *wire.LogRequest) (*wire.LogResult, error) {
+	res, err := s.log(ctx, logFrom(w))
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	return logResultTo(res), nil
+}
+
+// StreamLog sends what successive Log calls would answer, each after the
+// last commit sent: the first waits as long as the request says, later
+// ones at most logHeartbeat. Only the first acknowledges (the reader holds
+// the request's SCN; what it applies later it acknowledges with Ack). It
+// ends after telling the reader it diverged, when the reader goes, or
+// when the server stops.
+func (s *service) StreamLog(w *wire.LogRequest, stream wire.Node_StreamLogServer) error {
+	if s.max < 2 {
+		return status.Error(codes.Unimplemented, "StreamLog needs protocol version 2")
+	}
+	// The stream ends when the server stops (streams would otherwise
+	// hold a graceful stop forever); the watcher is owned by this call.
+	ctx, cancel := context.WithCancel(stream.Context())
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
+	go func() {
+		defer close(done)
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var sendErr error
+	err := pollLog(ctx, s.log, logFrom(w), func(res *LogResult) error {
+		sendErr = stream.Send(logResultTo(res))
+		return sendErr
+	})
+	switch {
+	case err == nil, sendErr != nil:
+		return sendErr
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return toStatus(err, nil)
+}
+
+func (s *service) Ack(ctx context.Context, w *wire.AckRequest) (*wire.AckResult, error) {
+	n, err := s.node()
+	if err != nil {
+		return nil, err
+	}
+	res, err := n.Ack(ctx, AckRequest{DB: w.Db, Partition: int(w.Partition), Replica: w.Replica, SCN: scnFrom(w.Scn)})
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	return &wire.AckResult{Held: res.Held, Authoritative: res.Authoritative}, nil
+}
+
+func (s *service) Status(ctx context.Context, w *wire.StatusRequest) (*wire.StatusResult, error) {
+	n, err := s.node()
+	if err != nil {
+		return nil, err
+	}
+	res, err := n.Status(ctx, StatusRequest{DB: w.Db})
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	return statusTo(res), nil
+}
+
+func (s *service) Checksum(ctx context.Context, w *wire.ChecksumRequest) (*wire.ChecksumResult, error) {
+	n, err := s.node()
+	if err != nil {
+		return nil, err
+	}
+	res, err := n.Checksum(ctx, ChecksumRequest{DB: w.Db, Partition: int(w.Partition), At: scnFrom(w.At), Wait: time.Duration(w.WaitNanos)})
+	if err != nil {
+		return nil, toStatus(err, nil)
+	}
+	return &wire.ChecksumResult{Scn: scnTo(res.SCN), Sum: res.Sum, Tables: res.Tables}, nil
+}

@@ -1,0 +1,8 @@
+// Package routing is the routers' view of the cluster: it keeps every
+// database's routing table by watching etcd and sends each partition's
+// work to its master (or, for reads that allow staleness, its slaves),
+// and reports storage nodes the router keeps failing to reach, so the
+// controller can treat a node clients cannot use as failed.
+//
+// It never changes a routing table; only the controller does.
+package routing

@@ -1,0 +1,129 @@
+package topo
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/cortado-db/cortado/internal/coord"
+)
+
+// RegisterRelay publishes a relay's URL under a lease of ttlSeconds until
+// ctx ends; slaves then read their masters' logs through it.
+func RegisterRelay(ctx context.Context, cli *clientv3.Client, prefix, id, url string, ttlSeconds int) (*Registration, error) {
+	return PutLeased(ctx, cli, RelaysPrefix(prefix)+id, url, ttlSeconds)
+}
+
+// Registration is a key kept under a lease by PutLeased until its context
+// ends; Done is closed when the goroutine keeping it has returned.
+type Registration struct{ done chan struct{} }
+
+// Done is closed once the registration is no longer kept.
+func (r *Registration) Done() <-chan struct{} { return r.done }
+
+// PutLeased puts key=value under a lease kept alive until ctx ends (or the
+// process dies, when it lapses after ttlSeconds). The first registration
+// happens before it returns; if the lease is lost later (etcd restarted
+// or was unreachable past the TTL) it registers again under a new one.
+func PutLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttlSeconds int) (*Registration, error) {
+	register := func() (*concurrency.Session, error) {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds), concurrency.WithContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := cli.Put(ctx, key, value, clientv3.WithLease(s.Lease())); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return s, nil
+	}
+	s, err := register()
+	if err != nil {
+		return nil, err
+	}
+	reg := &Registration{done: make(chan struct{})}
+	go func() {
+		defer close(reg.done)
+		for {
+			select {
+			case <-ctx.Done():
+				s.Close()
+				return
+			case <-s.Done(): // the lease lapsed: register again
+			}
+			s.Close()
+			for {
+				if s, err = register(); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
+		}
+	}()
+	return reg, nil
+}
+
+// RelayWatch keeps the URL of a registered relay ("" if none): the one
+// with the lowest key, so every node picks the same.
+type RelayWatch struct {
+	mu   sync.Mutex
+	url  string
+	done chan struct{}
+}
+
+func (w *RelayWatch) URL() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.url
+}
+
+// WatchRelays follows the registered relays until ctx ends; Done is
+// closed when it has stopped.
+func WatchRelays(ctx context.Context, cli *clientv3.Client, prefix string) *RelayWatch {
+	rw := &RelayWatch{done: make(chan struct{})}
+	w := coord.Watch(ctx, cli, RelaysPrefix(prefix))
+	go func() {
+		defer close(rw.done)
+		relays := map[string]string{}
+		for {
+			select {
+			case <-w.Done():
+				return
+			case c := <-w.Changes():
+				if c.Reset {
+					clear(relays)
+				}
+				for _, kv := range c.KVs {
+					relays[string(kv.Key)] = string(kv.Value)
+				}
+				for _, ev := range c.Events {
+					if ev.Type == clientv3.EventTypePut {
+						relays[string(ev.Kv.Key)] = string(ev.Kv.Value)
+					} else {
+						delete(relays, string(ev.Kv.Key))
+					}
+				}
+				url := ""
+				if len(relays) > 0 {
+					url = relays[slices.Min(slices.Collect(maps.Keys(relays)))]
+				}
+				rw.mu.Lock()
+				rw.url = url
+				rw.mu.Unlock()
+			}
+		}
+	}()
+	return rw
+}
+
+// Done is closed when the watch has stopped.
+func (w *RelayWatch) Done() <-chan struct{} { return w.done }

@@ -1,0 +1,22 @@
+package wire
+
+import "fmt"
+
+// Protocol versions. Version 1 reads commit logs by long polls (Log);
+// version 2 adds StreamLog. A binary speaks [MinVersion, Version]; two
+// binaries use the highest version both speak, so adjacent releases
+// interoperate during a rolling upgrade.
+const (
+	MinVersion uint32 = 1
+	Version    uint32 = 2
+)
+
+// Negotiate returns the highest version in both ranges, or an error when
+// they do not overlap (a binary too old or too new to talk to).
+func Negotiate(ourMin, ourMax, theirMin, theirMax uint32) (uint32, error) {
+	v := min(ourMax, theirMax)
+	if v < max(ourMin, theirMin) {
+		return 0, fmt.Errorf("protocol versions do not overlap: this side speaks %d–%d, the other %d–%d", ourMin, ourMax, theirMin, theirMax)
+	}
+	return v, nil
+}
