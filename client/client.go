@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"time"
 )
@@ -217,6 +218,9 @@ type Transport interface {
 	Patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
 	Delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error)
 	Txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error)
+	// Changes streams the change stream's events, one JSON object each,
+	// to fn until ctx ends, the stream breaks, or fn fails.
+	Changes(ctx context.Context, db string, query url.Values, fn func(event []byte) error) error
 	Close() error
 }
 

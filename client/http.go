@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -295,3 +296,51 @@ func (t *httpTransport) Txn(ctx context.Context, db, partitionKey string, body [
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// maxChangeEventBytes bounds one change event (a document before and
+// after, each up to a router's response limit, and the envelope).
+const maxChangeEventBytes = 16 << 20
+
+func (t *httpTransport) Changes(ctx context.Context, db string, query url.Values, fn func([]byte) error) error {
+	u := t.base + "/" + url.PathEscape(db) + "/_changes"
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	// Leaving a stream closes its connection at once (before the body,
+	// whose Close would otherwise wait on the endless stream).
+	defer cancel()
+	if resp.StatusCode >= 400 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		e := &Error{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+			json.Unmarshal(b, e)
+		}
+		return e
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxChangeEventBytes)
+	for sc.Scan() {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		if err := fn(sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return io.ErrUnexpectedEOF // the server never ends a stream
+}

@@ -10,11 +10,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
@@ -243,4 +245,12 @@ func (e *embedded) Txn(ctx context.Context, db, partitionKey string, body []byte
 		return nil, problemErr(err)
 	}
 	return res.Body, nil
+}
+
+func (e *embedded) Changes(ctx context.Context, db string, query url.Values, fn func([]byte) error) error {
+	st, err := e.s.Router.OpenChanges(ctx, db, query, "")
+	if err != nil {
+		return problemErr(err)
+	}
+	return st.Run(ctx, func(ev changes.Event) error { return fn(ev.JSON) }, func() error { return nil })
 }

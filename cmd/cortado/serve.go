@@ -16,6 +16,7 @@ import (
 	"github.com/cortado-db/cortado/internal/agent"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/relay"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
@@ -48,6 +49,8 @@ type roleFlags struct {
 	controllerID   *string
 	checkInterval  *time.Duration
 	relayBuffer    *int
+	retainEvery    *time.Duration
+	snapshotRate   *int64
 	protocol       *uint
 	cpuProfile     *string
 }
@@ -66,6 +69,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 	if name == "serve" || name == "storage" {
 		f.dataDir = fs.String("data-dir", server.DefaultDataDir, "directory for storage (and, for serve, the embedded etcd)")
 		f.maxTransitions = fs.Int("max-transitions", agent.DefaultMaxTransitions, "partitions changing role at once on a storage node")
+		f.retainEvery = fs.Duration("retention-interval", node.DefaultRetentionInterval, "how often commit logs are trimmed by their databases' retention (0 disables)")
+		f.snapshotRate = fs.Int64("snapshot-rate", node.DefaultSnapshotRate, "bytes per second a partition snapshot streams at, at most (bootstrap of consumers and replicas)")
 	}
 	if name == "serve" || name == "router" {
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
@@ -119,6 +124,10 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	}
 	if f.maxTransitions != nil {
 		o.MaxTransitions = *f.maxTransitions
+		o.RetentionInterval, o.SnapshotBytesPerSecond = *f.retainEvery, *f.snapshotRate
+		if o.RetentionInterval == 0 {
+			o.RetentionInterval = -1
+		}
 	}
 	if f.controllerID != nil {
 		o.ControllerID = *f.controllerID

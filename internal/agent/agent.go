@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -30,6 +31,10 @@ type Agent struct {
 	// Alarm is told of a truncation refused because it would have
 	// removed acknowledged commits (see storage.ErrTruncateAcknowledged).
 	Alarm func(error)
+	// Rebuilt, when set, is told of each replica rebuilt from a snapshot
+	// (its position was behind its master's retained log) and how many
+	// rows it installed.
+	Rebuilt func(rows int)
 	// Member, when set, is this node's membership: if its lease is lost
 	// the agent fences every partition at once (no more writes).
 	Member *topo.Member
@@ -270,6 +275,22 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 			}
 			err := a.Node.Follow(sctx, k.db, k.id, opts)
 			cancel()
+			if errors.Is(err, node.ErrRebuild) {
+				// Behind the master's retained log: start over from a
+				// snapshot of the master.
+				a.Log.Info("agent: rebuilding a replica from its master's snapshot", "db", k.db, "partition", k.id, "master", master, "why", err)
+				rows, err := a.Node.Rebuild(fctx, k.db, k.id, direct)
+				if err != nil {
+					a.Log.Warn("agent: rebuild", "db", k.db, "partition", k.id, "master", master, "err", err)
+					select {
+					case <-fctx.Done():
+					case <-time.After(time.Second):
+					}
+				} else if a.Rebuilt != nil {
+					a.Rebuilt(rows)
+				}
+				continue
+			}
 			if err != nil {
 				a.Log.Debug("agent: follow", "db", k.db, "partition", k.id, "master", master, "err", err)
 				if viaRelay {

@@ -49,7 +49,8 @@ func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
 }
 
 // startProcClusterWith is startProcCluster with extra flags for some
-// processes, by name ("relay", "s0", "s1", …).
+// processes, by name ("relay", "s0", "s1", …), and under "db" the
+// database's definition.
 func startProcClusterWith(t *testing.T, nodes, partitions int, extra map[string][]string) *procCluster {
 	etcd := startEtcd(t)
 	cli, err := coord.Connect(context.Background(), []string{etcd.Endpoint})
@@ -93,7 +94,11 @@ func startProcClusterWith(t *testing.T, nodes, partitions int, extra map[string]
 		c.controllers[id] = StartRole(t, "controller", "--etcd-endpoints", etcd.Endpoint, "--controller-id", id, "--lease-ttl", "2", "--check-interval", "0")
 	}
 	c.router = StartRole(t, "router", "--etcd-endpoints", etcd.Endpoint)
-	c.do("PUT", "/_schemata/d", fmt.Sprintf(`{"partitions":%d,"replicas":3}`, partitions), 201)
+	db := fmt.Sprintf(`{"partitions":%d,"replicas":3}`, partitions)
+	if d := extra["db"]; len(d) > 0 {
+		db = d[0] // the database's definition
+	}
+	c.do("PUT", "/_schemata/d", db, 201)
 	c.do("PUT", "/_schemata/d/T", `{"key":[{"name":"k"}],"schema":{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}}`, 201)
 	return c
 }
@@ -452,7 +457,8 @@ func TestFailoverRelayCut(t *testing.T) {
 	c.verify(acked)
 }
 
-// metric reads one unlabelled counter or gauge from a process's /metrics.
+// metric reads a counter or gauge from a process's /metrics: the sum of
+// its series, whatever their labels.
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
@@ -461,12 +467,14 @@ func metric(t *testing.T, base, name string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	sum := 0.0
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			// Every series of the metric, whatever its labels.
 			var f float64
-			fmt.Sscan(v, &f)
-			return f
+			fmt.Sscan(rest[strings.LastIndexByte(rest, ' ')+1:], &f)
+			sum += f
 		}
 	}
-	return 0
+	return sum
 }

@@ -13,9 +13,14 @@ type Cluster struct {
 	Lag               prometheus.Histogram
 	// RelayPulled and RelayServed count a relay's commits.
 	RelayPulled, RelayServed prometheus.Counter
-	checks                   *prometheus.GaugeVec
-	lastCheck                prometheus.Gauge
-	divergences              prometheus.Counter
+	// LogTrimmed and LogBytes are commit-log retention, per database;
+	// Rebuilt counts replicas rebuilt from a snapshot.
+	LogTrimmed  *prometheus.CounterVec
+	LogBytes    *prometheus.GaugeVec
+	Rebuilt     prometheus.Counter
+	checks      *prometheus.GaugeVec
+	lastCheck   prometheus.Gauge
+	divergences prometheus.Counter
 }
 
 // Cluster registers the cluster metrics.
@@ -42,6 +47,18 @@ func (m *Metrics) Cluster() *Cluster {
 			Name: "cortado_relay_served_commits_total",
 			Help: "Commits a relay served from its buffers.",
 		}),
+		LogTrimmed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cortado_log_trimmed_bytes_total",
+			Help: "Commit-log bytes trimmed by retention.",
+		}, []string{"db"}),
+		LogBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cortado_log_bytes",
+			Help: "Bytes the retained commit logs of this process's replicas take, by database (after the latest retention pass).",
+		}, []string{"db"}),
+		Rebuilt: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cortado_replica_rebuilt_total",
+			Help: "Replicas rebuilt from a snapshot of their master because their position was behind its retained log.",
+		}),
 		checks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortado_consistency_check_replicas",
 			Help: "Slave replicas by result of the latest consistency check (equal, differs, unsettled, unreachable).",
@@ -55,7 +72,7 @@ func (m *Metrics) Cluster() *Cluster {
 			Help: "Replicas found to differ from their master at the same SCN, over all checks.",
 		}),
 	}
-	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.RelayPulled, c.RelayServed, c.checks, c.lastCheck, c.divergences)
+	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.RelayPulled, c.RelayServed, c.LogTrimmed, c.LogBytes, c.Rebuilt, c.checks, c.lastCheck, c.divergences)
 	return c
 }
 

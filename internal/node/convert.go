@@ -231,7 +231,7 @@ func commitFrom(w *wire.Commit) storage.Commit {
 
 func logResultTo(r *LogResult) *wire.LogResult {
 	w := &wire.LogResult{Diverged: r.Diverged, Common: scnTo(r.Common), Holds: r.Holds, SourceRole: int32(r.SourceRole),
-		SourceScn: scnTo(r.SourceSCN), Acked: scnTo(r.Acked), Commits: make([]*wire.Commit, len(r.Commits))}
+		SourceScn: scnTo(r.SourceSCN), Acked: scnTo(r.Acked), Trimmed: r.Trimmed, LogStart: scnTo(r.LogStart), Commits: make([]*wire.Commit, len(r.Commits))}
 	for i := range r.Commits {
 		w.Commits[i] = commitTo(&r.Commits[i])
 	}
@@ -240,7 +240,7 @@ func logResultTo(r *LogResult) *wire.LogResult {
 
 func logResultFrom(w *wire.LogResult) *LogResult {
 	r := &LogResult{Diverged: w.Diverged, Common: scnFrom(w.Common), Holds: w.Holds, SourceRole: Role(w.SourceRole),
-		SourceSCN: scnFrom(w.SourceScn), Acked: scnFrom(w.Acked)}
+		SourceSCN: scnFrom(w.SourceScn), Acked: scnFrom(w.Acked), Trimmed: w.Trimmed, LogStart: scnFrom(w.LogStart)}
 	if len(w.Commits) > 0 {
 		r.Commits = make([]storage.Commit, len(w.Commits))
 		for i, c := range w.Commits {
@@ -253,7 +253,7 @@ func logResultFrom(w *wire.LogResult) *LogResult {
 func statusTo(ps []PartitionStatus) *wire.StatusResult {
 	w := &wire.StatusResult{Partitions: make([]*wire.PartitionStatus, len(ps))}
 	for i, p := range ps {
-		w.Partitions[i] = &wire.PartitionStatus{Db: p.DB, Partition: int32(p.Partition), Role: int32(p.Role), Scn: scnTo(p.SCN), Generation: p.Generation}
+		w.Partitions[i] = &wire.PartitionStatus{Db: p.DB, Partition: int32(p.Partition), Role: int32(p.Role), Scn: scnTo(p.SCN), Generation: p.Generation, LogStart: scnTo(p.LogStart), LogBytes: p.LogBytes}
 	}
 	return w
 }
@@ -261,7 +261,37 @@ func statusTo(ps []PartitionStatus) *wire.StatusResult {
 func statusFrom(w *wire.StatusResult) []PartitionStatus {
 	var out []PartitionStatus
 	for _, p := range w.Partitions {
-		out = append(out, PartitionStatus{DB: p.Db, Partition: int(p.Partition), Role: Role(p.Role), SCN: scnFrom(p.Scn), Generation: p.Generation})
+		out = append(out, PartitionStatus{DB: p.Db, Partition: int(p.Partition), Role: Role(p.Role), SCN: scnFrom(p.Scn), Generation: p.Generation, LogStart: scnFrom(p.LogStart), LogBytes: p.LogBytes})
 	}
 	return out
+}
+
+func snapshotChunkTo(c *SnapshotChunk) *wire.SnapshotChunk {
+	w := &wire.SnapshotChunk{Scn: scnTo(c.SCN), Acked: scnTo(c.Acked), Last: c.Last}
+	for _, h := range c.History {
+		w.History = append(w.History, scnTo(h))
+	}
+	w.Rows = make([]*wire.Row, len(c.Rows))
+	for i, r := range c.Rows {
+		w.Rows[i] = &wire.Row{Table: r.Table, Key: r.Key, Value: r.Value}
+	}
+	for _, m := range c.Marks {
+		w.Marks = append(w.Marks, &wire.Mark{Key: m.Key, Value: m.Value})
+	}
+	return w
+}
+
+func snapshotChunkFrom(w *wire.SnapshotChunk) *SnapshotChunk {
+	c := &SnapshotChunk{SCN: scnFrom(w.Scn), Acked: scnFrom(w.Acked), Last: w.Last}
+	for _, h := range w.History {
+		c.History = append(c.History, scnFrom(h))
+	}
+	c.Rows = make([]storage.Row, len(w.Rows))
+	for i, r := range w.Rows {
+		c.Rows[i] = storage.Row{Table: r.Table, Key: r.Key, Value: r.Value}
+	}
+	for _, m := range w.Marks {
+		c.Marks = append(c.Marks, storage.Mark{Key: m.Key, Value: m.Value})
+	}
+	return c
 }

@@ -34,6 +34,13 @@ type Options struct {
 	// ReplicationLag, when set, is told for every commit a slave applies
 	// how long after its master committed it (same clock assumed).
 	ReplicationLag func(time.Duration)
+	// SnapshotBytesPerSecond caps how fast a snapshot is streamed
+	// (default DefaultSnapshotRate).
+	SnapshotBytesPerSecond int64
+	// Retained, when set, is told after each retention pass, per
+	// database, how many log bytes it trimmed and how many the hosted
+	// partitions' logs still take.
+	Retained func(db string, trimmed, logBytes int64)
 }
 
 // New returns a node over an open engine and registry. plans may be shared
@@ -41,6 +48,9 @@ type Options struct {
 func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *slog.Logger, opts Options) *Node {
 	if opts.SemiSyncTimeout == 0 {
 		opts.SemiSyncTimeout = 5 * time.Second
+	}
+	if opts.SnapshotBytesPerSecond == 0 {
+		opts.SnapshotBytesPerSecond = DefaultSnapshotRate
 	}
 	return &Node{eng: eng, reg: reg, plans: plans, log: log, opts: opts, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]*partRole{}}}
 }

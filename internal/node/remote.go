@@ -312,7 +312,7 @@ func (r *Remote) StreamLog(ctx context.Context, req LogRequest, fn func(*LogResu
 		if err := fn(res); err != nil {
 			return err
 		}
-		if res.Diverged {
+		if res.Diverged || res.Trimmed {
 			return nil
 		}
 	}
@@ -391,4 +391,37 @@ func (rs *Remotes) Close() {
 		r.Close()
 	}
 	rs.m = nil
+}
+
+// Snapshot implements Snapshotter (protocol 3).
+func (r *Remote) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*SnapshotChunk) error) error {
+	v, err := r.protocol(ctx)
+	if err != nil {
+		return err
+	}
+	if v < 3 {
+		return fmt.Errorf("storage node %s speaks protocol %d: %w: snapshots need 3", r.base, v, ErrUnavailable)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(logIdle, cancel)
+	defer idle.Stop()
+	stream, err := r.c.Snapshot(ctx, &wire.SnapshotRequest{Db: req.DB, Partition: int32(req.Partition), BytesPerSecond: req.BytesPerSecond})
+	if err != nil {
+		return r.streamFail(ctx, idle, err)
+	}
+	for {
+		w, err := stream.Recv()
+		if err != nil {
+			return r.streamFail(ctx, idle, err)
+		}
+		idle.Reset(logIdle)
+		c := snapshotChunkFrom(w)
+		if err := fn(c); err != nil {
+			return err
+		}
+		if c.Last {
+			return nil
+		}
+	}
 }

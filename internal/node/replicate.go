@@ -52,6 +52,11 @@ type LogResult struct {
 	// been acknowledged to a client: a slave records it with what it
 	// applies, so that truncating it later is refused as an alarm.
 	Acked storage.SCN
+	// Trimmed says the asker's After is on the source's timeline but the
+	// retained log starts after it (at LogStart): the asker is rebuilt
+	// from a snapshot. Holds is false with it.
+	Trimmed  bool
+	LogStart storage.SCN
 }
 
 // LogSource is where a slave reads its master's log: a local Node, or a
@@ -89,7 +94,7 @@ func pollLog(ctx context.Context, src LogSource, req LogRequest, fn func(*LogRes
 		if ctx.Err() != nil {
 			break
 		}
-		if err := fn(res); err != nil || res.Diverged {
+		if err := fn(res); err != nil || res.Diverged || res.Trimmed {
 			return err
 		}
 		if len(res.Commits) > 0 {
@@ -127,10 +132,7 @@ func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	held, err := p.HasCommit(req.SCN)
-	if err != nil {
-		return nil, err
-	}
+	held := p.OnTimeline(req.SCN)
 	if held && req.Replica != "" {
 		n.roles.entry(req.DB, req.Partition).ack(req.Replica, req.SCN)
 	}
@@ -153,11 +155,14 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 	for {
 		changed := p.Changed()
 		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN(), Acked: p.AcknowledgedSCN(), Holds: true}
+		if start := p.LogStart(); req.After.Less(start) && p.OnTimeline(req.After) {
+			// The asker's position is on this timeline, but the log no
+			// longer holds what follows it.
+			res.Holds, res.Trimmed, res.LogStart = false, true, start
+			return res, nil
+		}
 		if !req.After.IsZero() {
-			ok, err := p.HasCommit(req.After)
-			if err != nil {
-				return nil, err
-			}
+			ok := p.OnTimeline(req.After)
 			res.Holds = ok
 			if ok && req.Ack && req.Replica != "" {
 				n.roles.entry(req.DB, req.Partition).ack(req.Replica, req.After)
@@ -167,10 +172,7 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 				// not: it diverged after the newest commit both have.
 				// (Reading on from its position would hand it later
 				// commits of another history.)
-				if res.Common, err = p.LastCommitBefore(req.After); err != nil {
-					return nil, err
-				}
-				res.Diverged = true
+				res.Common, res.Diverged = p.LastOnTimelineBefore(req.After), true
 				return res, nil
 			}
 		}
@@ -269,6 +271,9 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			if res.Diverged {
 				return n.truncate(p, res.Common, o) // the stream ends here
 			}
+			if res.Trimmed {
+				return fmt.Errorf("partition %s/%d at %s, the source's log starts after %s: %w", db, id, p.SCN(), res.LogStart, ErrRebuild)
+			}
 			if !res.Holds {
 				return nil // the source waits for its master or its own catch-up
 			}
@@ -315,6 +320,9 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 // raises the alarm when that would remove acknowledged commits.
 func (n *Node) truncate(p *storage.Partition, keep storage.SCN, o FollowOptions) error {
 	undone, err := p.TruncateAfter(keep)
+	if errors.Is(err, storage.ErrTrimmed) {
+		return fmt.Errorf("%w: %w", ErrRebuild, err)
+	}
 	e := n.roles.entry(p.DB, p.ID)
 	e.ackMu.Lock()
 	e.alarm = nil
@@ -372,6 +380,10 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 			}
 		} else if !planned && !res.Holds {
 			return nil // the relay holds nothing after this replica
+		} else if res.Trimmed {
+			// This replica is behind the old master's retained log: it
+			// cannot catch up by draining.
+			return incomplete(ErrRebuild)
 		} else {
 			if res.Diverged {
 				if !planned {
@@ -396,9 +408,7 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 				// The source stepped down (or never took over) behind
 				// this replica on this replica's own timeline: it holds
 				// nothing this replica lacks.
-				if held, err := p.HasCommit(res.SourceSCN); err != nil {
-					return err
-				} else if held || res.SourceSCN.IsZero() {
+				if p.OnTimeline(res.SourceSCN) {
 					return nil
 				}
 			}
@@ -411,4 +421,10 @@ func (n *Node) Drain(ctx context.Context, db string, id int, old LogSource, limi
 		case <-t.C:
 		}
 	}
+}
+
+// StreamFrom reads src's log from req.After as LogStreamer.StreamLog
+// does: by one stream when src streams, else by successive long polls.
+func StreamFrom(ctx context.Context, src LogSource, req LogRequest, fn func(*LogResult) error) error {
+	return streamLog(ctx, src, req, fn)
 }

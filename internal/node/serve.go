@@ -218,3 +218,39 @@ func (s *service) Checksum(ctx context.Context, w *wire.ChecksumRequest) (*wire.
 	}
 	return &wire.ChecksumResult{Scn: scnTo(res.SCN), Sum: res.Sum, Tables: res.Tables}, nil
 }
+
+// Snapshot streams a consistent snapshot of a partition (protocol 3).
+func (s *service) Snapshot(w *wire.SnapshotRequest, stream wire.Node_SnapshotServer) error {
+	n, err := s.node()
+	if err != nil {
+		return err
+	}
+	if s.max < 3 {
+		return status.Error(codes.Unimplemented, "Snapshot needs protocol version 3")
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
+	go func() {
+		defer close(done)
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var sendErr error
+	err = n.Snapshot(ctx, SnapshotRequest{DB: w.Db, Partition: int(w.Partition), BytesPerSecond: w.BytesPerSecond}, func(c *SnapshotChunk) error {
+		sendErr = stream.Send(snapshotChunkTo(c))
+		return sendErr
+	})
+	switch {
+	case err == nil:
+		return nil
+	case sendErr != nil:
+		return sendErr
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return toStatus(err, nil)
+}

@@ -18,6 +18,10 @@ type PartitionStatus struct {
 	// Generation is the generation in force: the one this replica
 	// writes in as master, or the newest it has applied as slave.
 	Generation uint32 `json:"generation"`
+	// LogStart is the SCN the retained commit log starts after, LogBytes
+	// about what it takes.
+	LogStart storage.SCN `json:"logStart"`
+	LogBytes int64       `json:"logBytes"`
 }
 
 // StatusRequest asks for a node's partitions, of one database or all.
@@ -53,7 +57,7 @@ func (n *Node) Status(_ context.Context, req StatusRequest) ([]PartitionStatus, 
 		if err != nil {
 			continue // a database dropped meanwhile
 		}
-		out = append(out, PartitionStatus{DB: k.db, Partition: k.id, Role: n.Role(k.db, k.id), SCN: p.SCN(), Generation: p.Generation()})
+		out = append(out, PartitionStatus{DB: k.db, Partition: k.id, Role: n.Role(k.db, k.id), SCN: p.SCN(), Generation: p.Generation(), LogStart: p.LogStart(), LogBytes: p.LogBytes()})
 	}
 	return out, nil
 }

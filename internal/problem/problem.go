@@ -37,6 +37,7 @@ const (
 	TypeTimeout            = "urn:cortado:problem:deadline-exceeded"
 	TypeRequestTimeout     = "urn:cortado:problem:request-timeout"
 	TypeInternal           = "urn:cortado:problem:internal"
+	TypeInvalidToken       = "urn:cortado:problem:invalid-token"
 )
 
 // Problem is an RFC 9457 problem detail, with Cortado's extension members.

@@ -218,6 +218,12 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 				p.acked = res.Acked
 			}
 			switch {
+			case res.Trimmed:
+				// The master's retained log starts after the buffer:
+				// start the buffer over there (readers behind it are
+				// passed to the master, which sends them a snapshot).
+				p.commits, p.base = nil, res.LogStart
+				return errRestart
 			case res.Diverged:
 				// The new master's timeline ends our buffer's at Common.
 				keep := 0

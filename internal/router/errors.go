@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cortado-db/cortado/internal/changes"
 	"net/http"
 
 	"github.com/cortado-db/cortado/internal/node"
@@ -81,7 +82,12 @@ func toProblem(err error) *problem.Problem {
 		mbe *http.MaxBytesError
 		be  *bodyError
 	)
+	var ce *changes.RequestError
 	switch {
+	case errors.Is(err, changes.ErrBadToken):
+		return problem.New(http.StatusBadRequest, problem.TypeInvalidToken, "Invalid change-stream token", "the token is not one this database's change stream gave (resume with the token of the last event received, or since=now|beginning)")
+	case errors.As(err, &ce):
+		return problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed change-stream request", err.Error())
 	case errors.As(err, &ie):
 		p := problem.New(http.StatusConflict, problem.TypeIncompatibleSchema, "Incompatible schema version", err.Error())
 		p.Field = ie.Path

@@ -49,6 +49,8 @@ func RouteOf(req *http.Request) string {
 		return RouteTxn
 	case strings.HasSuffix(p, ")"):
 		return RouteMultiGet
+	case strings.HasSuffix(p, "/_changes"):
+		return RouteChanges
 	}
 	return RouteDocument
 }
@@ -71,6 +73,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if raw[0] == "_schemata" {
 		r.serveSchemata(w, req, raw[1:])
+		return
+	}
+	if len(raw) == 2 && raw[1] == "_changes" {
+		r.serveChanges(w, req, raw[0])
 		return
 	}
 	if len(raw) >= 2 && raw[1] == "_txn" {

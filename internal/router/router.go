@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/cortado-db/cortado/internal/changes"
 	"log/slog"
 	"strings"
 	"time"
@@ -61,6 +62,7 @@ type Router struct {
 	backend Backend
 	opts    Options
 	log     *slog.Logger
+	changes *changes.Feed // GET /{db}/_changes; nil: not served
 }
 
 // New returns a router.

@@ -2,7 +2,9 @@
 // database's routing table by watching etcd and sends each partition's
 // work to its master (or, for reads that allow staleness, its slaves),
 // and reports storage nodes the router keeps failing to reach, so the
-// controller can treat a node clients cannot use as failed.
+// controller can treat a node clients cannot use as failed. For change
+// streams it names where each partition's log is read (a relay, else the
+// master) and who streams its snapshot (the master).
 //
 // It never changes a routing table; only the controller does.
 package routing

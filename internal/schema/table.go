@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hamba/avro/v2"
 
@@ -38,6 +39,69 @@ type Database struct {
 	// acknowledged; with fewer live replicas writes are refused (503).
 	// Default: 2 when there are two or more replicas, else 1.
 	MinInSync int `json:"minInSync"`
+	// Retention bounds each partition's commit log.
+	Retention Retention `json:"retention"`
+}
+
+// Retention bounds a database's commit logs. Commits are trimmed once they
+// are older than MaxAge or while a partition's log is over MaxBytes — but
+// never past what is acknowledged, nor what a live slave has not applied
+// unless it is more than MaxSlaveLag behind (it is then rebuilt from a
+// snapshot). A change-stream consumer behind the retained log gets a
+// snapshot, then the changes after it. Durations are Go durations.
+type Retention struct {
+	MaxAge      string `json:"maxAge,omitempty"`      // default "24h"; "0s": no limit by age
+	MaxBytes    int64  `json:"maxBytes,omitempty"`    // default 1 GiB per partition; -1: no limit by size
+	MaxSlaveLag string `json:"maxSlaveLag,omitempty"` // default "1h"
+}
+
+// Retention defaults.
+const (
+	DefaultRetainAge      = 24 * time.Hour
+	DefaultRetainBytes    = 1 << 30
+	DefaultMaxSlaveLag    = time.Hour
+	minRetentionDuration  = time.Second
+	minRetentionByteLimit = 1 << 10
+)
+
+// Limits returns the retention with defaults filled in: the age (0: no
+// limit), the size (0: no limit), and the slave lag past which a slave
+// stops pinning the log.
+func (r Retention) Limits() (age time.Duration, size int64, slaveLag time.Duration) {
+	age, size, slaveLag = DefaultRetainAge, DefaultRetainBytes, DefaultMaxSlaveLag
+	if d, err := time.ParseDuration(r.MaxAge); err == nil {
+		age = d
+	}
+	switch {
+	case r.MaxBytes < 0:
+		size = 0
+	case r.MaxBytes > 0:
+		size = r.MaxBytes
+	}
+	if d, err := time.ParseDuration(r.MaxSlaveLag); err == nil {
+		slaveLag = d
+	}
+	return age, size, slaveLag
+}
+
+func (r *Retention) normalize() error {
+	for name, v := range map[string]*string{"maxAge": &r.MaxAge, "maxSlaveLag": &r.MaxSlaveLag} {
+		if *v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(*v)
+		if err != nil {
+			return fmt.Errorf("retention.%s %q is not a duration (like \"24h\")", name, *v)
+		}
+		if d < 0 || (d > 0 && d < minRetentionDuration) || (d == 0 && name == "maxSlaveLag") {
+			return fmt.Errorf("retention.%s %q must be at least %s", name, *v, minRetentionDuration)
+		}
+		*v = d.String()
+	}
+	if r.MaxBytes < -1 || (r.MaxBytes > 0 && r.MaxBytes < minRetentionByteLimit) {
+		return fmt.Errorf("retention.maxBytes must be -1 (no limit) or at least %d, got %d", minRetentionByteLimit, r.MaxBytes)
+	}
+	return nil
 }
 
 // InSync is MinInSync with its default filled in (for definitions
@@ -129,7 +193,7 @@ func (d *Database) Normalize() error {
 	if d.MinInSync < 1 || d.MinInSync > d.Replicas {
 		return fmt.Errorf("minInSync must be between 1 and replicas (%d), got %d", d.Replicas, d.MinInSync)
 	}
-	return nil
+	return d.Retention.normalize()
 }
 
 // ValidateKey checks a table's key definition.

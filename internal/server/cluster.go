@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/agent"
@@ -52,7 +53,9 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		s.Metrics.RegisterPebble(eng.Metrics)
 	}
 	m := &member{engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
-		ReplicationLag: func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
+		ReplicationLag:         func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
+		Retained:               s.retained,
+		SnapshotBytesPerSecond: s.opts.SnapshotBytesPerSecond,
 	})}
 	s.members = append(s.members, m)
 	info := topo.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack}
@@ -66,6 +69,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		Client: s.cli, Prefix: s.opts.Prefix, ID: id, Node: m.node, Member: m.member,
 		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions, ProtocolVersion: s.opts.ProtocolVersion,
 		Truncated: func(n int) { s.cluster.Truncated.Add(float64(n)) },
+		Rebuilt:   func(int) { s.cluster.Rebuilt.Inc() },
 		Alarm: func(err error) {
 			s.cluster.TruncationRefused.Inc()
 			s.opts.Logger.Error("replica refused to truncate acknowledged commits: an acknowledged write would have been lost", "node", id, "err", err)
@@ -73,7 +77,12 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	}
 	go func() {
 		defer close(m.done)
+		var wg sync.WaitGroup
+		if s.opts.RetentionInterval >= 0 {
+			wg.Go(func() { m.node.RunRetention(actx, s.opts.RetentionInterval) })
+		}
 		a.Run(actx)
+		wg.Wait()
 	}()
 	go func() {
 		// A node whose disk failed gives up its partitions at once: it

@@ -25,6 +25,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/metrics"
@@ -87,6 +88,13 @@ type Options struct {
 	// CheckInterval is how often the leading controller runs the
 	// consistency check (default 10 minutes; negative disables it).
 	CheckInterval time.Duration
+	// RetentionInterval is how often storage nodes trim their commit
+	// logs by their databases' retention (default
+	// node.DefaultRetentionInterval; negative: never).
+	RetentionInterval time.Duration
+	// SnapshotBytesPerSecond caps how fast storage nodes stream partition
+	// snapshots (default node.DefaultSnapshotRate).
+	SnapshotBytesPerSecond int64
 	// ProtocolVersion is the newest internal protocol version this
 	// process speaks (default wire.Version): an older one makes it
 	// behave as the previous release, for rolling-upgrade tests.
@@ -247,8 +255,10 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 		s.Metrics.RegisterPebble(s.engine.Metrics)
-		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true})
+		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
+		s.retain(n)
 		s.Router = router.New(s.reg, plans, localBackend{n}, opts.Router, opts.Logger)
+		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger})
 	default: // a router, or serve with several nodes
 		if r == roleAll {
 			if err := s.startLocalCluster(ctx, plans); err != nil {
@@ -267,9 +277,27 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 		s.Router = router.New(s.reg, plans, view, opts.Router, opts.Logger)
+		relays := topo.WatchRelays(vctx, s.cli, opts.Prefix)
+		remotes := &node.Remotes{MaxVersion: opts.ProtocolVersion}
+		s.stop = append(s.stop, func() { cancel(); <-relays.Done(); remotes.Close() })
+		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger,
+			Sources: routing.NewChangeSources(view, relays, remotes)})
 	}
 	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
 	return s, nil
+}
+
+// retained records a retention pass in the metrics.
+func (s *Server) retained(db string, trimmed, logBytes int64) {
+	s.cluster.LogTrimmed.WithLabelValues(db).Add(float64(trimmed))
+	s.cluster.LogBytes.WithLabelValues(db).Set(float64(logBytes))
+}
+
+// retain runs n's retention in the background until Close.
+func (s *Server) retain(n *node.Node) {
+	if s.opts.RetentionInterval >= 0 {
+		s.background(func(ctx context.Context) { n.RunRetention(ctx, s.opts.RetentionInterval) })
+	}
 }
 
 // storageFailed returns the first failure of this process's storage

@@ -30,6 +30,12 @@ type Partition struct {
 	// been acknowledged to a client (see Acknowledged); stored is the
 	// value last made durable, written with the next batch.
 	acked, stored SCN
+
+	// hist is the generation history (see retention.go); logStart the
+	// SCN the log starts after; logBytes about what its entries take.
+	hist     map[uint32]uint64
+	logStart SCN
+	logBytes int64
 }
 
 func openPartition(e *Engine, db string, id int) (*Partition, error) {
@@ -42,6 +48,25 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 		return nil, err
 	}
 	p.stored = p.acked
+	if p.logStart, err = readMetaSCN(e, db, id, "logstart"); err != nil {
+		return nil, err
+	}
+	if err := p.loadHistory(); err != nil {
+		return nil, fmt.Errorf("partition %s/%d: generation history: %w", db, id, err)
+	}
+	if err := p.measureLog(); err != nil {
+		return nil, fmt.Errorf("partition %s/%d: measure the log: %w", db, id, err)
+	}
+	if _, closer, err := e.db.Get(keys.Meta(db, id, "rebuilding")); err == nil {
+		// A rebuild from a snapshot did not finish: start it over from
+		// empty.
+		closer.Close()
+		if err := p.wipe(); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return nil, err
+	}
 	g, closer, err := e.db.Get(keys.Meta(db, id, "gen"))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):

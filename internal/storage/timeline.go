@@ -58,6 +58,8 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	b := p.e.db.NewBatch()
 	defer b.Close()
 	last := p.scn
+	var closed []SCN
+	var added int64
 	for i := range cs {
 		c := &cs[i]
 		if !follows(last, c.SCN) {
@@ -83,8 +85,15 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 				return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
 			}
 		}
-		if err := b.Set(keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c), nil); err != nil {
+		lk, entry := keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c)
+		if err := b.Set(lk, entry, nil); err != nil {
 			return err
+		}
+		added += int64(len(lk) + len(entry))
+		if ok, err := p.noteGeneration(b, last, c.SCN); err != nil {
+			return err
+		} else if ok {
+			closed = append(closed, last)
 		}
 		last = c.SCN
 	}
@@ -104,6 +113,10 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	if err := p.e.commit(b); err != nil {
 		return fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
 	}
+	for _, e := range closed {
+		p.hist[e.Gen] = e.Seq
+	}
+	p.logBytes += added
 	p.scn = last
 	p.acked, p.stored = acked, stored
 	p.notify()
@@ -113,7 +126,12 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 // commitLog adds the log entry, the new SCN and the acknowledged SCN (if
 // it moved) to b and commits it with fsync; the caller holds mu.
 func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
-	if err := b.Set(keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c), nil); err != nil {
+	lk, entry := keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c)
+	if err := b.Set(lk, entry, nil); err != nil {
+		return err
+	}
+	closed, err := p.noteGeneration(b, p.scn, c.SCN)
+	if err != nil {
 		return err
 	}
 	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(c.SCN), nil); err != nil {
@@ -126,6 +144,10 @@ func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
 	if err := p.e.commit(b); err != nil {
 		return fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, c.SCN, err)
 	}
+	if closed {
+		p.hist[p.scn.Gen] = p.scn.Seq
+	}
+	p.logBytes += int64(len(lk) + len(entry))
 	p.stored = stored
 	p.notify()
 	return nil
@@ -216,7 +238,11 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	if keep.Less(p.acked) {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s, but commits up to %s were acknowledged: %w", p.DB, p.ID, keep, p.acked, ErrTruncateAcknowledged)
 	}
+	if keep.Less(p.logStart) {
+		return 0, fmt.Errorf("partition %s/%d: truncate after %s, but the log starts after %s: %w", p.DB, p.ID, keep, p.logStart, ErrTrimmed)
+	}
 	var commits []Commit
+	var freed int64
 	prefix := keys.LogPrefix(p.DB, p.ID)
 	it, err := p.e.db.NewIter(&pebble.IterOptions{
 		LowerBound: keys.Log(p.DB, p.ID, keep.Gen, keep.Seq+1),
@@ -236,6 +262,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 			it.Close()
 			return 0, err
 		}
+		freed += int64(len(it.Key()) + len(it.Value()))
 		commits = append(commits, c)
 	}
 	if err := it.Close(); err != nil {
@@ -282,9 +309,24 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(keep), nil); err != nil {
 		return 0, err
 	}
+	// The generations after keep's are gone from the timeline, and keep's
+	// is open again.
+	var dropped []uint32
+	for g := range p.hist {
+		if g >= keep.Gen {
+			if err := b.Delete(histKey(p.DB, p.ID, g), nil); err != nil {
+				return 0, err
+			}
+			dropped = append(dropped, g)
+		}
+	}
 	if err := p.e.commit(b); err != nil {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s: %w", p.DB, p.ID, keep, err)
 	}
+	for _, g := range dropped {
+		delete(p.hist, g)
+	}
+	p.logBytes -= freed
 	p.scn = keep
 	p.notify()
 	return undone, nil

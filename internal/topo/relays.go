@@ -77,13 +77,22 @@ func PutLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttl
 type RelayWatch struct {
 	mu   sync.Mutex
 	url  string
+	all  []string
 	done chan struct{}
 }
 
+// URL returns the relay every node reads through ("" if none).
 func (w *RelayWatch) URL() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.url
+}
+
+// URLs returns every registered relay's URL, in key order.
+func (w *RelayWatch) URLs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.all
 }
 
 // WatchRelays follows the registered relays until ctx ends; Done is
@@ -112,12 +121,17 @@ func WatchRelays(ctx context.Context, cli *clientv3.Client, prefix string) *Rela
 						delete(relays, string(ev.Kv.Key))
 					}
 				}
+				ids := slices.Sorted(maps.Keys(relays))
+				all := make([]string, len(ids))
+				for i, id := range ids {
+					all[i] = relays[id]
+				}
 				url := ""
-				if len(relays) > 0 {
-					url = relays[slices.Min(slices.Collect(maps.Keys(relays)))]
+				if len(all) > 0 {
+					url = all[0]
 				}
 				rw.mu.Lock()
-				rw.url = url
+				rw.url, rw.all = url, all
 				rw.mu.Unlock()
 			}
 		}

@@ -95,11 +95,33 @@ type Listener struct {
 	mux  cmux.CMux
 	wg   sync.WaitGroup
 	done chan struct{}
+	// stopping is closed when Shutdown starts.
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+type stoppingKey struct{}
+
+// Stopping returns a channel closed when the listener serving the request
+// whose context ctx is starts shutting down (nil outside one): a handler
+// that streams until its client goes ends then, so that the shutdown
+// does not wait for it.
+func Stopping(ctx context.Context) <-chan struct{} {
+	c, _ := ctx.Value(stoppingKey{}).(chan struct{})
+	return c
 }
 
 // Serve starts serving ln; h or rpc may be nil. Call Shutdown to stop.
 func Serve(ln net.Listener, h *http.Server, rpc *Server) *Listener {
-	l := &Listener{HTTP: h, RPC: rpc, ln: ln, done: make(chan struct{})}
+	l := &Listener{HTTP: h, RPC: rpc, ln: ln, done: make(chan struct{}), stopping: make(chan struct{})}
+	if h != nil && h.Handler != nil {
+		// Long-lived HTTP handlers (change streams) learn of a shutdown
+		// from their request's context (see Stopping).
+		inner := h.Handler
+		h.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stoppingKey{}, l.stopping)))
+		})
+	}
 	run := func(f func()) {
 		l.wg.Add(1)
 		go func() {
@@ -144,12 +166,14 @@ func (l *Listener) Done() <-chan struct{} { return l.done }
 // closed.
 func (l *Listener) Shutdown(ctx context.Context) error {
 	var errs []error
+	l.stopOnce.Do(func() { close(l.stopping) })
 	if l.RPC != nil {
 		l.RPC.once.Do(func() { close(l.RPC.stopping) })
 	}
 	if l.HTTP != nil {
 		if err := l.HTTP.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
+			l.HTTP.Close() // handlers that did not finish in time are cut off
 		}
 	}
 	if l.RPC != nil {
@@ -177,6 +201,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 // is cut and every call in flight fails. It returns when the handlers
 // have returned.
 func (l *Listener) Abort() {
+	l.stopOnce.Do(func() { close(l.stopping) })
 	if l.RPC != nil {
 		l.RPC.once.Do(func() { close(l.RPC.stopping) })
 		l.RPC.GRPC.Stop()

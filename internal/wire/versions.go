@@ -3,12 +3,15 @@ package wire
 import "fmt"
 
 // Protocol versions. Version 1 reads commit logs by long polls (Log);
-// version 2 adds StreamLog. A binary speaks [MinVersion, Version]; two
+// version 2 adds StreamLog; version 3 adds Snapshot and trimmed logs (an
+// answer that says trimmed also says the source does not hold the asker's
+// SCN, so a version-2 slave whose position was trimmed waits, unharmed,
+// until it is upgraded and rebuilds). A binary speaks [MinVersion, Version]; two
 // binaries use the highest version both speak, so adjacent releases
 // interoperate during a rolling upgrade.
 const (
 	MinVersion uint32 = 1
-	Version    uint32 = 2
+	Version    uint32 = 3
 )
 
 // Negotiate returns the highest version in both ranges, or an error when

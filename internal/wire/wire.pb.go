@@ -1317,14 +1317,19 @@ func (x *LogRequest) GetBufferOnly() bool {
 }
 
 type LogResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Commits       []*Commit              `protobuf:"bytes,1,rep,name=commits,proto3" json:"commits,omitempty"`
-	Diverged      bool                   `protobuf:"varint,2,opt,name=diverged,proto3" json:"diverged,omitempty"`
-	Common        *SCN                   `protobuf:"bytes,3,opt,name=common,proto3" json:"common,omitempty"`
-	Holds         bool                   `protobuf:"varint,4,opt,name=holds,proto3" json:"holds,omitempty"`
-	SourceRole    int32                  `protobuf:"varint,5,opt,name=source_role,json=sourceRole,proto3" json:"source_role,omitempty"`
-	SourceScn     *SCN                   `protobuf:"bytes,6,opt,name=source_scn,json=sourceScn,proto3" json:"source_scn,omitempty"`
-	Acked         *SCN                   `protobuf:"bytes,7,opt,name=acked,proto3" json:"acked,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Commits    []*Commit              `protobuf:"bytes,1,rep,name=commits,proto3" json:"commits,omitempty"`
+	Diverged   bool                   `protobuf:"varint,2,opt,name=diverged,proto3" json:"diverged,omitempty"`
+	Common     *SCN                   `protobuf:"bytes,3,opt,name=common,proto3" json:"common,omitempty"`
+	Holds      bool                   `protobuf:"varint,4,opt,name=holds,proto3" json:"holds,omitempty"`
+	SourceRole int32                  `protobuf:"varint,5,opt,name=source_role,json=sourceRole,proto3" json:"source_role,omitempty"`
+	SourceScn  *SCN                   `protobuf:"bytes,6,opt,name=source_scn,json=sourceScn,proto3" json:"source_scn,omitempty"`
+	Acked      *SCN                   `protobuf:"bytes,7,opt,name=acked,proto3" json:"acked,omitempty"`
+	// trimmed (protocol 3): the asker's SCN is on the source's timeline but
+	// before log_start, the SCN the retained log starts after; the asker
+	// rebuilds from a snapshot. The stream ends after it.
+	Trimmed       bool `protobuf:"varint,8,opt,name=trimmed,proto3" json:"trimmed,omitempty"`
+	LogStart      *SCN `protobuf:"bytes,9,opt,name=log_start,json=logStart,proto3" json:"log_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1404,6 +1409,20 @@ func (x *LogResult) GetSourceScn() *SCN {
 func (x *LogResult) GetAcked() *SCN {
 	if x != nil {
 		return x.Acked
+	}
+	return nil
+}
+
+func (x *LogResult) GetTrimmed() bool {
+	if x != nil {
+		return x.Trimmed
+	}
+	return false
+}
+
+func (x *LogResult) GetLogStart() *SCN {
+	if x != nil {
+		return x.LogStart
 	}
 	return nil
 }
@@ -1579,6 +1598,8 @@ type PartitionStatus struct {
 	Role          int32                  `protobuf:"varint,3,opt,name=role,proto3" json:"role,omitempty"`
 	Scn           *SCN                   `protobuf:"bytes,4,opt,name=scn,proto3" json:"scn,omitempty"`
 	Generation    uint32                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	LogStart      *SCN                   `protobuf:"bytes,6,opt,name=log_start,json=logStart,proto3" json:"log_start,omitempty"`
+	LogBytes      int64                  `protobuf:"varint,7,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1644,6 +1665,20 @@ func (x *PartitionStatus) GetScn() *SCN {
 func (x *PartitionStatus) GetGeneration() uint32 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *PartitionStatus) GetLogStart() *SCN {
+	if x != nil {
+		return x.LogStart
+	}
+	return nil
+}
+
+func (x *PartitionStatus) GetLogBytes() int64 {
+	if x != nil {
+		return x.LogBytes
 	}
 	return 0
 }
@@ -1907,6 +1942,264 @@ func (x *Error) GetItem() *Item {
 	return nil
 }
 
+type SnapshotRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Db        string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// bytes_per_second throttles the stream (0: the server's default).
+	BytesPerSecond int64 `protobuf:"varint,3,opt,name=bytes_per_second,json=bytesPerSecond,proto3" json:"bytes_per_second,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_wire_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SnapshotRequest) GetDb() string {
+	if x != nil {
+		return x.Db
+	}
+	return ""
+}
+
+func (x *SnapshotRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SnapshotRequest) GetBytesPerSecond() int64 {
+	if x != nil {
+		return x.BytesPerSecond
+	}
+	return 0
+}
+
+type Row struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// value is the stored row: header and Avro document.
+	Value         []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Row) Reset() {
+	*x = Row{}
+	mi := &file_wire_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Row) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Row) ProtoMessage() {}
+
+func (x *Row) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Row.ProtoReflect.Descriptor instead.
+func (*Row) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Row) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *Row) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *Row) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type Mark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Mark) Reset() {
+	*x = Mark{}
+	mi := &file_wire_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Mark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Mark) ProtoMessage() {}
+
+func (x *Mark) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Mark.ProtoReflect.Descriptor instead.
+func (*Mark) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Mark) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *Mark) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scn           *SCN                   `protobuf:"bytes,1,opt,name=scn,proto3" json:"scn,omitempty"`
+	History       []*SCN                 `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	Acked         *SCN                   `protobuf:"bytes,3,opt,name=acked,proto3" json:"acked,omitempty"`
+	Rows          []*Row                 `protobuf:"bytes,4,rep,name=rows,proto3" json:"rows,omitempty"`
+	Marks         []*Mark                `protobuf:"bytes,5,rep,name=marks,proto3" json:"marks,omitempty"`
+	Last          bool                   `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_wire_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SnapshotChunk) GetScn() *SCN {
+	if x != nil {
+		return x.Scn
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetHistory() []*SCN {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetAcked() *SCN {
+	if x != nil {
+		return x.Acked
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetRows() []*Row {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetMarks() []*Mark {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
 var File_wire_proto protoreflect.FileDescriptor
 
 const file_wire_proto_rawDesc = "" +
@@ -2022,7 +2315,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x03ack\x18\x06 \x01(\bR\x03ack\x12\x18\n" +
 	"\areplica\x18\a \x01(\tR\areplica\x12\x1f\n" +
 	"\vbuffer_only\x18\b \x01(\bR\n" +
-	"bufferOnly\"\xa0\x02\n" +
+	"bufferOnly\"\xed\x02\n" +
 	"\tLogResult\x121\n" +
 	"\acommits\x18\x01 \x03(\v2\x17.cortado.wire.v1.CommitR\acommits\x12\x1a\n" +
 	"\bdiverged\x18\x02 \x01(\bR\bdiverged\x12,\n" +
@@ -2032,7 +2325,9 @@ const file_wire_proto_rawDesc = "" +
 	"sourceRole\x123\n" +
 	"\n" +
 	"source_scn\x18\x06 \x01(\v2\x14.cortado.wire.v1.SCNR\tsourceScn\x12*\n" +
-	"\x05acked\x18\a \x01(\v2\x14.cortado.wire.v1.SCNR\x05acked\"|\n" +
+	"\x05acked\x18\a \x01(\v2\x14.cortado.wire.v1.SCNR\x05acked\x12\x18\n" +
+	"\atrimmed\x18\b \x01(\bR\atrimmed\x121\n" +
+	"\tlog_start\x18\t \x01(\v2\x14.cortado.wire.v1.SCNR\blogStart\"|\n" +
 	"\n" +
 	"AckRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
@@ -2043,7 +2338,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12$\n" +
 	"\rauthoritative\x18\x02 \x01(\bR\rauthoritative\"\x1f\n" +
 	"\rStatusRequest\x12\x0e\n" +
-	"\x02db\x18\x01 \x01(\tR\x02db\"\x9b\x01\n" +
+	"\x02db\x18\x01 \x01(\tR\x02db\"\xeb\x01\n" +
 	"\x0fPartitionStatus\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -2051,7 +2346,9 @@ const file_wire_proto_rawDesc = "" +
 	"\x03scn\x18\x04 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\rR\n" +
-	"generation\"P\n" +
+	"generation\x121\n" +
+	"\tlog_start\x18\x06 \x01(\v2\x14.cortado.wire.v1.SCNR\blogStart\x12\x1b\n" +
+	"\tlog_bytes\x18\a \x01(\x03R\blogBytes\"P\n" +
 	"\fStatusResult\x12@\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2 .cortado.wire.v1.PartitionStatusR\n" +
@@ -2075,7 +2372,25 @@ const file_wire_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x15\n" +
 	"\x06has_op\x18\x04 \x01(\bR\x05hasOp\x12\x0e\n" +
 	"\x02op\x18\x05 \x01(\x05R\x02op\x12)\n" +
-	"\x04item\x18\x06 \x01(\v2\x15.cortado.wire.v1.ItemR\x04item2\xb6\x05\n" +
+	"\x04item\x18\x06 \x01(\v2\x15.cortado.wire.v1.ItemR\x04item\"i\n" +
+	"\x0fSnapshotRequest\x12\x0e\n" +
+	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12(\n" +
+	"\x10bytes_per_second\x18\x03 \x01(\x03R\x0ebytesPerSecond\"C\n" +
+	"\x03Row\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\".\n" +
+	"\x04Mark\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xfe\x01\n" +
+	"\rSnapshotChunk\x12&\n" +
+	"\x03scn\x18\x01 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x12.\n" +
+	"\ahistory\x18\x02 \x03(\v2\x14.cortado.wire.v1.SCNR\ahistory\x12*\n" +
+	"\x05acked\x18\x03 \x01(\v2\x14.cortado.wire.v1.SCNR\x05acked\x12(\n" +
+	"\x04rows\x18\x04 \x03(\v2\x14.cortado.wire.v1.RowR\x04rows\x12+\n" +
+	"\x05marks\x18\x05 \x03(\v2\x15.cortado.wire.v1.MarkR\x05marks\x12\x12\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last2\x86\x06\n" +
 	"\x04Node\x12D\n" +
 	"\x05Hello\x12\x1d.cortado.wire.v1.HelloRequest\x1a\x1c.cortado.wire.v1.HelloResult\x129\n" +
 	"\x03Get\x12\x1b.cortado.wire.v1.GetRequest\x1a\x15.cortado.wire.v1.Item\x12D\n" +
@@ -2086,7 +2401,8 @@ const file_wire_proto_rawDesc = "" +
 	"\tStreamLog\x12\x1b.cortado.wire.v1.LogRequest\x1a\x1a.cortado.wire.v1.LogResult0\x01\x12>\n" +
 	"\x03Ack\x12\x1b.cortado.wire.v1.AckRequest\x1a\x1a.cortado.wire.v1.AckResult\x12G\n" +
 	"\x06Status\x12\x1e.cortado.wire.v1.StatusRequest\x1a\x1d.cortado.wire.v1.StatusResult\x12M\n" +
-	"\bChecksum\x12 .cortado.wire.v1.ChecksumRequest\x1a\x1f.cortado.wire.v1.ChecksumResultB-Z+github.com/cortado-db/cortado/internal/wireb\x06proto3"
+	"\bChecksum\x12 .cortado.wire.v1.ChecksumRequest\x1a\x1f.cortado.wire.v1.ChecksumResult\x12N\n" +
+	"\bSnapshot\x12 .cortado.wire.v1.SnapshotRequest\x1a\x1e.cortado.wire.v1.SnapshotChunk0\x01B-Z+github.com/cortado-db/cortado/internal/wireb\x06proto3"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
@@ -2100,7 +2416,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 	return file_wire_proto_rawDescData
 }
 
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_wire_proto_goTypes = []any{
 	(*HelloRequest)(nil),    // 0: cortado.wire.v1.HelloRequest
 	(*HelloResult)(nil),     // 1: cortado.wire.v1.HelloResult
@@ -2129,7 +2445,11 @@ var file_wire_proto_goTypes = []any{
 	(*ChecksumRequest)(nil), // 24: cortado.wire.v1.ChecksumRequest
 	(*ChecksumResult)(nil),  // 25: cortado.wire.v1.ChecksumResult
 	(*Error)(nil),           // 26: cortado.wire.v1.Error
-	nil,                     // 27: cortado.wire.v1.ChecksumResult.TablesEntry
+	(*SnapshotRequest)(nil), // 27: cortado.wire.v1.SnapshotRequest
+	(*Row)(nil),             // 28: cortado.wire.v1.Row
+	(*Mark)(nil),            // 29: cortado.wire.v1.Mark
+	(*SnapshotChunk)(nil),   // 30: cortado.wire.v1.SnapshotChunk
+	nil,                     // 31: cortado.wire.v1.ChecksumResult.TablesEntry
 }
 var file_wire_proto_depIdxs = []int32{
 	2,  // 0: cortado.wire.v1.Item.scn:type_name -> cortado.wire.v1.SCN
@@ -2152,38 +2472,47 @@ var file_wire_proto_depIdxs = []int32{
 	2,  // 17: cortado.wire.v1.LogResult.common:type_name -> cortado.wire.v1.SCN
 	2,  // 18: cortado.wire.v1.LogResult.source_scn:type_name -> cortado.wire.v1.SCN
 	2,  // 19: cortado.wire.v1.LogResult.acked:type_name -> cortado.wire.v1.SCN
-	2,  // 20: cortado.wire.v1.AckRequest.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 21: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
-	22, // 22: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
-	2,  // 23: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
-	2,  // 24: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
-	27, // 25: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
-	5,  // 26: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
-	0,  // 27: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
-	7,  // 28: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
-	8,  // 29: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
-	9,  // 30: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
-	12, // 31: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
-	17, // 32: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
-	17, // 33: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
-	19, // 34: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
-	21, // 35: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
-	24, // 36: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
-	1,  // 37: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
-	5,  // 38: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
-	6,  // 39: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
-	10, // 40: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
-	14, // 41: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
-	18, // 42: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
-	18, // 43: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
-	20, // 44: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
-	23, // 45: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
-	25, // 46: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
-	37, // [37:47] is the sub-list for method output_type
-	27, // [27:37] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	2,  // 20: cortado.wire.v1.LogResult.log_start:type_name -> cortado.wire.v1.SCN
+	2,  // 21: cortado.wire.v1.AckRequest.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 22: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 23: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
+	22, // 24: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
+	2,  // 25: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
+	2,  // 26: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
+	31, // 27: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
+	5,  // 28: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
+	2,  // 29: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 30: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
+	2,  // 31: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
+	28, // 32: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
+	29, // 33: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
+	0,  // 34: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
+	7,  // 35: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
+	8,  // 36: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
+	9,  // 37: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
+	12, // 38: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
+	17, // 39: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
+	17, // 40: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
+	19, // 41: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
+	21, // 42: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
+	24, // 43: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
+	27, // 44: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
+	1,  // 45: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
+	5,  // 46: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
+	6,  // 47: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
+	10, // 48: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
+	14, // 49: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
+	18, // 50: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
+	18, // 51: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
+	20, // 52: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
+	23, // 53: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
+	25, // 54: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
+	30, // 55: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
+	45, // [45:56] is the sub-list for method output_type
+	34, // [34:45] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -2199,7 +2528,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

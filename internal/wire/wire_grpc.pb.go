@@ -42,6 +42,7 @@ const (
 	Node_Ack_FullMethodName       = "/cortado.wire.v1.Node/Ack"
 	Node_Status_FullMethodName    = "/cortado.wire.v1.Node/Status"
 	Node_Checksum_FullMethodName  = "/cortado.wire.v1.Node/Checksum"
+	Node_Snapshot_FullMethodName  = "/cortado.wire.v1.Node/Snapshot"
 )
 
 // NodeClient is the client API for Node service.
@@ -67,6 +68,11 @@ type NodeClient interface {
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResult, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResult, error)
 	Checksum(ctx context.Context, in *ChecksumRequest, opts ...grpc.CallOption) (*ChecksumResult, error)
+	// Snapshot streams a consistent snapshot of one partition (protocol
+	// 3): the first chunk says the SCN it is consistent at and the
+	// timeline's history, then rows in key order, throttled to the asked
+	// rate; the last chunk carries the auto-increment marks.
+	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 }
 
 type nodeClient struct {
@@ -186,6 +192,25 @@ func (c *nodeClient) Checksum(ctx context.Context, in *ChecksumRequest, opts ...
 	return out, nil
 }
 
+func (c *nodeClient) Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[1], Node_Snapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_SnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -209,6 +234,11 @@ type NodeServer interface {
 	Ack(context.Context, *AckRequest) (*AckResult, error)
 	Status(context.Context, *StatusRequest) (*StatusResult, error)
 	Checksum(context.Context, *ChecksumRequest) (*ChecksumResult, error)
+	// Snapshot streams a consistent snapshot of one partition (protocol
+	// 3): the first chunk says the SCN it is consistent at and the
+	// timeline's history, then rows in key order, throttled to the asked
+	// rate; the last chunk carries the auto-increment marks.
+	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -248,6 +278,9 @@ func (UnimplementedNodeServer) Status(context.Context, *StatusRequest) (*StatusR
 }
 func (UnimplementedNodeServer) Checksum(context.Context, *ChecksumRequest) (*ChecksumResult, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Checksum not implemented")
+}
+func (UnimplementedNodeServer) Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Snapshot not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -443,6 +476,17 @@ func _Node_Checksum_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeServer).Snapshot(m, &grpc.GenericServerStream[SnapshotRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_SnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -491,6 +535,11 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "StreamLog",
 			Handler:       _Node_StreamLog_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Snapshot",
+			Handler:       _Node_Snapshot_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -1,0 +1,16 @@
+// Package changes owns the change stream: it turns partitions' commit logs
+// (read from a relay, or a storage node) and, when a consumer is behind
+// the retained log, partition snapshots into events in a
+// Debezium-compatible envelope, with per-partition resume tokens,
+// resolved (heartbeat) events, rollback events for positions a failover
+// took off the timeline, and transaction boundaries.
+//
+// Per partition, events keep the commit order; the events of one
+// transaction are contiguous and share its SCN. A token names, per
+// partition, the last SCN delivered and how many events of the next
+// commit were, so a resumed stream repeats nothing and skips nothing.
+//
+// It never writes: it reads logs and snapshots through the Sources it is
+// given, and holds per stream one partition batch at a time (a slow
+// consumer holds its readers back, never memory).
+package changes

@@ -1,0 +1,162 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// SnapshotRequest asks for a consistent snapshot of one partition.
+type SnapshotRequest struct {
+	DB        string
+	Partition int
+	// BytesPerSecond throttles the stream below the node's own limit
+	// (0: the node's limit).
+	BytesPerSecond int64
+}
+
+// SnapshotChunk is one part of a snapshot stream. The first says the SCN
+// the snapshot is consistent at, the timeline's history up to it and the
+// acknowledged watermark; the last (Last) carries the auto-increment
+// marks. Rows come in key order.
+type SnapshotChunk struct {
+	SCN     storage.SCN
+	History []storage.SCN
+	Acked   storage.SCN
+	Rows    []storage.Row
+	Marks   []storage.Mark
+	Last    bool
+}
+
+// Snapshotter streams partition snapshots: a Node, or a Remote one.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, req SnapshotRequest, fn func(*SnapshotChunk) error) error
+}
+
+// DefaultSnapshotRate is how fast a node streams a snapshot unless
+// Options.SnapshotBytesPerSecond says otherwise: interactive traffic keeps
+// most of the disk.
+const DefaultSnapshotRate = 64 << 20
+
+// snapshotChunkBytes bounds one chunk (far below wire.MaxMessageBytes).
+const snapshotChunkBytes = 1 << 20
+
+// Snapshot streams a consistent snapshot of a partition to fn, throttled.
+func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*SnapshotChunk) error) error {
+	p, err := n.partition(req.DB, req.Partition)
+	if err != nil {
+		return err
+	}
+	rate := n.opts.SnapshotBytesPerSecond
+	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
+		rate = req.BytesPerSecond
+	}
+	snap := p.Snapshot()
+	defer snap.Close()
+	pace := pacer{rate: rate, start: time.Now()}
+	chunk := &SnapshotChunk{SCN: snap.SCN, History: snap.History, Acked: snap.Acked}
+	size := 0
+	flush := func() error {
+		if err := pace.wait(ctx, size); err != nil {
+			return err
+		}
+		if err := fn(chunk); err != nil {
+			return err
+		}
+		chunk, size = &SnapshotChunk{SCN: snap.SCN}, 0
+		return nil
+	}
+	err = snap.Rows("", nil, func(r storage.Row) error {
+		chunk.Rows = append(chunk.Rows, storage.Row{Table: r.Table, Key: append([]byte(nil), r.Key...), Value: append([]byte(nil), r.Value...)})
+		size += len(r.Table) + len(r.Key) + len(r.Value) + 8
+		if size >= snapshotChunkBytes {
+			return flush()
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("partition %s/%d: snapshot: %w", req.DB, req.Partition, err)
+	}
+	if chunk.Marks, err = snap.Marks(); err != nil {
+		return err
+	}
+	chunk.Last = true
+	return flush()
+}
+
+// pacer spreads bytes over time at rate bytes a second.
+type pacer struct {
+	rate  int64
+	start time.Time
+	sent  int64
+}
+
+func (p *pacer) wait(ctx context.Context, n int) error {
+	p.sent += int64(n)
+	if p.rate <= 0 {
+		return ctx.Err()
+	}
+	due := p.start.Add(time.Duration(float64(p.sent) / float64(p.rate) * float64(time.Second)))
+	d := time.Until(due)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ErrRebuild is returned by Follow when the replica must be rebuilt from
+// a snapshot: its position is before its source's retained log, or a
+// truncation would need commits its own log no longer holds.
+var ErrRebuild = errors.New("replica must be rebuilt from a snapshot")
+
+// Rebuild replaces this node's replica of a partition with a snapshot of
+// it streamed from src (its master), and returns how many rows it
+// installed. The replica then follows on from the snapshot's SCN.
+func (n *Node) Rebuild(ctx context.Context, db string, id int, src Snapshotter) (int, error) {
+	p, err := n.partition(db, id)
+	if err != nil {
+		return 0, err
+	}
+	if n.Role(db, id) == Master {
+		return 0, fmt.Errorf("partition %s/%d: a master is never rebuilt", db, id)
+	}
+	in, err := p.BeginInstall()
+	if err != nil {
+		return 0, err
+	}
+	var first *SnapshotChunk
+	err = src.Snapshot(ctx, SnapshotRequest{DB: db, Partition: id}, func(c *SnapshotChunk) error {
+		if first == nil {
+			first = c
+		}
+		for _, r := range c.Rows {
+			if err := in.Row(r); err != nil {
+				return err
+			}
+		}
+		if c.Last {
+			_, err := in.Finish(first.SCN, first.History, first.Acked, c.Marks)
+			first.Last = true
+			return err
+		}
+		return nil
+	})
+	if err == nil && (first == nil || !first.Last) {
+		err = fmt.Errorf("partition %s/%d: the snapshot stream ended early", db, id)
+	}
+	if err != nil {
+		in.Abort()
+		return 0, err
+	}
+	return in.Rows(), nil
+}

@@ -1,0 +1,198 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/changes"
+	"github.com/cortado-db/cortado/internal/problem"
+	"github.com/cortado-db/cortado/internal/wire"
+)
+
+// RouteChanges labels change-stream requests in metrics.
+const RouteChanges = "changes"
+
+// Change-stream media types.
+const (
+	MediaNDJSON = "application/x-ndjson"
+	MediaSSE    = "text/event-stream"
+)
+
+// SetChanges makes the router serve GET /{db}/_changes from feed.
+func (r *Router) SetChanges(feed *changes.Feed) { r.changes = feed }
+
+// serveChanges answers GET /{db}/_changes: the database's change stream,
+// as NDJSON or (Accept: text/event-stream) Server-Sent Events whose ids
+// are resume tokens.
+func (r *Router) serveChanges(w http.ResponseWriter, req *http.Request, db string) {
+	if req.Method != http.MethodGet {
+		methodNotAllowed(w, "GET")
+		return
+	}
+	sse := false
+	for _, a := range strings.Split(req.Header.Get("Accept"), ",") {
+		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(a)); err == nil && mt == MediaSSE {
+			sse = true
+		}
+	}
+	stream, err := r.OpenChanges(req.Context(), db, req.URL.Query(), req.Header.Get("Last-Event-ID"))
+	if err != nil {
+		fail(w, Problem(err))
+		return
+	}
+	// Through any wrapper (metrics) to the connection.
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	if sse {
+		h.Set("Content-Type", MediaSSE)
+	} else {
+		h.Set("Content-Type", MediaNDJSON)
+	}
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	emit := func(e changes.Event) error {
+		if sse {
+			bw.WriteString("id: ")
+			bw.WriteString(e.Token)
+			bw.WriteString("\nevent: ")
+			bw.WriteString(e.Kind)
+			bw.WriteString("\ndata: ")
+			bw.Write(e.JSON)
+			_, err := bw.WriteString("\n\n")
+			return err
+		}
+		bw.Write(e.JSON)
+		return bw.WriteByte('\n')
+	}
+	flush := func() error {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	flush() // the headers, at once: the consumer knows it is connected
+	// The stream runs until the consumer goes or the process stops.
+	ctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	if stopping := wire.Stopping(ctx); stopping != nil {
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			select {
+			case <-stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	stream.Run(ctx, emit, flush)
+}
+
+// OpenChanges checks a change-stream request (the query parameters of
+// GET /{db}/_changes, and a Last-Event-ID header's value) and returns the
+// stream to run.
+func (r *Router) OpenChanges(ctx context.Context, db string, q url.Values, lastEventID string) (*changes.Stream, error) {
+	if r.changes == nil {
+		return nil, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "this process serves no change stream")
+	}
+	d, err := r.reg.Database(db)
+	if err != nil {
+		return nil, err
+	}
+	creq, err := changesRequest(q, lastEventID, d.Name, d.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	return r.changes.Open(ctx, creq)
+}
+
+// changesRequest reads a change-stream request's parameters.
+func changesRequest(q url.Values, lastEventID, db string, partitions int) (changes.Request, error) {
+	bad := func(format string, a ...any) (changes.Request, error) {
+		return changes.Request{}, &changes.RequestError{Err: fmt.Errorf(format, a...)}
+	}
+	for name := range q {
+		switch name {
+		case "tables", "partitions", "fields", "before", "version", "transactions", "since", "heartbeat":
+		default:
+			return bad("unknown parameter %q (tables, partitions, fields, before, version, transactions, since, heartbeat)", name)
+		}
+	}
+	c := changes.Request{DB: db}
+	list := func(name string) []string {
+		var out []string
+		for _, v := range q[name] {
+			for _, s := range strings.Split(v, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					out = append(out, s)
+				}
+			}
+		}
+		return out
+	}
+	c.Tables = list("tables")
+	c.Fields = list("fields")
+	if len(c.Tables) > 256 || len(c.Fields) > 256 {
+		return bad("at most 256 tables and 256 fields")
+	}
+	for _, p := range list("partitions") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n >= partitions {
+			return bad("partition %q: database %s has partitions 0 to %d", p, db, partitions-1)
+		}
+		c.Partitions = append(c.Partitions, n)
+	}
+	flag := func(name string) (bool, error) {
+		switch q.Get(name) {
+		case "", "false":
+			return false, nil
+		case "true":
+			return true, nil
+		}
+		return false, &changes.RequestError{Err: fmt.Errorf("%s must be true or false", name)}
+	}
+	var err error
+	if c.Before, err = flag("before"); err != nil {
+		return c, err
+	}
+	if c.Transactions, err = flag("transactions"); err != nil {
+		return c, err
+	}
+	if v := q.Get("version"); v != "" {
+		if c.Version, err = strconv.Atoi(v); err != nil || c.Version < 1 {
+			return bad("version must be a schema version number")
+		}
+	}
+	if v := q.Get("heartbeat"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > time.Minute {
+			return bad("heartbeat must be a duration from 100ms to 1m")
+		}
+		c.Heartbeat = d
+	}
+	since := q.Get("since")
+	if since == "" {
+		since = lastEventID
+	}
+	switch since {
+	case "", "beginning":
+		c.Since = changes.SinceBeginning
+	case "now":
+		c.Since = changes.SinceNow
+	default:
+		if c.Token, err = changes.ParseToken(db, partitions, since); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}

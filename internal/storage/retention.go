@@ -1,0 +1,323 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// ErrTrimmed is returned when an operation needs commits the log no longer
+// holds: they were trimmed by retention. A replica in that position is
+// rebuilt from a snapshot (see Partition.Snapshot and Install).
+var ErrTrimmed = errors.New("storage: the commit log no longer holds the commits needed")
+
+// The timeline's shape outlives the commits themselves. Every generation
+// of a timeline starts at sequence 1 (see follows), so a timeline is its
+// generations in order, each with its last sequence: (g, s) is on it if g
+// is one of them and 1 ≤ s ≤ that last sequence. history keeps the last
+// sequence of every generation before the current one (meta "hist"|gen);
+// the current one ends at the partition's SCN. With it a replica tells
+// whether an SCN is on its timeline, and where another timeline left it,
+// after the commits themselves were trimmed.
+
+func histKey(db string, id int, gen uint32) []byte {
+	return keys.Meta(db, id, "hist", keys.I(int64(gen)))
+}
+
+// loadHistory reads the generation history, building it from the log
+// once for a partition stored before the history existed.
+func (p *Partition) loadHistory() error {
+	p.hist = map[uint32]uint64{}
+	marker := keys.Meta(p.DB, p.ID, "histv")
+	_, closer, err := p.e.db.Get(marker)
+	switch {
+	case err == nil:
+		closer.Close()
+		lo := keys.Meta(p.DB, p.ID, "hist")
+		it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		for valid := it.First(); valid; valid = it.Next() {
+			parts, err := keys.Decode(it.Key()[len(lo):])
+			v, verr := it.ValueAndErr()
+			if err != nil || verr != nil || len(parts) != 1 || len(v) != 8 {
+				return fmt.Errorf("partition %s/%d: corrupt generation history", p.DB, p.ID)
+			}
+			p.hist[uint32(parts[0].Int)] = binary.BigEndian.Uint64(v)
+		}
+		return it.Error()
+	case !errors.Is(err, pebble.ErrNotFound):
+		return err
+	}
+	// Build it from the log (never trimmed before the history existed).
+	prefix := keys.LogPrefix(p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+		if err != nil {
+			it.Close()
+			return err
+		}
+		if gen != p.scn.Gen {
+			p.hist[gen] = max(p.hist[gen], seq)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	b := p.e.db.NewBatch()
+	defer b.Close()
+	for g, s := range p.hist {
+		b.Set(histKey(p.DB, p.ID, g), binary.BigEndian.AppendUint64(nil, s), nil)
+	}
+	b.Set(marker, nil, nil)
+	return p.e.commit(b)
+}
+
+// noteGeneration adds to b the end of the current generation when c opens
+// a new one; the caller holds mu and updates p.hist after the commit.
+func (p *Partition) noteGeneration(b *pebble.Batch, last, next SCN) (closed bool, err error) {
+	if next.Gen == last.Gen || last.IsZero() {
+		return false, nil
+	}
+	return true, b.Set(histKey(p.DB, p.ID, last.Gen), binary.BigEndian.AppendUint64(nil, last.Seq), nil)
+}
+
+// onTimeline reports whether scn is on this replica's timeline; the caller
+// holds mu.
+func (p *Partition) onTimeline(scn SCN) bool {
+	if scn.IsZero() {
+		return true
+	}
+	if scn.Seq == 0 {
+		return false
+	}
+	if scn.Gen == p.scn.Gen {
+		return scn.Seq <= p.scn.Seq
+	}
+	end, ok := p.hist[scn.Gen]
+	return ok && scn.Seq <= end
+}
+
+// OnTimeline reports whether scn is on this replica's timeline: a commit
+// it holds or held before its log was trimmed (zero always is).
+func (p *Partition) OnTimeline(scn SCN) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.onTimeline(scn)
+}
+
+// LastOnTimelineBefore returns the newest SCN of this replica's timeline
+// before scn (zero if none): where a timeline that holds scn, which this
+// one does not, left this one.
+func (p *Partition) LastOnTimelineBefore(scn SCN) SCN {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best SCN
+	for _, e := range p.ends() {
+		if e.Gen < scn.Gen {
+			best = e
+			continue
+		}
+		if e.Gen == scn.Gen && scn.Seq > 1 {
+			best = SCN{Gen: e.Gen, Seq: min(e.Seq, scn.Seq-1)}
+		}
+		break
+	}
+	return best
+}
+
+// ends lists each generation of the timeline with its last SCN, oldest
+// first; the caller holds mu.
+func (p *Partition) ends() []SCN {
+	out := make([]SCN, 0, len(p.hist)+1)
+	for g, s := range p.hist {
+		out = append(out, SCN{Gen: g, Seq: s})
+	}
+	if !p.scn.IsZero() {
+		out = append(out, p.scn)
+	}
+	slices.SortFunc(out, func(a, b SCN) int {
+		if a.Less(b) {
+			return -1
+		}
+		if b.Less(a) {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// History returns the timeline's generations with their last SCNs, oldest
+// first: what a replica rebuilt from a snapshot needs to judge SCNs it
+// never held.
+func (p *Partition) History() []SCN {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ends()
+}
+
+// LogStart returns the SCN the log starts after: every commit at or
+// before it was trimmed (zero: the log is whole).
+func (p *Partition) LogStart() SCN {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logStart
+}
+
+// LogBytes returns about how many bytes the partition's log entries take.
+func (p *Partition) LogBytes() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logBytes
+}
+
+// measureLog adds up the log entries' sizes (at open).
+func (p *Partition) measureLog() error {
+	prefix := keys.LogPrefix(p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		p.logBytes += int64(len(it.Key())) + int64(len(it.Value()))
+	}
+	return it.Error()
+}
+
+// RetentionPolicy says how much of a partition's log to keep.
+type RetentionPolicy struct {
+	// MaxAge trims commits older than this (0: no limit by age).
+	MaxAge time.Duration
+	// MaxBytes trims the oldest commits while the log is larger (0: no
+	// limit by size).
+	MaxBytes int64
+	// Keep is the newest SCN that must stay readable (a live slave's
+	// position): nothing after it is trimmed. Zero pins nothing.
+	Keep SCN
+	// Now is the time MaxAge counts from (default time.Now()).
+	Now time.Time
+}
+
+// TrimPoint returns the newest SCN the policy lets go (zero: none), never
+// past the acknowledged watermark (a truncation needs the pre-images of
+// what is not acknowledged) nor past o.Keep.
+func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	p.mu.Lock()
+	limit, start, total := p.acked, p.logStart, p.logBytes
+	p.mu.Unlock()
+	if !o.Keep.IsZero() && o.Keep.Less(limit) {
+		limit = o.Keep
+	}
+	if !start.Less(limit) || (o.MaxAge <= 0 && (o.MaxBytes <= 0 || total <= o.MaxBytes)) {
+		return SCN{}, nil
+	}
+	prefix := keys.LogPrefix(p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{
+		LowerBound: keys.Log(p.DB, p.ID, start.Gen, start.Seq+1),
+		UpperBound: keys.Log(p.DB, p.ID, limit.Gen, limit.Seq+1),
+	})
+	if err != nil {
+		return SCN{}, err
+	}
+	defer it.Close()
+	var point SCN
+	cutoff := o.Now.Add(-o.MaxAge).UnixNano()
+	for valid := it.First(); valid; valid = it.Next() {
+		over := o.MaxBytes > 0 && total > o.MaxBytes
+		old := false
+		if o.MaxAge > 0 {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return SCN{}, err
+			}
+			ts, n := binary.Varint(v)
+			old = n > 0 && ts < cutoff
+		}
+		if !over && !old {
+			break
+		}
+		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+		if err != nil {
+			return SCN{}, err
+		}
+		point = SCN{gen, seq}
+		total -= int64(len(it.Key())) + int64(len(it.Value()))
+	}
+	return point, it.Error()
+}
+
+// Trim removes every commit at or before upTo from the log (retention).
+// It refuses to pass the acknowledged watermark: a truncation undoes
+// unacknowledged commits with the pre-images their entries hold.
+func (p *Partition) Trim(upTo SCN) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.acked.Less(upTo) {
+		return 0, fmt.Errorf("partition %s/%d: trim through %s past the acknowledged %s: %w", p.DB, p.ID, upTo, p.acked, ErrTruncateAcknowledged)
+	}
+	if !p.logStart.Less(upTo) || !p.onTimeline(upTo) {
+		return 0, nil
+	}
+	lo := keys.Log(p.DB, p.ID, p.logStart.Gen, p.logStart.Seq+1)
+	hi := keys.Log(p.DB, p.ID, upTo.Gen, upTo.Seq+1)
+	var freed int64
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return 0, err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		freed += int64(len(it.Key())) + int64(len(it.Value()))
+	}
+	if err := it.Close(); err != nil {
+		return 0, err
+	}
+	b := p.e.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(lo, hi, nil); err != nil {
+		return 0, err
+	}
+	if err := b.Set(keys.Meta(p.DB, p.ID, "logstart"), encodeSCN(upTo), nil); err != nil {
+		return 0, err
+	}
+	// Not synced: a trim lost in a crash is done again.
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return 0, fmt.Errorf("partition %s/%d: trim through %s: %w", p.DB, p.ID, upTo, err)
+	}
+	p.logStart = upTo
+	p.logBytes -= freed
+	return freed, nil
+}
+
+// CommitTime returns when the commit at scn was made, if the log holds it.
+func (p *Partition) CommitTime(scn SCN) (time.Time, bool, error) {
+	v, closer, err := p.e.db.Get(keys.Log(p.DB, p.ID, scn.Gen, scn.Seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	defer closer.Close()
+	ts, n := binary.Varint(v)
+	if n <= 0 {
+		return time.Time{}, false, errCorruptLog
+	}
+	return time.Unix(0, ts), true, nil
+}

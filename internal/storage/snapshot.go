@@ -1,0 +1,257 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// Snapshot is a consistent view of one partition paired with the SCN it
+// is consistent at: the rows, the auto-increment marks, and the timeline's
+// history up to that SCN. It is what bootstraps a change-stream consumer
+// and rebuilds a replica whose position the log no longer holds. Close
+// releases it (it pins Pebble's files while open).
+type Snapshot struct {
+	p    *Partition
+	snap *pebble.Snapshot
+	// SCN is the last commit the snapshot holds.
+	SCN SCN
+	// History is the timeline's generations with their last SCNs, up to
+	// SCN (see Partition.History).
+	History []SCN
+	// Acked is the acknowledged watermark when it was taken.
+	Acked SCN
+}
+
+// Snapshot takes a consistent snapshot of the partition.
+func (p *Partition) Snapshot() *Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &Snapshot{p: p, snap: p.e.db.NewSnapshot(), SCN: p.scn, History: p.ends(), Acked: p.acked}
+}
+
+// Close releases the snapshot.
+func (s *Snapshot) Close() error { return s.snap.Close() }
+
+// Row is one stored document row: its table, its encoded key, and the
+// stored bytes (header and Avro document), exactly as a replica stores
+// them.
+type Row struct {
+	Table string
+	Key   []byte
+	Value []byte
+}
+
+// Doc decodes the row's header and document.
+func (r *Row) Doc() (Doc, error) { return decodeRow(r.Value) }
+
+// Rows calls fn for each document row of the snapshot in key order (by
+// table, then key), starting after the row (table, key) when table is not
+// empty. The row's slices are valid only during the call.
+func (s *Snapshot) Rows(afterTable string, afterKey []byte, fn func(Row) error) error {
+	prefix := append(keys.Partition(s.p.DB, s.p.ID), keys.SectionData)
+	lower := prefix
+	if afterTable != "" {
+		lower = append(append(keys.DataTablePrefix(s.p.DB, s.p.ID, afterTable), afterKey...), 0)
+	}
+	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()
+		tp, n, err := keys.DecodePart(k[len(prefix):])
+		if err != nil {
+			return fmt.Errorf("partition %s/%d: row key %x: %w", s.p.DB, s.p.ID, k, err)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if err := fn(Row{Table: tp.Str, Key: k[len(prefix)+n:], Value: v}); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// Mark is a collection's auto-increment high-water mark: Key is the
+// meta key's suffix after the partition's autoinc prefix.
+type Mark struct {
+	Key, Value []byte
+}
+
+// Marks returns the snapshot's auto-increment marks.
+func (s *Snapshot) Marks() ([]Mark, error) {
+	prefix := keys.Meta(s.p.DB, s.p.ID, "autoinc")
+	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []Mark
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Mark{Key: append([]byte(nil), it.Key()[len(prefix):]...), Value: append([]byte(nil), v...)})
+	}
+	return out, it.Error()
+}
+
+// Install replaces a replica's contents with a snapshot's, streamed in:
+// BeginInstall empties the partition (durably marked as being rebuilt, so
+// a crash midway leaves it empty, never half of two states), Row adds
+// rows, and Finish sets the snapshot's SCN, history and marks. The log
+// then starts after the snapshot's SCN. Only a slave is rebuilt; its
+// follower is the only writer while it runs.
+type Install struct {
+	p    *Partition
+	b    *pebble.Batch
+	rows int
+	done bool
+}
+
+// Rows returns how many rows were added.
+func (in *Install) Rows() int { return in.rows }
+
+// installBatchBytes is how much an Install buffers before writing.
+const installBatchBytes = 1 << 20
+
+// BeginInstall empties the partition for an Install.
+func (p *Partition) BeginInstall() (*Install, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.wipe(); err != nil {
+		return nil, err
+	}
+	return &Install{p: p, b: p.e.db.NewBatch()}, nil
+}
+
+// wipe removes the partition's rows, log, history, marks and positions,
+// leaving the "rebuilding" marker; the caller holds mu.
+func (p *Partition) wipe() error {
+	b := p.e.db.NewBatch()
+	defer b.Close()
+	base := keys.Partition(p.DB, p.ID)
+	for _, section := range []byte{keys.SectionData, keys.SectionLog, keys.SectionIdx} {
+		lo := append(append([]byte(nil), base...), section)
+		if err := b.DeleteRange(lo, keys.PrefixEnd(lo), nil); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"hist", "autoinc"} {
+		lo := keys.Meta(p.DB, p.ID, name)
+		if err := b.DeleteRange(lo, keys.PrefixEnd(lo), nil); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"scn", "acked", "logstart"} {
+		if err := b.Delete(keys.Meta(p.DB, p.ID, name), nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Set(keys.Meta(p.DB, p.ID, "rebuilding"), nil, nil); err != nil {
+		return err
+	}
+	if err := p.e.commit(b); err != nil {
+		return fmt.Errorf("partition %s/%d: empty for a rebuild: %w", p.DB, p.ID, err)
+	}
+	p.scn, p.acked, p.stored, p.logStart, p.logBytes = SCN{}, SCN{}, SCN{}, SCN{}, 0
+	clear(p.hist)
+	p.notify()
+	return nil
+}
+
+// Row adds one row (as Snapshot.Rows gives it).
+func (in *Install) Row(r Row) error {
+	k := append(keys.DataTablePrefix(in.p.DB, in.p.ID, r.Table), r.Key...)
+	if _, err := keys.Decode(r.Key); err != nil {
+		return fmt.Errorf("partition %s/%d: install row %x: %w", in.p.DB, in.p.ID, k, err)
+	}
+	if _, err := decodeRow(r.Value); err != nil {
+		return fmt.Errorf("partition %s/%d: install row %x: %w", in.p.DB, in.p.ID, k, err)
+	}
+	if err := in.b.Set(k, r.Value, nil); err != nil {
+		return err
+	}
+	in.rows++
+	if in.b.Len() >= installBatchBytes {
+		if err := in.b.Commit(pebble.NoSync); err != nil {
+			return err
+		}
+		in.b.Close()
+		in.b = in.p.e.db.NewBatch()
+	}
+	return nil
+}
+
+// ErrBadSnapshot is returned by Finish for a snapshot whose positions do
+// not make a timeline.
+var ErrBadSnapshot = errors.New("storage: the snapshot's positions do not make a timeline")
+
+// Finish makes the installed rows the partition's state at scn, with the
+// timeline's history (generations with their last SCNs, the last one
+// being scn), the acknowledged watermark and the auto-increment marks;
+// it returns how many rows were installed.
+func (in *Install) Finish(scn SCN, history []SCN, acked SCN, marks []Mark) (int, error) {
+	defer in.Abort()
+	p := in.p
+	if len(history) > 0 && history[len(history)-1] != scn {
+		return 0, fmt.Errorf("%w: history ends at %s, not %s", ErrBadSnapshot, history[len(history)-1], scn)
+	}
+	for i := 1; i < len(history); i++ {
+		if !history[i-1].Less(history[i]) || history[i-1].Gen == history[i].Gen {
+			return 0, fmt.Errorf("%w: history out of order", ErrBadSnapshot)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := in.b
+	for _, m := range marks {
+		if err := b.Set(append(keys.Meta(p.DB, p.ID, "autoinc"), m.Key...), m.Value, nil); err != nil {
+			return 0, err
+		}
+	}
+	hist := map[uint32]uint64{}
+	for _, e := range history {
+		if e.Gen != scn.Gen {
+			hist[e.Gen] = e.Seq
+			if err := b.Set(histKey(p.DB, p.ID, e.Gen), binary.BigEndian.AppendUint64(nil, e.Seq), nil); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if scn.Less(acked) {
+		acked = scn
+	}
+	for name, v := range map[string]SCN{"scn": scn, "logstart": scn, "acked": acked} {
+		if err := b.Set(keys.Meta(p.DB, p.ID, name), encodeSCN(v), nil); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.Delete(keys.Meta(p.DB, p.ID, "rebuilding"), nil); err != nil {
+		return 0, err
+	}
+	if err := p.e.commit(b); err != nil {
+		return 0, fmt.Errorf("partition %s/%d: finish the rebuild at %s: %w", p.DB, p.ID, scn, err)
+	}
+	p.scn, p.logStart, p.acked, p.stored, p.hist = scn, scn, acked, acked, hist
+	p.notify()
+	return in.rows, nil
+}
+
+// Abort leaves an unfinished install: the partition stays empty (and
+// marked), to be rebuilt again.
+func (in *Install) Abort() {
+	if !in.done {
+		in.done = true
+		in.b.Close()
+	}
+}
