@@ -57,6 +57,16 @@ type Database struct {
 	Boundaries  []any  `json:"boundaries,omitempty"`
 	Replicas    int    `json:"replicas,omitempty"`
 	Replication string `json:"replication,omitempty"`
+	// Retention bounds the commit logs (docs/change-stream.md).
+	Retention *Retention `json:"retention,omitempty"`
+}
+
+// Retention bounds a database's commit logs; zero fields take the
+// server's defaults. Durations are Go durations ("24h").
+type Retention struct {
+	MaxAge      string `json:"maxAge,omitempty"`
+	MaxBytes    int64  `json:"maxBytes,omitempty"`
+	MaxSlaveLag string `json:"maxSlaveLag,omitempty"`
 }
 
 // KeyPart is one part of a table's key.

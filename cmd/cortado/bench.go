@@ -11,9 +11,10 @@ import (
 	"github.com/cortado-db/cortado/internal/bench"
 )
 
-// runBench is `cortado bench [load|floor|multiget]`: with no subcommand,
-// a PUT phase and a GET phase against a router; the subcommands are the
-// pieces scripts/bench-peers uses.
+// runBench is `cortado bench [load|floor|multiget|consume|insert]`: with
+// no subcommand, a PUT phase and a GET phase against a router; the
+// subcommands are the pieces scripts/bench-peers and scripts/bench-changes
+// use.
 func runBench(args []string) error {
 	sub := ""
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -28,9 +29,15 @@ func runBench(args []string) error {
 	fs.IntVar(&o.Keys, "keys", 0, "distinct documents (default 10000)")
 	fs.StringVar(&o.DB, "db", "", "database to create and use (default bench)")
 	fs.IntVar(&o.Replicas, "replicas", 0, "load: replicas of the database it creates (default: the server's)")
+	fs.StringVar(&o.RetainAge, "retain-age", "", "load: retention by age of the database it creates (default: the server's)")
 	listen := fs.String("listen", "127.0.0.1:8090", "floor: listen address")
 	rate := fs.Float64("rate", 1000, "multiget: requests per second (open loop)")
 	multi := fs.Int("multi", 10, "multiget: keys per request")
+	consumers := fs.Int("consumers", 1, "consume: concurrent consumers")
+	expect := fs.Int("expect", 0, "consume: change events each consumer waits for")
+	since := fs.String("since", "beginning", "consume: where the stream starts")
+	wal2json := fs.Bool("wal2json", false, "consume: count wal2json lines (pg_recvlogical) from stdin instead")
+	first := fs.Int("first", 0, "insert: id of the first new document")
 	fs.Parse(args)
 	o.URL = *c.url
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -50,6 +57,23 @@ func runBench(args []string) error {
 			return err
 		}
 		return bench.Floor(ctx, ln, o)
+	case "consume":
+		var res bench.Consumed
+		var err error
+		if *wal2json {
+			res, err = bench.ConsumeWal2JSON(os.Stdin, *expect)
+		} else {
+			res, err = bench.ConsumeCortado(ctx, o.URL, o.DB, *since, *consumers, *expect)
+		}
+		fmt.Println(res)
+		return err
+	case "insert":
+		if o.DB == "" {
+			o.DB = "bench"
+		}
+		n, err := bench.Insert(ctx, o, *first, *rate, o.Duration)
+		fmt.Println("inserted", n)
+		return err
 	case "multiget":
 		p, err := bench.OpenLoop(ctx, o, *rate, *multi)
 		if err != nil {
@@ -57,7 +81,7 @@ func runBench(args []string) error {
 		}
 		bench.Print(os.Stdout, o, []bench.Phase{p})
 	default:
-		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget)", sub)
+		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget, consume, insert)", sub)
 	}
 	return nil
 }

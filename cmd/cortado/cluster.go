@@ -87,7 +87,7 @@ func printStatus(st *controller.Status) {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, live, n.Masters, n.Slaves, n.Rack, url)
 	}
 	for _, d := range st.Databases {
-		fmt.Fprintf(w, "\ndatabase %s (routing table v%d)\nPART\tGEN\tMASTER\tSCN\tSLAVES (scn, lag in commits)\n", d.Name, d.Version)
+		fmt.Fprintf(w, "\ndatabase %s (routing table v%d)\nPART\tGEN\tMASTER\tSCN\tLOG (after, bytes)\tSLAVES (scn, lag in commits)\n", d.Name, d.Version)
 		for _, p := range d.Partitions {
 			if len(p.Replicas) == 0 {
 				fmt.Fprintf(w, "%d\t%d\t-\t\t\n", p.Partition, p.Generation)
@@ -106,7 +106,7 @@ func printStatus(st *controller.Status) {
 			if m.Role != "MASTER" {
 				master += " (" + strings.ToLower(m.Role) + ")"
 			}
-			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\n", p.Partition, p.Generation, master, m.SCN, strings.Join(slaves, ", "))
+			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s %d\t%s\n", p.Partition, p.Generation, master, m.SCN, m.LogStart, m.LogBytes, strings.Join(slaves, ", "))
 		}
 	}
 	w.Flush()

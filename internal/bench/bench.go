@@ -27,6 +27,9 @@ type Options struct {
 	Keys     int           // distinct documents (default 10000)
 	DB       string        // database (default "bench")
 	Replicas int           // replicas of a database Load creates (default: the server's)
+	// RetainAge, when set, is the retention by age of a database Load
+	// creates.
+	RetainAge string
 }
 
 // Phase is the result of one operation's run.

@@ -26,12 +26,16 @@ func Load(ctx context.Context, o Options, progress io.Writer) error {
 	o.fill()
 	cl := client.New(o.URL)
 	defer cl.Close()
-	if err := cl.CreateDatabase(ctx, o.DB, client.Database{Replicas: o.Replicas}); err != nil {
+	def := client.Database{Replicas: o.Replicas}
+	if o.RetainAge != "" {
+		def.Retention = &client.Retention{MaxAge: o.RetainAge}
+	}
+	if err := cl.CreateDatabase(ctx, o.DB, def); err != nil {
 		return fmt.Errorf("create database %s: %w", o.DB, err)
 	}
-	var def client.TableSchema
-	json.Unmarshal([]byte(tableDef), &def)
-	if _, err := cl.RegisterSchema(ctx, o.DB, "Doc", def); err != nil {
+	var table client.TableSchema
+	json.Unmarshal([]byte(tableDef), &table)
+	if _, err := cl.RegisterSchema(ctx, o.DB, "Doc", table); err != nil {
 		return fmt.Errorf("register table: %w", err)
 	}
 	fmt.Fprintf(progress, "loading %d documents of %d bytes\n", o.Keys, o.DocBytes)

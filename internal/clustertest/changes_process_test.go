@@ -20,15 +20,16 @@ import (
 
 // consumer follows database d's change stream through a router the way a
 // downstream system would: it disconnects after a random number of
-// events (up to 600: a snapshot cut off midway starts over, so one that
-// always left within fewer rows than a partition holds would never get
-// past it) and resumes from the last token; it undoes what a rollback
+// events (up to maxRun: a snapshot cut off midway starts over, so one
+// that always left within fewer rows than a partition holds would never
+// get past it) and resumes from the last token; it undoes what a rollback
 // event names and starts a partition over at a snapshot. It checks that
 // each partition's changes come in commit order and never twice.
 type consumer struct {
-	t    *testing.T
-	cl   *client.Client
-	rand *rand.Rand
+	t      *testing.T
+	cl     *client.Client
+	rand   *rand.Rand
+	maxRun int
 
 	mu        sync.Mutex
 	token     string
@@ -50,15 +51,15 @@ type changeRec struct {
 	v     string
 }
 
-func newConsumer(t *testing.T, url, since string, seed uint64) *consumer {
-	return &consumer{t: t, cl: client.New(url), rand: rand.New(rand.NewPCG(seed, 1)), token: since,
+func newConsumer(t *testing.T, url, since string, seed uint64, maxRun int) *consumer {
+	return &consumer{t: t, cl: client.New(url), rand: rand.New(rand.NewPCG(seed, 1)), token: since, maxRun: maxRun,
 		parts: map[int][]changeRec{}, last: map[int]changeRec{}, inSnap: map[int]bool{}}
 }
 
 // run consumes until ctx ends.
 func (c *consumer) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		n := 1 + c.rand.IntN(600)
+		n := 1 + c.rand.IntN(c.maxRun)
 		c.mu.Lock()
 		since := c.token
 		c.resumes++
@@ -205,15 +206,17 @@ func (c *consumer) awaitEqual(router string, acked map[string]string) {
 }
 
 // TestChangeStreamThroughFailover consumes the change stream of a
-// three-node cluster through its router, disconnecting at random points
-// and resuming from its token, while writers write, the relay is killed
-// -9 and restarted and the busiest master is killed -9 (and rejoins).
-// Every acknowledged write reaches the consumer, no change arrives twice
-// or out of commit order, and the consumer's state ends equal to the
-// database; the replicas end on one timeline.
+// three-node cluster with two relays through its router, disconnecting at
+// random points and resuming from its token, while writers write, a relay
+// is killed -9 (reads move to the other) and restarted, and the busiest
+// master is killed -9 (and rejoins). Every acknowledged write reaches the
+// consumer, no change arrives twice or out of commit order, and the
+// consumer's state ends equal to the database; the replicas end on one
+// timeline.
 func TestChangeStreamThroughFailover(t *testing.T) {
 	c := startProcCluster(t, 3, 4)
-	cons := newConsumer(t, c.router.URL, "beginning", 1)
+	second := StartRole(t, "relay", "--etcd-endpoints", c.cli.Endpoints()[0], "--relay-id", "second", "--lease-ttl", "2")
+	cons := newConsumer(t, c.router.URL, "beginning", 1, 40)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); cons.run(ctx) }()
@@ -234,12 +237,16 @@ func TestChangeStreamThroughFailover(t *testing.T) {
 	awaitWrites(t, w, 50)
 	acked := w.finish(t)
 	cons.awaitEqual(c.router.URL, acked)
+	if metric(t, second.URL, "cortado_relay_pulled_commits_total") == 0 {
+		t.Fatal("the second relay pulled nothing")
+	}
 	t.Logf("%d writes acknowledged; the consumer resumed %d times, saw rollbacks %v", len(acked), cons.resumes, cons.rollbacks)
 	c.verify(acked)
 }
 
 // TestChangeStreamRetention trims the logs of a database that keeps one
-// second of them, while a storage node is down: a consumer holding a
+// second of them, while a storage node is down (the live slaves pin their
+// masters' logs, and are never rebuilt): a consumer holding a
 // token older than the log gets a snapshot followed by the changes after
 // it, in one stream; a token naming a generation the partition never had
 // gets a rollback event, then the same; and the node coming back is
@@ -249,7 +256,7 @@ func TestChangeStreamRetention(t *testing.T) {
 	// The relay keeps 5 commits per partition: readers behind them go to
 	// the masters, whose logs hold one second.
 	c := startProcClusterWith(t, 3, 4, map[string][]string{"s0": fast, "s1": fast, "s2": fast, "relay": {"--buffer", "5"},
-		"db": {`{"partitions":4,"replicas":3,"retention":{"maxAge":"1s","maxSlaveLag":"1s"}}`}})
+		"db": {`{"partitions":4,"replicas":3,"retention":{"maxAge":"1s","maxSlaveLag":"1m"}}`}})
 	// A token from before any write.
 	var old string
 	for e, err := range client.New(c.router.URL).Changes(context.Background(), "d", &client.ChangeOptions{Since: "now"}) {
@@ -269,7 +276,7 @@ func TestChangeStreamRetention(t *testing.T) {
 			metric(t, c.storage["s1"].URL, "cortado_log_trimmed_bytes_total") > 0
 	})
 	// A consumer from before the retained log.
-	fromOld := newConsumer(t, c.router.URL, old, 2)
+	fromOld := newConsumer(t, c.router.URL, old, 2, 600)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { fromOld.run(ctx) })
@@ -281,6 +288,12 @@ func TestChangeStreamRetention(t *testing.T) {
 	})
 	awaitWrites(t, w, 100)
 	acked := w.finish(t)
+	// The live slaves pinned their masters' logs: none was rebuilt.
+	for _, id := range []string{"s0", "s1"} {
+		if n := metric(t, c.storage[id].URL, "cortado_replica_rebuilt_total"); n != 0 {
+			t.Fatalf("%s, a live slave, was rebuilt %v times: its master trimmed what it had not applied", id, n)
+		}
+	}
 	fromOld.awaitEqual(c.router.URL, acked)
 	if fromOld.snapshots == 0 {
 		t.Fatal("a token older than the retained log got no snapshot")
@@ -290,7 +303,7 @@ func TestChangeStreamRetention(t *testing.T) {
 	// generation the partitions never had (as if lost in a failover): it
 	// is told to roll back to where its history and the partitions' meet,
 	// then follows on.
-	fromBogus := newConsumer(t, c.router.URL, "", 3)
+	fromBogus := newConsumer(t, c.router.URL, "", 3, 600)
 	fromOld.mu.Lock()
 	bogus := changes.Token{}
 	for p, recs := range fromOld.parts {

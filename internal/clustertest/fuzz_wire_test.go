@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -16,22 +17,26 @@ import (
 	"github.com/cortado-db/cortado/internal/wire"
 )
 
-// wireMethods are the internal API's unary calls, each with a fresh
-// request message the fuzzer's bytes are decoded into.
+// wireMethods are the internal API's calls, each with a fresh request
+// message the fuzzer's bytes are decoded into; stream marks the
+// server-streaming ones.
 var wireMethods = []struct {
-	name string
-	req  func() proto.Message
-	res  func() proto.Message
+	name   string
+	req    func() proto.Message
+	res    func() proto.Message
+	stream bool
 }{
-	{"Hello", func() proto.Message { return new(wire.HelloRequest) }, func() proto.Message { return new(wire.HelloResult) }},
-	{"Get", func() proto.Message { return new(wire.GetRequest) }, func() proto.Message { return new(wire.Item) }},
-	{"MultiGet", func() proto.Message { return new(wire.MultiGetRequest) }, func() proto.Message { return new(wire.Items) }},
-	{"Scan", func() proto.Message { return new(wire.ScanRequest) }, func() proto.Message { return new(wire.ScanResult) }},
-	{"Write", func() proto.Message { return new(wire.WriteRequest) }, func() proto.Message { return new(wire.WriteResult) }},
-	{"Log", func() proto.Message { return new(wire.LogRequest) }, func() proto.Message { return new(wire.LogResult) }},
-	{"Ack", func() proto.Message { return new(wire.AckRequest) }, func() proto.Message { return new(wire.AckResult) }},
-	{"Status", func() proto.Message { return new(wire.StatusRequest) }, func() proto.Message { return new(wire.StatusResult) }},
-	{"Checksum", func() proto.Message { return new(wire.ChecksumRequest) }, func() proto.Message { return new(wire.ChecksumResult) }},
+	{"Hello", func() proto.Message { return new(wire.HelloRequest) }, func() proto.Message { return new(wire.HelloResult) }, false},
+	{"Get", func() proto.Message { return new(wire.GetRequest) }, func() proto.Message { return new(wire.Item) }, false},
+	{"MultiGet", func() proto.Message { return new(wire.MultiGetRequest) }, func() proto.Message { return new(wire.Items) }, false},
+	{"Scan", func() proto.Message { return new(wire.ScanRequest) }, func() proto.Message { return new(wire.ScanResult) }, false},
+	{"Write", func() proto.Message { return new(wire.WriteRequest) }, func() proto.Message { return new(wire.WriteResult) }, false},
+	{"Log", func() proto.Message { return new(wire.LogRequest) }, func() proto.Message { return new(wire.LogResult) }, false},
+	{"Ack", func() proto.Message { return new(wire.AckRequest) }, func() proto.Message { return new(wire.AckResult) }, false},
+	{"Status", func() proto.Message { return new(wire.StatusRequest) }, func() proto.Message { return new(wire.StatusResult) }, false},
+	{"Checksum", func() proto.Message { return new(wire.ChecksumRequest) }, func() proto.Message { return new(wire.ChecksumResult) }, false},
+	{"StreamLog", func() proto.Message { return new(wire.LogRequest) }, func() proto.Message { return new(wire.LogResult) }, true},
+	{"Snapshot", func() proto.Message { return new(wire.SnapshotRequest) }, func() proto.Message { return new(wire.SnapshotChunk) }, true},
 }
 
 // FuzzInternalAPI sends a storage node arbitrary internal requests: the
@@ -55,6 +60,8 @@ func FuzzInternalAPI(f *testing.F) {
 		&wire.AckRequest{Db: "d", Replica: "r", Scn: &wire.SCN{Gen: 1, Seq: 1}},
 		&wire.ChecksumRequest{Db: "d", At: &wire.SCN{Gen: 1, Seq: 99}, WaitNanos: 1 << 62},
 		&wire.HelloRequest{MinVersion: 99, MaxVersion: 1},
+		&wire.SnapshotRequest{Db: "d", Partition: 1, BytesPerSecond: 1},
+		&wire.SnapshotRequest{Db: "d", Partition: 1 << 30, BytesPerSecond: -5},
 	}
 	for i, m := range seeds {
 		b, _ := proto.Marshal(m)
@@ -98,8 +105,14 @@ func FuzzInternalAPI(f *testing.F) {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		start := time.Now()
-		callErr := conn.Invoke(cctx, "/cortado.wire.v1.Node/"+m.name, req, m.res(), grpc.WaitForReady(true))
-		if _, ok := status.FromError(callErr); !ok {
+		var callErr error
+		if m.stream {
+			// The first message (or the end) of the stream, then leave.
+			callErr = firstOfStream(cctx, conn, m.name, req, m.res())
+		} else {
+			callErr = conn.Invoke(cctx, "/cortado.wire.v1.Node/"+m.name, req, m.res(), grpc.WaitForReady(true))
+		}
+		if _, ok := status.FromError(callErr); !ok && callErr != io.EOF {
 			t.Fatalf("%s: not a status error: %v", m.name, callErr)
 		}
 		if took := time.Since(start); took > 4*time.Second {
@@ -122,6 +135,24 @@ func FuzzInternalAPI(f *testing.F) {
 			}
 		}
 	})
+}
+
+// firstOfStream opens a server stream, sends req and reads one message
+// (or the stream's end) into res.
+func firstOfStream(ctx context.Context, conn *grpc.ClientConn, name string, req, res proto.Message) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/cortado.wire.v1.Node/"+name, grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	if err := st.SendMsg(req); err != nil {
+		return err
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	return st.RecvMsg(res)
 }
 
 // partitionOf is the partition of a string key in database d.

@@ -31,6 +31,10 @@ var (
 		"(1,2,3)", "(", "((1))", "(1,,2)", "%E2%80%A8", "%ED%A0%80", strings.Repeat("k", 2000), "x y", "1e3"}
 	hostileQueries = []string{"", "", "?fields=lastName", "?fields=positions.title,nosuch", "?fields=" + strings.Repeat("a.", 500),
 		"?limit=-1", "?limit=99999", "?limit=2&next=!!", "?next=" + strings.Repeat("A", 3000), "?query=a:b"}
+	// Change-stream parameters (a stream that starts is left at once).
+	hostileChangeQueries = []string{"", "?since=now", "?since=beginning", "?since=AQAAAAA", "?since=" + strings.Repeat("A", 200000), "?since=!!",
+		"?tables=Profile,Nope", "?partitions=0,64", "?partitions=-1", "?fields=lastName", "?fields=nosuch", "?version=99", "?before=maybe",
+		"?transactions=true&heartbeat=1ns", "?heartbeat=10h", "?bogus=1", "?tables=" + strings.Repeat("T,", 1000)}
 	hostileHeaders = map[string][]string{
 		"If-Match":          {"", "*", `"x"`, `W/"x"`, "garbage", `"a", b`, strings.Repeat(`"x",`, 500)},
 		"If-None-Match":     {"", "*", `"x"`, "garbage"},
@@ -38,6 +42,7 @@ var (
 		"Content-Type":      {"application/json", "avro/binary; version=1", "avro/binary; version=0", "avro/binary", "text/plain", "application/json; charset=latin1"},
 		"Cache-Control":     {"max-stale", "max-stale=abc", "no-cache", "max-stale=-1"},
 		"If-Modified-Since": {"yesterday", "Mon, 01 Jan 3000 00:00:00 GMT"},
+		"Last-Event-ID":     {"", "now", "AQAAAAA", "garbage", strings.Repeat("A", 100000)},
 	}
 	hostileBodies = []string{
 		`{"firstName":{"en":"Ada"},"lastName":"L"}`,
@@ -81,6 +86,10 @@ func nextHostile(rng *rand.Rand) hostileRequest {
 		r.path = "/" + pick(rng, hostileDBs) + "/_txn/" + pick(rng, hostileKeys)
 	case 2:
 		r.path = pick(rng, []string{"/", "//", "/demo//Profile/1", "/demo/./Profile/1", "/demo/Profile/../Message/a/1", "/healthz", "/metrics", "/_cluster", "/demo"})
+	case 3:
+		r.path = "/" + pick(rng, hostileDBs) + "/_changes" + pick(rng, hostileChangeQueries)
+		r.header.Set("Accept", pick(rng, []string{"text/event-stream", "application/x-ndjson", "*/*"}))
+		return r
 	default:
 		r.path = "/" + pick(rng, hostileDBs) + "/" + pick(rng, hostileTables)
 		for range rng.IntN(4) {
@@ -142,10 +151,10 @@ func checkHostile(hc *http.Client, base string, r hostileRequest) string {
 		return fmt.Sprintf("%s %.80s: no answer: %v", r.method, r.path, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if resp.StatusCode < 400 {
-		return ""
+		return "" // not read: a change stream never ends
 	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	// What Go's HTTP server refuses before any handler runs (a malformed
 	// request line, oversized headers) it answers itself, in plain text:
 	// documented in docs/api.md.

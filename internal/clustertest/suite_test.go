@@ -419,4 +419,51 @@ func runSuite(t *testing.T, c *client.Client) {
 		_, err = c.Get(ctx, "mail", "NoTable", client.Key{"a"}, nil)
 		wantErr(t, err, client.ErrNoTable)
 	})
+
+	t.Run("change stream", func(t *testing.T) {
+		// The change stream replayed from the beginning ends at each
+		// document's current state; a write after "now" arrives next.
+		cur, err := c.Get(ctx, "ranged", "Stats", client.Key{"h"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		var last json.RawMessage
+		var token string
+		seen := 0
+		for e, err := range c.Changes(sctx, "ranged", &client.ChangeOptions{Tables: []string{"Stats"}}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Type == "change" {
+				seen++
+				if fmt.Sprint(e.Source.Key...) == "h" {
+					last = e.After
+				}
+			}
+			if token = e.Token; seen == 4 {
+				break
+			}
+		}
+		wantJSON(t, last, string(cur.Body))
+		if _, err := c.Put(ctx, "ranged", "Stats", client.Key{"h"}, map[string]any{"total": 7, "unread": 7}, nil); err != nil {
+			t.Fatal(err)
+		}
+		for e, err := range c.Changes(sctx, "ranged", &client.ChangeOptions{Since: token}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Type == "change" {
+				if e.Op != "u" || fmt.Sprint(e.Source.Key...) != "h" {
+					t.Fatalf("after the token: %s", e.Raw)
+				}
+				break
+			}
+		}
+		for _, err := range c.Changes(sctx, "nodb", nil) {
+			wantErr(t, err, client.ErrNoDatabase)
+			break
+		}
+	})
 }

@@ -58,6 +58,10 @@ type ReplicaStatus struct {
 	Role string      `json:"role"` // as the node reports it; UNKNOWN if it did not answer
 	SCN  storage.SCN `json:"scn"`
 	Lag  *uint64     `json:"lag,omitempty"`
+	// LogStart is the SCN the replica's retained commit log starts
+	// after; LogBytes about what the log takes.
+	LogStart storage.SCN `json:"logStart"`
+	LogBytes int64       `json:"logBytes"`
 }
 
 // ClusterStatus gathers the cluster's status from etcd and from each node.
@@ -96,7 +100,7 @@ func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*S
 			for i, id := range route.Replicas {
 				rs := ReplicaStatus{Node: id, Role: "UNKNOWN"}
 				if r, ok := reports[id][partKey{t.DB, p}]; ok {
-					rs.Role, rs.SCN = r.Role.String(), r.SCN
+					rs.Role, rs.SCN, rs.LogStart, rs.LogBytes = r.Role.String(), r.SCN, r.LogStart, r.LogBytes
 					if i == 0 {
 						master = &r
 					} else if master != nil && master.SCN.Gen == r.SCN.Gen && r.SCN.Seq <= master.SCN.Seq {

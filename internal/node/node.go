@@ -21,6 +21,8 @@ type Node struct {
 	log   *slog.Logger
 	roles roles
 	opts  Options
+	// snapshots holds a token per snapshot streaming (MaxSnapshots).
+	snapshots chan struct{}
 }
 
 // Options configures a Node.
@@ -52,7 +54,8 @@ func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *
 	if opts.SnapshotBytesPerSecond == 0 {
 		opts.SnapshotBytesPerSecond = DefaultSnapshotRate
 	}
-	return &Node{eng: eng, reg: reg, plans: plans, log: log, opts: opts, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]*partRole{}}}
+	return &Node{eng: eng, reg: reg, plans: plans, log: log, opts: opts, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]*partRole{}},
+		snapshots: make(chan struct{}, MaxSnapshots)}
 }
 
 var _ Service = (*Node)(nil)
@@ -449,6 +452,9 @@ func (n *Node) put(tx *storage.Tx, op *Op, key []keys.Part) (OpResult, error) {
 // patch reads the current document as the latest version, applies the
 // patch to its JSON form and writes it back validated.
 func (n *Node) patch(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) {
+	if op.Patch == nil {
+		return OpResult{}, fmt.Errorf("%w: a patch operation without a patch", errBadRequest)
+	}
 	cur, _, err := current(tx, op, op.Key, true)
 	if err != nil {
 		return OpResult{}, err

@@ -41,6 +41,13 @@ type Snapshotter interface {
 // most of the disk.
 const DefaultSnapshotRate = 64 << 20
 
+// MaxSnapshots is how many snapshots a node streams at once; minSnapshotRate
+// the slowest an asker may ask one to go.
+const (
+	MaxSnapshots    = 4
+	minSnapshotRate = 1 << 20
+)
+
 // snapshotChunkBytes bounds one chunk (far below wire.MaxMessageBytes).
 const snapshotChunkBytes = 1 << 20
 
@@ -50,9 +57,18 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 	if err != nil {
 		return err
 	}
+	// A snapshot pins Pebble's files while it streams: a node streams a
+	// few at once, each at least at minSnapshotRate, so none lasts
+	// without bound whatever the asker says.
+	select {
+	case n.snapshots <- struct{}{}:
+		defer func() { <-n.snapshots }()
+	default:
+		return fmt.Errorf("partition %s/%d: %d snapshots already streaming: %w", req.DB, req.Partition, cap(n.snapshots), ErrUnavailable)
+	}
 	rate := n.opts.SnapshotBytesPerSecond
 	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
-		rate = req.BytesPerSecond
+		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
 	}
 	snap := p.Snapshot()
 	defer snap.Close()
