@@ -164,17 +164,23 @@ type item struct {
 func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tok := Token{}
+	// The token: each partition's position, for the partitions it names
+	// (ascending); one partition's moves with each event.
+	pos := make([]Position, s.db.Partitions)
+	var named []int
 	for _, p := range s.parts {
-		if pos, ok := s.req.Token[p]; ok {
-			tok[p] = pos
+		if at, ok := s.req.Token[p]; ok {
+			pos[p] = at
+			named = append(named, p)
 		}
 	}
+	slices.Sort(named)
+	tw := tokenWriter{hash: dbHash(s.db.Name)}
 	out := make(chan item, 256)
 	var wg sync.WaitGroup
 	for _, p := range s.parts {
-		pos, known := tok[p]
-		wg.Go(func() { s.follow(ctx, p, pos, known, out) })
+		at, known := s.req.Token[p]
+		wg.Go(func() { s.follow(ctx, p, at, known, out) })
 	}
 	defer wg.Wait()
 	defer cancel()
@@ -185,12 +191,15 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 			return ctx.Err()
 		case it = <-out:
 		}
-		tok[it.part] = it.pos
-		text := tok.Encode(s.db.Name)
+		pos[it.part] = it.pos
+		if i, found := slices.BinarySearch(named, it.part); !found {
+			named = slices.Insert(named, i, it.part)
+		}
+		text := tw.encode(named, func(p int) Position { return pos[p] })
 		b := append(it.body, `,"token":"`...)
 		b = append(b, text...)
 		b = append(b, `"}`...)
-		if err := emit(Event{Kind: it.kind, JSON: b, Token: text}); err != nil {
+		if err := emit(Event{Kind: it.kind, JSON: b, Token: string(text)}); err != nil {
 			return err
 		}
 		if len(out) == 0 {

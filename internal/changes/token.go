@@ -47,17 +47,32 @@ func (t Token) Encode(db string) string {
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
-	b := make([]byte, 0, 5+len(parts)*8)
-	b = append(b, tokenVersion)
-	b = binary.BigEndian.AppendUint32(b, dbHash(db))
+	w := tokenWriter{hash: dbHash(db)}
+	return string(w.encode(parts, func(p int) Position { return t[p] }))
+}
+
+// tokenWriter encodes tokens, reusing its buffers: a stream encodes one
+// per event.
+type tokenWriter struct {
+	hash     uint32
+	raw, out []byte
+}
+
+// encode returns the text of the token holding pos(p) for each of parts
+// (ascending); it is valid until the next call.
+func (w *tokenWriter) encode(parts []int, pos func(int) Position) []byte {
+	b := append(w.raw[:0], tokenVersion)
+	b = binary.BigEndian.AppendUint32(b, w.hash)
 	for _, p := range parts {
-		pos := t[p]
+		at := pos(p)
 		b = binary.AppendUvarint(b, uint64(p))
-		b = binary.AppendUvarint(b, uint64(pos.SCN.Gen))
-		b = binary.AppendUvarint(b, pos.SCN.Seq)
-		b = binary.AppendUvarint(b, uint64(pos.Skip))
+		b = binary.AppendUvarint(b, uint64(at.SCN.Gen))
+		b = binary.AppendUvarint(b, at.SCN.Seq)
+		b = binary.AppendUvarint(b, uint64(at.Skip))
 	}
-	return base64.RawURLEncoding.EncodeToString(b)
+	w.raw = b
+	w.out = base64.RawURLEncoding.AppendEncode(w.out[:0], b)
+	return w.out
 }
 
 // ParseToken reads a token of database db with partitions partitions.

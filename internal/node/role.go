@@ -71,12 +71,15 @@ type partRole struct {
 	// newest SCN known to be on the timeline of the partition's current
 	// master (after a hand-over), and a channel closed when any of it
 	// changes.
-	ackMu     sync.Mutex
-	heard     time.Time // a slave's last answer from its master
-	slaves    []string
-	acks      map[string]storage.SCN
-	confirmed storage.SCN
-	ackedCh   chan struct{}
+	ackMu sync.Mutex
+	heard time.Time // a slave's last answer from its master
+	// rebuilding is set while the replica is rebuilt from a snapshot: it
+	// answers no read meanwhile (it holds part of a state).
+	rebuilding bool
+	slaves     []string
+	acks       map[string]storage.SCN
+	confirmed  storage.SCN
+	ackedCh    chan struct{}
 	// alarm is set when this replica refused to truncate acknowledged
 	// commits: the consistency check reports it until the replica
 	// follows its master again.
@@ -385,7 +388,18 @@ func (r *Role) UnmarshalText(b []byte) error {
 // heardFromMaster records that a slave's master just answered.
 func (e *partRole) heardFromMaster() {
 	e.ackMu.Lock()
-	e.heard = time.Now()
+	if !e.rebuilding {
+		e.heard = time.Now()
+	}
+	e.ackMu.Unlock()
+}
+
+// setRebuilding marks the replica as being rebuilt (reads refused) or
+// done.
+func (e *partRole) setRebuilding(on bool) {
+	e.ackMu.Lock()
+	e.rebuilding = on
+	e.heard = time.Time{}
 	e.ackMu.Unlock()
 }
 

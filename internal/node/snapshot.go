@@ -146,6 +146,10 @@ func (n *Node) Rebuild(ctx context.Context, db string, id int, src Snapshotter) 
 	if n.Role(db, id) == Master {
 		return 0, fmt.Errorf("partition %s/%d: a master is never rebuilt", db, id)
 	}
+	// No read is answered from a half-installed replica.
+	e := n.roles.entry(db, id)
+	e.setRebuilding(true)
+	defer e.setRebuilding(false)
 	in, err := p.BeginInstall()
 	if err != nil {
 		return 0, err
