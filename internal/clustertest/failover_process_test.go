@@ -20,7 +20,6 @@ import (
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
-	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
@@ -329,20 +328,20 @@ func (c *procCluster) verify(acked map[string]string) {
 	})
 	rt := c.table()
 	for p, r := range rt.Partitions {
-		var want []storage.SCN
+		var want Log
 		for i, id := range r.Replicas {
 			got := timeline(t, rt.Nodes[id], p)
 			if i == 0 {
 				want = got
-			} else if !slices.Equal(got, want) {
-				t.Fatalf("partition %d: %s's timeline (%d commits) differs from master %s's (%d commits)", p, id, len(got), r.Replicas[0], len(want))
+			} else if !got.Agrees(want) {
+				t.Fatalf("partition %d: %s's timeline (%s) differs from master %s's (%s)", p, id, got, r.Replicas[0], want)
 			}
 		}
 	}
 }
 
 // timeline is Timeline of database d, failing the test on an error.
-func timeline(t *testing.T, url string, p int) []storage.SCN {
+func timeline(t *testing.T, url string, p int) Log {
 	t.Helper()
 	out, err := Timeline(url, "d", p)
 	if err != nil {

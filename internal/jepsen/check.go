@@ -14,7 +14,6 @@ import (
 
 	"github.com/cortado-db/cortado/internal/clustertest"
 	"github.com/cortado-db/cortado/internal/controller"
-	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
@@ -214,7 +213,7 @@ func checkReplicas(c *Cluster) []Anomaly {
 	}
 	var out []Anomaly
 	for p, r := range rt.Partitions {
-		var want []storage.SCN
+		var want clustertest.Log
 		for i, id := range r.Replicas {
 			got, err := clustertest.Timeline(rt.Nodes[id], "d", p)
 			if err != nil {
@@ -223,8 +222,8 @@ func checkReplicas(c *Cluster) []Anomaly {
 			}
 			if i == 0 {
 				want = got
-			} else if !slices.Equal(got, want) {
-				out = append(out, Anomaly{time.Now(), "timelines differ", fmt.Sprintf("partition %d: %s's commit log (%d commits) differs from master %s's (%d)", p, id, len(got), r.Replicas[0], len(want))})
+			} else if !got.Agrees(want) {
+				out = append(out, Anomaly{time.Now(), "timelines differ", fmt.Sprintf("partition %d: %s's commit log (%s) differs from master %s's (%s) where both hold it", p, id, got, r.Replicas[0], want)})
 			}
 		}
 	}

@@ -26,6 +26,10 @@ type Options struct {
 	// this size, so the nemesis can fill it (needs root; without it the
 	// disk fault is skipped).
 	DiskBytes int64
+	// Retention, when set, is the test database's commit-log retention
+	// by age (a Go duration), trimmed every second: slaves that fall
+	// behind are rebuilt from snapshots during the run.
+	Retention string
 }
 
 // Cluster is Cortado as processes on loopback ports.
@@ -75,8 +79,11 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 				t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
 			}
 		}
-		c.Storage[id] = c.start(id, append([]string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i),
-			"--listen", hostPort(t), "--data-dir", data, "--lease-ttl", ttl}, common...)...)
+		args := []string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i), "--listen", hostPort(t), "--data-dir", data, "--lease-ttl", ttl}
+		if o.Retention != "" {
+			args = append(args, "--retention-interval", "1s")
+		}
+		c.Storage[id] = c.start(id, append(args, common...)...)
 	}
 	for i := 1; i <= 2; i++ {
 		c.Controllers = append(c.Controllers, c.start(fmt.Sprintf("c%d", i), append([]string{"controller", "--controller-id", fmt.Sprintf("c%d", i),
@@ -86,7 +93,11 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 		c.Routers = append(c.Routers, c.start(fmt.Sprintf("router%d", i), append([]string{"router", "--listen", hostPort(t)}, common...)...))
 	}
 	h := newHTTP(c.Routers[0].URL)
-	if st, b := h.do("PUT", "/_schemata/d", fmt.Sprintf(`{"partitions":%d,"replicas":3}`, o.Partitions), ""); st != 201 {
+	retention := ""
+	if o.Retention != "" {
+		retention = fmt.Sprintf(`,"retention":{"maxAge":%q}`, o.Retention)
+	}
+	if st, b := h.do("PUT", "/_schemata/d", fmt.Sprintf(`{"partitions":%d,"replicas":3%s}`, o.Partitions, retention), ""); st != 201 {
 		t.Fatalf("create database: %d %s", st, b)
 	}
 	for _, tbl := range []string{

@@ -17,6 +17,7 @@ var (
 	leaseTTL   = flag.Int("jepsen.lease-ttl", 2, "lease TTL of storage nodes, relay and controllers, in seconds")
 	report     = flag.String("jepsen.report", "", "write the result table (Markdown) to this file")
 	only       = flag.String("jepsen.faults", "", "comma-separated faults to use (default all)")
+	retention  = flag.String("jepsen.retention", "", "commit-log retention by age of the test database (e.g. 5s: logs trimmed and slaves rebuilt from snapshots during the run)")
 )
 
 // TestJepsen runs the workload through both routers while the nemesis
@@ -36,7 +37,7 @@ func TestJepsen(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (rerun with -jepsen.seed %d)", seed, seed)
-	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: 64 << 20})
+	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: 64 << 20, Retention: *retention})
 	w := StartWorkload(c, seed)
 	n := NewNemesis(c, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -77,8 +78,12 @@ func TestJepsen(t *testing.T) {
 	t.Logf("%s; registers %s\n%s", time.Since(start).Round(time.Second), res.Linearizable, table)
 	if *report != "" {
 		var b strings.Builder
-		fmt.Fprintf(&b, "Run of %s, seed %d, %d partitions, replicas 3, semi-sync (minInSync 2), lease TTL %d s; registers %s.\n\n",
-			time.Since(start).Round(time.Second), seed, *partitions, *leaseTTL, res.Linearizable)
+		kept := "logs kept whole"
+		if *retention != "" {
+			kept = "logs trimmed to " + *retention
+		}
+		fmt.Fprintf(&b, "Run of %s, seed %d, %d partitions, replicas 3, semi-sync (minInSync 2), lease TTL %d s, %s; registers %s.\n\n",
+			time.Since(start).Round(time.Second), seed, *partitions, *leaseTTL, kept, res.Linearizable)
 		b.WriteString(table)
 		if err := os.WriteFile(*report, []byte(b.String()), 0o644); err != nil {
 			t.Error(err)
