@@ -294,11 +294,23 @@ func (r *Remote) StreamLog(ctx context.Context, req LogRequest, fn func(*LogResu
 	if v < 2 {
 		return pollLog(ctx, r, req, fn)
 	}
+	return receive(r, ctx, func(ctx context.Context) (grpc.ServerStreamingClient[wire.LogResult], error) {
+		return r.c.StreamLog(ctx, logTo(req))
+	}, func(w *wire.LogResult) (bool, error) {
+		res := logResultFrom(w)
+		return res.Diverged || res.Trimmed, fn(res)
+	})
+}
+
+// receive reads a server stream opened by open into fn until fn says it
+// is done or fails. A source silent for logIdle (the time fn takes
+// aside: a slow reader is not a dead source) is taken for dead.
+func receive[W any](r *Remote, ctx context.Context, open func(context.Context) (grpc.ServerStreamingClient[W], error), fn func(*W) (done bool, err error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idle := time.AfterFunc(logIdle, cancel)
 	defer idle.Stop()
-	stream, err := r.c.StreamLog(ctx, logTo(req))
+	stream, err := open(ctx)
 	if err != nil {
 		return r.streamFail(ctx, idle, err)
 	}
@@ -307,14 +319,14 @@ func (r *Remote) StreamLog(ctx context.Context, req LogRequest, fn func(*LogResu
 		if err != nil {
 			return r.streamFail(ctx, idle, err)
 		}
-		idle.Reset(logIdle)
-		res := logResultFrom(w)
-		if err := fn(res); err != nil {
+		if !idle.Stop() {
+			return r.streamFail(ctx, idle, ctx.Err())
+		}
+		done, err := fn(w)
+		if err != nil || done {
 			return err
 		}
-		if res.Diverged || res.Trimmed {
-			return nil
-		}
+		idle.Reset(logIdle)
 	}
 }
 
@@ -402,26 +414,10 @@ func (r *Remote) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Sna
 	if v < 3 {
 		return fmt.Errorf("storage node %s speaks protocol %d: %w: snapshots need 3", r.base, v, ErrUnavailable)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	idle := time.AfterFunc(logIdle, cancel)
-	defer idle.Stop()
-	stream, err := r.c.Snapshot(ctx, &wire.SnapshotRequest{Db: req.DB, Partition: int32(req.Partition), BytesPerSecond: req.BytesPerSecond})
-	if err != nil {
-		return r.streamFail(ctx, idle, err)
-	}
-	for {
-		w, err := stream.Recv()
-		if err != nil {
-			return r.streamFail(ctx, idle, err)
-		}
-		idle.Reset(logIdle)
+	return receive(r, ctx, func(ctx context.Context) (grpc.ServerStreamingClient[wire.SnapshotChunk], error) {
+		return r.c.Snapshot(ctx, &wire.SnapshotRequest{Db: req.DB, Partition: int32(req.Partition), BytesPerSecond: req.BytesPerSecond})
+	}, func(w *wire.SnapshotChunk) (bool, error) {
 		c := snapshotChunkFrom(w)
-		if err := fn(c); err != nil {
-			return err
-		}
-		if c.Last {
-			return nil
-		}
-	}
+		return c.Last, fn(c)
+	})
 }

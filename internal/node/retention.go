@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/storage"
@@ -37,16 +36,7 @@ func (n *Node) RunRetention(ctx context.Context, interval time.Duration) {
 // its mastership. Every replica keeps what is not acknowledged to
 // clients: a truncation needs it.
 func (n *Node) Retain(now time.Time) {
-	ids, all := n.roles.keys()
-	if all {
-		for _, d := range n.reg.Databases() {
-			for p := range d.Partitions {
-				if !slices.Contains(ids, partitionKey{d.Name, p}) {
-					ids = append(ids, partitionKey{d.Name, p})
-				}
-			}
-		}
-	}
+	ids := n.hosted()
 	type totals struct{ trimmed, bytes int64 }
 	sums := map[string]*totals{}
 	defer func() {

@@ -32,16 +32,7 @@ type StatusRequest struct {
 // Status lists the partitions this node hosts (every partition of every
 // database on a single node that masters all), in (db, partition) order.
 func (n *Node) Status(_ context.Context, req StatusRequest) ([]PartitionStatus, error) {
-	ids, all := n.roles.keys()
-	if all {
-		for _, d := range n.reg.Databases() {
-			for p := range d.Partitions {
-				if !slices.Contains(ids, partitionKey{d.Name, p}) {
-					ids = append(ids, partitionKey{d.Name, p})
-				}
-			}
-		}
-	}
+	ids := n.hosted()
 	slices.SortFunc(ids, func(a, b partitionKey) int {
 		if c := strings.Compare(a.db, b.db); c != 0 {
 			return c
@@ -108,4 +99,20 @@ func (n *Node) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResu
 		return nil, err
 	}
 	return &ChecksumResult{SCN: s.SCN, Sum: s.Total, Tables: s.Tables}, nil
+}
+
+// hosted lists the partitions this node hosts: those it has a role for,
+// and every partition of every database on a node that masters all.
+func (n *Node) hosted() []partitionKey {
+	ids, all := n.roles.keys()
+	if all {
+		for _, d := range n.reg.Databases() {
+			for p := range d.Partitions {
+				if !slices.Contains(ids, partitionKey{d.Name, p}) {
+					ids = append(ids, partitionKey{d.Name, p})
+				}
+			}
+		}
+	}
+	return ids
 }
