@@ -2,7 +2,11 @@
 // partitions it hosts — reads through resolution plans (up-conversion and
 // projection), writes with HTTP preconditions evaluated atomically with the
 // write, partial updates, auto-increment inserts, collection deletes and
-// document-group transactions, each as one storage commit.
+// document-group transactions, each as one storage commit. It also serves
+// its partitions' logs to slaves, relays and change streams, streams
+// partition snapshots, rebuilds a replica from its master's snapshot when
+// its position is behind the retained log, and trims its logs by their
+// databases' retention.
 //
 // The router reaches a node only through the Service interface, whose
 // requests and results are plain data so that the call can cross a network.

@@ -3,7 +3,9 @@
 // per-partition buffer, and serves it to slaves (and change-stream
 // readers) through the same log API as a storage node. A reader behind
 // the buffer, or on another timeline, is served by re-reading from the
-// master. The relay's copy is in memory, so it acknowledges nothing: a
+// master. A relay that starts (or whose buffer the master's retained log
+// has passed) fills its buffer from where the master's retained log
+// starts, not from before it. The relay's copy is in memory, so it acknowledges nothing: a
 // semi-sync write is acknowledged once slaves durably hold it (slaves that
 // read through the relay acknowledge to the master directly). A new
 // master chosen in a failover drains the relay before it takes over.

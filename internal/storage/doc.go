@@ -1,6 +1,8 @@
 // Package storage owns a storage node's Pebble instance: the partitioned
 // keyspace (every key starts with the partition, see package keys), document
-// rows with their header, the per-partition commit log, and SCN assignment.
+// rows with their header, the per-partition commit log and its retention
+// (with the timeline's generation history, which outlives trimmed
+// commits), SCN assignment, and partition snapshots and their install.
 //
 // Invariants:
 //   - One commit of a partition is one Pebble batch that holds the document
@@ -12,7 +14,8 @@
 //     share fsyncs in Pebble's commit pipeline.
 //   - A document row is never read without checking its CRC.
 //   - A truncation never removes a commit at or below the partition's
-//     acknowledged watermark (ErrTruncateAcknowledged).
+//     acknowledged watermark (ErrTruncateAcknowledged), nor does a trim
+//     remove one above it.
 //   - Once Pebble meets a write error it cannot go on from (or the disk
 //     probe fails), the engine fails: every later write is ErrFailed.
 package storage
