@@ -3,9 +3,12 @@ package jepsen
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +30,9 @@ type Options struct {
 	// disk fault is skipped).
 	DiskBytes int64
 	// Retention, when set, is the test database's commit-log retention
-	// by age (a Go duration), trimmed every second: slaves that fall
-	// behind are rebuilt from snapshots during the run.
+	// by age (a Go duration), trimmed every second, and the relay keeps
+	// 50 commits per partition: slaves that fall behind are rebuilt from
+	// snapshots during the run.
 	Retention string
 }
 
@@ -67,7 +71,13 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	t.Cleanup(func() { cli.Close() })
 	c.cli = cli
 	common := []string{"--etcd-endpoints", client, "--log-level", "warn"}
-	c.Relay = c.start("relay", append([]string{"relay", "--relay-id", "relay1", "--listen", hostPort(t), "--lease-ttl", ttl}, common...)...)
+	relayArgs := []string{"relay", "--relay-id", "relay1", "--listen", hostPort(t), "--lease-ttl", ttl}
+	if o.Retention != "" {
+		// A small buffer, so that a node coming back is behind the
+		// relay's buffer too, and behind its master's log: rebuilt.
+		relayArgs = append(relayArgs, "--buffer", "50")
+	}
+	c.Relay = c.start("relay", append(relayArgs, common...)...)
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("s%d", i)
 		data := c.sub(id + "-data")
@@ -161,4 +171,25 @@ func (c *Cluster) Restart(s *clustertest.Serve) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// Rebuilt sums, over the running storage nodes, the replicas they rebuilt
+// from a snapshot since they last started.
+func (c *Cluster) Rebuilt() int {
+	total := 0
+	for _, s := range c.Storage {
+		resp, err := http.Get(s.URL + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "cortado_replica_rebuilt_total "); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				total += int(n)
+			}
+		}
+	}
+	return total
 }

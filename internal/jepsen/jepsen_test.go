@@ -80,7 +80,7 @@ func TestJepsen(t *testing.T) {
 		var b strings.Builder
 		kept := "logs kept whole"
 		if *retention != "" {
-			kept = "logs trimmed to " + *retention
+			kept = fmt.Sprintf("logs trimmed to %s (at least %d replicas rebuilt from snapshots, counted since each node's last restart)", *retention, c.Rebuilt())
 		}
 		fmt.Fprintf(&b, "Run of %s, seed %d, %d partitions, replicas 3, semi-sync (minInSync 2), lease TTL %d s, %s; registers %s.\n\n",
 			time.Since(start).Round(time.Second), seed, *partitions, *leaseTTL, kept, res.Linearizable)
