@@ -353,20 +353,3 @@ func TestNodeRefusesMalformedAvro(t *testing.T) {
 		t.Fatalf("after refused writes: %v, want not found", err)
 	}
 }
-
-// TestLateAcknowledgementIsNotCounted: a slave's acknowledgement that
-// reaches its master after its deadline (the slave gave up on it and may
-// have moved on) is refused, not counted toward semi-sync. Counting such
-// late acknowledgements made the fault run lose acknowledged writes.
-func TestLateAcknowledgementIsNotCounted(t *testing.T) {
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
-	n := newStorageNodeWith(t, reg, node.Options{AllMaster: true})
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-	defer cancel()
-	if _, err := n.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "r", SCN: storage.SCN{}}); err == nil {
-		t.Fatal("an acknowledgement past its deadline was taken")
-	}
-	if res, err := n.Ack(context.Background(), node.AckRequest{DB: "d", Partition: 0, Replica: "r", SCN: storage.SCN{}}); err != nil || !res.Held {
-		t.Fatalf("a timely acknowledgement: %+v %v", res, err)
-	}
-}

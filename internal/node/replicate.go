@@ -105,10 +105,6 @@ func pollLog(ctx context.Context, src LogSource, req LogRequest, fn func(*LogRes
 	return ctx.Err()
 }
 
-// ackTimeout bounds an acknowledgement: a master answering later is not
-// counted on, and does not count it.
-const ackTimeout = 2 * time.Second
-
 // AckRequest tells a partition's master that Replica durably holds every
 // commit up to SCN (a slave that reads the log through a relay).
 type AckRequest struct {
@@ -131,12 +127,7 @@ type Acker interface {
 
 // Ack records that a slave durably holds a commit, if it is on this
 // replica's timeline.
-func (n *Node) Ack(ctx context.Context, req AckRequest) (*AckResult, error) {
-	if err := ctx.Err(); err != nil {
-		// Asked too long ago (the asker has given up and may have moved
-		// on): what it said it held may no longer be so.
-		return nil, err
-	}
+func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
 	p, err := n.partition(req.DB, req.Partition)
 	if err != nil {
 		return nil, err
@@ -309,9 +300,7 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			// counts acknowledgements afresh, and a read there waits
 			// until replicas hold what it returns.
 			scn := p.SCN()
-			actx, acancel := context.WithTimeout(ctx, ackTimeout)
-			ack, err := acker.Ack(actx, AckRequest{DB: db, Partition: id, Replica: o.Replica, SCN: scn})
-			acancel()
+			ack, err := acker.Ack(ctx, AckRequest{DB: db, Partition: id, Replica: o.Replica, SCN: scn})
 			if err != nil {
 				return fmt.Errorf("acknowledge %s to the master: %w", scn, err)
 			}
