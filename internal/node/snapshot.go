@@ -85,7 +85,7 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 		chunk, size = &SnapshotChunk{SCN: snap.SCN}, 0
 		return nil
 	}
-	err = snap.Rows("", nil, func(r storage.Row) error {
+	err = snap.Rows(func(r storage.Row) error {
 		chunk.Rows = append(chunk.Rows, storage.Row{Table: r.Table, Key: append([]byte(nil), r.Key...), Value: append([]byte(nil), r.Value...)})
 		size += len(r.Table) + len(r.Key) + len(r.Value) + 8
 		if size >= snapshotChunkBytes {
@@ -155,6 +155,7 @@ func (n *Node) Rebuild(ctx context.Context, db string, id int, src Snapshotter) 
 		return 0, err
 	}
 	var first *SnapshotChunk
+	finished := false
 	err = src.Snapshot(ctx, SnapshotRequest{DB: db, Partition: id}, func(c *SnapshotChunk) error {
 		if first == nil {
 			first = c
@@ -164,14 +165,14 @@ func (n *Node) Rebuild(ctx context.Context, db string, id int, src Snapshotter) 
 				return err
 			}
 		}
-		if c.Last {
-			_, err := in.Finish(first.SCN, first.History, first.Acked, c.Marks)
-			first.Last = true
-			return err
+		if !c.Last {
+			return nil
 		}
-		return nil
+		_, err := in.Finish(first.SCN, first.History, first.Acked, c.Marks)
+		finished = err == nil
+		return err
 	})
-	if err == nil && (first == nil || !first.Last) {
+	if err == nil && !finished {
 		err = fmt.Errorf("partition %s/%d: the snapshot stream ended early", db, id)
 	}
 	if err != nil {

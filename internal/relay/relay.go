@@ -125,7 +125,7 @@ func (r *Relay) apply(ctx context.Context, b []byte) {
 	}
 	for id := range t.Partitions {
 		_, url := t.Master(id)
-		p := r.part(t.DB, id, true)
+		p := r.part(t.DB, id)
 		p.mu.Lock()
 		if p.master == url {
 			p.mu.Unlock()
@@ -157,12 +157,12 @@ func (r *Relay) apply(ctx context.Context, b []byte) {
 	}
 }
 
-func (r *Relay) part(db string, id int, create bool) *partition {
+func (r *Relay) part(db string, id int) *partition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := partKey{db, id}
 	p := r.parts[k]
-	if p == nil && create {
+	if p == nil {
 		p = &partition{}
 		r.parts[k] = p
 		if r.added != nil {

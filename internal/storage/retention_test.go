@@ -147,7 +147,7 @@ func TestSnapshotInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := snap.Rows("", nil, func(r Row) error { return in.Row(r) }); err != nil {
+	if err := snap.Rows(func(r Row) error { return in.Row(r) }); err != nil {
 		t.Fatal(err)
 	}
 	marks, err := snap.Marks()

@@ -50,15 +50,10 @@ type Row struct {
 func (r *Row) Doc() (Doc, error) { return decodeRow(r.Value) }
 
 // Rows calls fn for each document row of the snapshot in key order (by
-// table, then key), starting after the row (table, key) when table is not
-// empty. The row's slices are valid only during the call.
-func (s *Snapshot) Rows(afterTable string, afterKey []byte, fn func(Row) error) error {
+// table, then key). The row's slices are valid only during the call.
+func (s *Snapshot) Rows(fn func(Row) error) error {
 	prefix := append(keys.Partition(s.p.DB, s.p.ID), keys.SectionData)
-	lower := prefix
-	if afterTable != "" {
-		lower = append(append(keys.DataTablePrefix(s.p.DB, s.p.ID, afterTable), afterKey...), 0)
-	}
-	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: keys.PrefixEnd(prefix)})
+	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
 	if err != nil {
 		return err
 	}

@@ -351,35 +351,6 @@ func (p *Partition) notify() {
 	}
 }
 
-// HasCommit reports whether the log holds a commit at scn.
-func (p *Partition) HasCommit(scn SCN) (bool, error) {
-	_, closer, err := p.e.db.Get(keys.Log(p.DB, p.ID, scn.Gen, scn.Seq))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	closer.Close()
-	return true, nil
-}
-
-// LastCommitBefore returns the newest SCN in the log before scn (zero if
-// none): where a replica whose timeline diverged at scn rejoins this one.
-func (p *Partition) LastCommitBefore(scn SCN) (SCN, error) {
-	prefix := keys.LogPrefix(p.DB, p.ID)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.Log(p.DB, p.ID, scn.Gen, scn.Seq)})
-	if err != nil {
-		return SCN{}, err
-	}
-	defer it.Close()
-	if !it.Last() {
-		return SCN{}, it.Error()
-	}
-	gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
-	return SCN{gen, seq}, err
-}
-
 // Sums are checksums of a partition's rows at one SCN: of all of them,
 // and of each table's key range, to say where two replicas differ.
 type Sums struct {
