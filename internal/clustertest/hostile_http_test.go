@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -137,6 +138,11 @@ func checkHostile(hc *http.Client, base string, r hostileRequest) string {
 		return "" // the client refuses to send it: nothing reached the server
 	}
 	req.Header = r.header.Clone()
+	// A change stream never ends: leaving it cancels the request first,
+	// so closing its body does not wait on it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req = req.WithContext(ctx)
 	resp, err := hc.Do(req)
 	if err != nil && strings.Contains(err.Error(), "net/http: invalid") {
 		return "" // the client would not send it (a bad header): nothing reached the server
@@ -152,6 +158,7 @@ func checkHostile(hc *http.Client, base string, r hostileRequest) string {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 400 {
+		cancel()
 		return "" // not read: a change stream never ends
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
