@@ -164,11 +164,19 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 	idx := slices.Index(route.Replicas, a.ID)
 	switch {
 	case idx == 0:
-		if a.Member != nil && t.Incarnations[a.ID] != a.Member.Incarnation() {
-			// A table from before this node (re)joined: the
-			// controller will publish one with a new generation.
-			a.stop(k)
-			return nil
+		var lease int64
+		if a.Member != nil {
+			lease = t.MasterIncarnation(p)
+			if lease != a.Member.Incarnation() {
+				// Mastership granted to another run of this node (from
+				// before it restarted or rejoined): not this one's. The
+				// controller chooses again, in a new generation.
+				// Offline meanwhile (it also makes the replica show in
+				// this node's status, so the controller counts it when it
+				// chooses).
+				a.stop(k)
+				return a.Node.SetRole(t.DB, p, node.Offline, 0, 0)
+			}
 		}
 		var slaves []string
 		for _, id := range route.Replicas[1:] {
@@ -178,10 +186,11 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 		}
 		a.Node.SetSlaves(t.DB, p, slaves)
 		if a.Node.Role(t.DB, p) == node.Master {
-			return a.Node.SetRole(t.DB, p, node.Master, route.Generation)
+			return a.Node.SetRole(t.DB, p, node.Master, route.Generation, lease)
 		}
 		prev := a.follower(k)
 		a.stop(k)
+		a.Log.Info("agent: taking over a partition", "db", t.DB, "partition", p, "generation", route.Generation, "from", route.From)
 		if err := a.takeOver(ctx, t, p, route); err != nil {
 			// Not master: keep following the old one, whose commits
 			// this replica still needs; the controller chooses again if
@@ -191,14 +200,14 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 			}
 			return err
 		}
-		return a.Node.SetRole(t.DB, p, node.Master, route.Generation)
+		return a.Node.SetRole(t.DB, p, node.Master, route.Generation, lease)
 	case idx > 0:
 		master, url := t.Master(p)
 		if f := a.follower(k); f != nil && f.master == master && f.url == url {
 			return nil
 		}
 		a.stop(k)
-		if err := a.Node.SetRole(t.DB, p, node.Slave, 0); err != nil {
+		if err := a.Node.SetRole(t.DB, p, node.Slave, 0, 0); err != nil {
 			return err
 		}
 		a.follow(ctx, k, master, url)
@@ -208,7 +217,7 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 		if a.Node.Role(t.DB, p) == node.Offline {
 			return nil
 		}
-		return a.Node.SetRole(t.DB, p, node.Offline, 0)
+		return a.Node.SetRole(t.DB, p, node.Offline, 0, 0)
 	}
 }
 

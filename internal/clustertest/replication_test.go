@@ -141,10 +141,10 @@ func write(t *testing.T, n *storageNode, k, v string) storage.SCN {
 func TestReplicationAndFailover(t *testing.T) {
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
 	a, b := newStorageNode(t, reg), newStorageNode(t, reg)
-	if err := a.SetRole("d", 0, node.Master, 1); err != nil {
+	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	b.SetRole("d", 0, node.Slave, 0)
+	b.SetRole("d", 0, node.Slave, 0, 0)
 	var truncatedB, truncatedA int
 	stopB := follow(t, b, remote(t, a.url), &truncatedB)
 	var last storage.SCN
@@ -153,7 +153,7 @@ func TestReplicationAndFailover(t *testing.T) {
 	}
 	awaitSCN(t, b, last)
 	sameState(t, a, b)
-	if last != (storage.SCN{Gen: 1, Seq: 20}) {
+	if last != (storage.SCN{Gen: 1, Seq: 21}) { // 1:1 opened the generation
 		t.Fatalf("master at %s", last)
 	}
 
@@ -163,11 +163,11 @@ func TestReplicationAndFailover(t *testing.T) {
 	write(t, a, "new", "lost")
 
 	// Failover: a is fenced, b becomes master of generation 2.
-	a.SetRole("d", 0, node.Slave, 0)
-	if err := b.SetRole("d", 0, node.Master, 2); err != nil {
+	a.SetRole("d", 0, node.Slave, 0, 0)
+	if err := b.SetRole("d", 0, node.Master, 2, 0); err != nil {
 		t.Fatal(err)
 	}
-	if scn := write(t, b, "k2", "gen2"); scn != (storage.SCN{Gen: 2, Seq: 1}) {
+	if scn := write(t, b, "k2", "gen2"); scn != (storage.SCN{Gen: 2, Seq: 2}) { // 2:1 opened it
 		t.Fatalf("first write of generation 2 is %s", scn)
 	}
 	last = write(t, b, "k3", "gen2")
@@ -210,13 +210,13 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	// no slave following a, its 2 s timeout would fail it instead.
 	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 2 * time.Second})
 	b := newStorageNodeWith(t, reg, node.Options{})
-	a.SetRole("d", 0, node.Master, 1)
-	b.SetRole("d", 0, node.Slave, 0)
+	a.SetRole("d", 0, node.Master, 1, 0)
+	b.SetRole("d", 0, node.Slave, 0, 0)
 	try := func(n *storageNode, k string) (*node.WriteResult, error) { return n.Write(ctx, writeReq(t, k)) }
 	pa, _ := a.eng.Partition("d", 0)
 
-	if _, err := try(a, "k0"); !errors.Is(err, node.ErrNotEnoughReplicas) || !pa.SCN().IsZero() {
-		t.Fatalf("write with no live slave: %v, partition at %s", err, pa.SCN())
+	if _, err := try(a, "k0"); !errors.Is(err, node.ErrNotEnoughReplicas) || pa.SCN() != (storage.SCN{Gen: 1, Seq: 1}) {
+		t.Fatalf("write with no live slave: %v, partition at %s (want the generation's marker, 1:1)", err, pa.SCN())
 	}
 	a.SetSlaves("d", 0, []string{"follower", "c"})
 	if _, err := try(a, "k1"); !errors.Is(err, node.ErrNotReplicated) {
@@ -243,14 +243,17 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 		_, err := a.Write(ctx, writeReq(t, "k3"))
 		inflight <- err
 	}()
-	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 3})
-	a.SetRole("d", 0, node.Slave, 0)
+	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 4})
+	a.SetRole("d", 0, node.Slave, 0, 0)
 	if err := b.Drain(ctx, "d", 0, remote(t, a.url), 5*time.Second, true, node.FollowOptions{Replica: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.SetRole("d", 0, node.Master, 2); err != nil {
+	if err := b.SetRole("d", 0, node.Master, 2, 0); err != nil {
 		t.Fatal(err)
 	}
+	// a confirms its write once b holds it and b is established: a
+	// slave (a itself, following as "follower") holds b's marker.
+	b.SetSlaves("d", 0, []string{"follower", "c"})
 	stopA := follow(t, a, remote(t, b.url), &truncated)
 	defer stopA()
 	if err := <-inflight; err != nil {
@@ -351,5 +354,98 @@ func TestNodeRefusesMalformedAvro(t *testing.T) {
 	}
 	if _, err := r.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}}); !errors.Is(err, node.ErrNotFound) {
 		t.Fatalf("after refused writes: %v, want not found", err)
+	}
+}
+
+// TestNewMasterIsEstablishedBeforeItServes: a replica promoted to master
+// opens its generation with a marker commit, and serves a commit of an
+// older generation (one it holds from its predecessor) only once a slave
+// holds that marker too — a slave holding the old commit is not enough,
+// since a replica holding another older generation's commits could still
+// be chosen over both (Raft's Figure 8). Until then it confirms nothing
+// to a former master either.
+func TestNewMasterIsEstablishedBeforeItServes(t *testing.T) {
+	ctx := context.Background()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3})
+	a := newStorageNode(t, reg)
+	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	// a writes k under async-like conditions: no slave is required yet.
+	var truncated int
+	stop := follow(t, b, remote(t, a.url), &truncated)
+	a.SetSlaves("d", 0, []string{"follower"})
+	old := write(t, a, "k", "v")
+	awaitSCN(t, b, old)
+	stop()
+
+	a.SetRole("d", 0, node.Slave, 0, 0)
+	if err := b.SetRole("d", 0, node.Master, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	pb, _ := b.eng.Partition("d", 0)
+	if pb.SCN() != (storage.SCN{Gen: 2, Seq: 1}) {
+		t.Fatalf("the new master is at %s, want its marker 2:1", pb.SCN())
+	}
+	b.SetSlaves("d", 0, []string{"c"})
+	get := node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}}
+	// A slave holds k's commit but not the marker: no answer yet.
+	if _, err := b.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: old}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(ctx, get); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("a read of an older generation's commit before the marker is held: %v, want ErrNotReplicated", err)
+	}
+	if ack, err := b.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: old}); err != nil || ack.Authoritative {
+		t.Fatalf("an unestablished master confirms: %+v %v", ack, err)
+	}
+	// Once it holds the marker, the read is answered and the master
+	// confirms.
+	ack, err := b.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: storage.SCN{Gen: 2, Seq: 1}})
+	if err != nil || !ack.Held || !ack.Authoritative {
+		t.Fatalf("acknowledging the marker: %+v %v", ack, err)
+	}
+	if it, err := b.Get(ctx, get); err != nil || it.SCN != old {
+		t.Fatalf("read once established: %+v %v", it, err)
+	}
+}
+
+// TestMastershipIsBoundToItsLease: a mastership is granted to one run of
+// a node (its membership lease). A node that lost its lease and rejoined
+// under a new one may still hold the MASTER role for a moment before it
+// fences itself; it must neither write nor serve as master meanwhile.
+func TestMastershipIsBoundToItsLease(t *testing.T) {
+	ctx := context.Background()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	n := newStorageNode(t, reg)
+	var lease atomic.Int64
+	lease.Store(7)
+	n.RequireLease(func() (int64, bool) { return lease.Load(), true })
+	if err := n.SetRole("d", 0, node.Master, 1, 7); err != nil {
+		t.Fatal(err)
+	}
+	write(t, n, "k", "v")
+	get := node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}}
+	if _, err := n.Get(ctx, get); err != nil {
+		t.Fatal(err)
+	}
+	lease.Store(8) // rejoined; the role is still MASTER
+	if _, err := n.Write(ctx, writeReq(t, "k2")); !errors.Is(err, node.ErrNotMaster) {
+		t.Fatalf("a write under a new lease: %v, want ErrNotMaster", err)
+	}
+	if _, err := n.Get(ctx, get); !errors.Is(err, node.ErrNotMaster) {
+		t.Fatalf("a fresh read under a new lease: %v, want ErrNotMaster", err)
+	}
+	if ack, err := n.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "x", SCN: storage.SCN{Gen: 1, Seq: 1}}); err != nil || ack.Authoritative {
+		t.Fatalf("a master under a new lease speaks for the timeline: %+v %v", ack, err)
+	}
+	// Granted again to the new run (a new generation), it writes.
+	if err := n.SetRole("d", 0, node.Master, 2, 8); err != nil {
+		t.Fatal(err)
+	}
+	if scn := write(t, n, "k2", "v"); scn != (storage.SCN{Gen: 2, Seq: 2}) {
+		t.Fatalf("write in the new mastership at %s", scn)
 	}
 }

@@ -80,22 +80,22 @@ func TestPartitionRolesFenceWrites(t *testing.T) {
 	}
 
 	want503("offline")
-	if err := n.SetRole("d", 0, node.Slave, 0); err != nil {
+	if err := n.SetRole("d", 0, node.Slave, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	want503("slave")
 
-	if err := n.SetRole("d", 0, node.Master, 2); err != nil {
+	if err := n.SetRole("d", 0, node.Master, 2, 0); err != nil {
 		t.Fatal(err)
 	}
-	if r := write("1"); r.StatusCode != 201 || r.Header.Get("X-Cortado-SCN") != "2:1" {
+	if r := write("1"); r.StatusCode != 201 || r.Header.Get("X-Cortado-SCN") != "2:2" { // 2:1 opened the generation
 		t.Fatalf("master of generation 2: %d, SCN %s", r.StatusCode, r.Header.Get("X-Cortado-SCN"))
 	}
-	if err := n.SetRole("d", 0, node.Slave, 0); err != nil {
+	if err := n.SetRole("d", 0, node.Slave, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	want503("demoted")
-	if err := n.SetRole("d", 0, node.Master, 1); err == nil {
+	if err := n.SetRole("d", 0, node.Master, 1, 0); err == nil {
 		t.Fatal("promotion with a stale generation accepted")
 	}
 	_, err = n.Write(ctx, node.WriteRequest{DB: "d", Partition: 0, Ops: []node.Op{{Kind: node.OpDelete, Table: "T", Key: []keys.Part{keys.S("k")}}}})
@@ -103,8 +103,8 @@ func TestPartitionRolesFenceWrites(t *testing.T) {
 		t.Fatalf("write after a refused promotion: %v", err)
 	}
 	st, err := n.Status(ctx, node.StatusRequest{DB: "d"})
-	if err != nil || len(st) != 1 || st[0].SCN != (storage.SCN{Gen: 2, Seq: 1}) {
-		t.Fatalf("the only write is 2:1: %+v %v", st, err)
+	if err != nil || len(st) != 1 || st[0].SCN != (storage.SCN{Gen: 2, Seq: 2}) {
+		t.Fatalf("the only write is 2:2 (after the marker 2:1): %+v %v", st, err)
 	}
 	// A replica that is not master in force answers no fresh read.
 	if _, err := n.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}, Read: node.ReadSpec{Version: 1}}); !errors.Is(err, node.ErrNotMaster) {

@@ -187,29 +187,39 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 	for p := range partitions {
 		route := topo.PartitionRoute{Replicas: ideal[p], Generation: 1}
 		if cur == nil || p >= len(cur.Partitions) {
+			if len(route.Replicas) > 0 {
+				route.Incarnation = incs[route.Replicas[0]]
+			}
 			next.Partitions[p] = route
 			continue
 		}
 		old := cur.Partitions[p]
+		oldInc := cur.MasterIncarnation(p)
+		rejoined := len(old.Replicas) > 0 && isLive(old.Replicas[0]) && incs[old.Replicas[0]] != oldInc
 		d := placement.DecideMaster(placement.MasterInput{
 			Current: old.Replicas, Target: route.Replicas, Live: isLive, Status: status(p),
-			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)), From: old.From,
+			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)), From: old.From, Rejoined: rejoined,
 		})
 		route.Replicas = d.Replicas
-		route.Generation, route.From = old.Generation, old.From
-		if len(old.Replicas) == 0 || old.Replicas[0] != route.Replicas[0] || d.Bump ||
-			cur.Incarnations[route.Replicas[0]] != incs[route.Replicas[0]] {
+		route.Generation, route.From, route.Incarnation = old.Generation, old.From, oldInc
+		if len(old.Replicas) == 0 || old.Replicas[0] != route.Replicas[0] || d.Bump {
+			// A new mastership: a new generation, granted to the
+			// master's current incarnation.
 			route.Generation++
 			route.From = d.From
+			route.Incarnation = incs[route.Replicas[0]]
 		}
 		if len(old.Replicas) > 0 && old.Replicas[0] != route.Replicas[0] {
 			c.Log.Info("controller: partition changes master", "db", db, "partition", p,
 				"from", old.Replicas[0], "to", route.Replicas[0], "generation", route.Generation, "planned", route.From != "")
+		} else if rejoined && route.Generation == old.Generation {
+			c.Log.Warn("controller: partition's master rejoined and too few replicas answered to choose again; waiting",
+				"db", db, "partition", p, "master", old.Replicas[0], "minInSync", minInSync)
 		} else if len(old.Replicas) > 0 && !isLive(old.Replicas[0]) {
 			c.Log.Warn("controller: partition's master is gone and too few replicas answered to choose another; waiting",
 				"db", db, "partition", p, "master", old.Replicas[0], "minInSync", minInSync)
 		}
-		if !slices.Equal(old.Replicas, route.Replicas) || route.Generation != old.Generation || route.From != old.From {
+		if !slices.Equal(old.Replicas, route.Replicas) || route.Generation != old.Generation || route.From != old.From || route.Incarnation != old.Incarnation {
 			changed = true
 		}
 		next.Partitions[p] = route

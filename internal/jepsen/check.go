@@ -1,6 +1,7 @@
 package jepsen
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -51,12 +52,13 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 	read := func(path string) (int64, bool, error) { return readWith(hc, path) }
 	// Unique keys: every acknowledged one holds its value.
 	type kv struct {
-		v  int64
-		at time.Time
+		v   int64
+		at  time.Time
+		scn string
 	}
 	acked := map[string]kv{}
 	incAcked, incMaybe := map[string]int64{}, map[string]int64{}
-	casAcked := map[string][]int64{}
+	casAcked := map[string][]Op{}
 	var regs []porcupine.Operation
 	for _, op := range h.ops {
 		res.Ops++
@@ -68,13 +70,13 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 		}
 		switch {
 		case op.Kind == "put" && op.Outcome == Ok:
-			acked[op.Key] = kv{op.Value, op.End}
+			acked[op.Key] = kv{op.Value, op.End, op.SCN}
 		case op.Kind == "inc" && op.Outcome == Ok:
 			incAcked[op.Key]++
 		case op.Kind == "inc" && op.Outcome == Maybe:
 			incMaybe[op.Key]++
 		case op.Kind == "cas" && op.Outcome == Ok:
-			casAcked[op.Key] = append(casAcked[op.Key], op.Value)
+			casAcked[op.Key] = append(casAcked[op.Key], op)
 		case op.Kind == "reg-put" && op.Outcome != Fail:
 			end := op.End.UnixNano()
 			if op.Outcome == Maybe {
@@ -104,7 +106,7 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 				case err != nil:
 					res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
 				case !found || v != acked[k].v:
-					res.Lost = append(res.Lost, Anomaly{acked[k].at, "lost put", fmt.Sprintf("U/%s=%d acknowledged at %s; now found=%v value %d", k, acked[k].v, acked[k].at.Format("15:04:05.000"), found, v)})
+					res.Lost = append(res.Lost, Anomaly{acked[k].at, "lost put", fmt.Sprintf("U/%s=%d acknowledged at %s (scn %s); now found=%v value %d", k, acked[k].v, acked[k].at.Format(stamp), acked[k].scn, found, v)})
 				}
 				mu.Unlock()
 			}
@@ -134,15 +136,16 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 			res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
 			continue
 		}
-		vals := slices.Clone(casAcked[key])
-		slices.Sort(vals)
-		for i := 1; i < len(vals); i++ {
-			if vals[i] == vals[i-1] {
-				res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "duplicate CAS", fmt.Sprintf("%s: two If-Match writes of %d acknowledged (both based on the same version)", key, vals[i])})
+		ops := slices.Clone(casAcked[key])
+		slices.SortFunc(ops, func(a, b Op) int { return cmp.Compare(a.Value, b.Value) })
+		for i := 1; i < len(ops); i++ {
+			if a, b := ops[i-1], ops[i]; a.Value == b.Value {
+				res.Anomalies = append(res.Anomalies, Anomaly{later(a.End, b.End), "duplicate CAS", fmt.Sprintf("%s: two If-Match writes of %d acknowledged (both based on the same version): client %d %s–%s (scn %s) and client %d %s–%s (scn %s)",
+					key, a.Value, a.Client, a.Start.Format(stamp), a.End.Format(stamp), a.SCN, b.Client, b.Start.Format(stamp), b.End.Format(stamp), b.SCN)})
 			}
 		}
-		if len(vals) > 0 && n < vals[len(vals)-1] {
-			res.Lost = append(res.Lost, Anomaly{time.Now(), "lost CAS", fmt.Sprintf("%s = %d, but %d was acknowledged", key, n, vals[len(vals)-1])})
+		if len(ops) > 0 && n < ops[len(ops)-1].Value {
+			res.Lost = append(res.Lost, Anomaly{time.Now(), "lost CAS", fmt.Sprintf("%s = %d, but %d was acknowledged", key, n, ops[len(ops)-1].Value)})
 		}
 	}
 	switch porcupine.CheckOperationsTimeout(registerModel, regs, time.Minute) {
@@ -369,4 +372,15 @@ var registerModel = porcupine.Model{
 		}
 		return fmt.Sprintf("get %s → %v", in.key, output)
 	},
+}
+
+// stamp is how anomalies print times: to the millisecond, to match with
+// the processes' logs.
+const stamp = "15:04:05.000"
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -34,6 +34,11 @@ type Options struct {
 	// 50 commits per partition: slaves that fall behind are rebuilt from
 	// snapshots during the run.
 	Retention string
+	// Dir, when set, holds the processes' data and logs and is kept after
+	// the run (default: a temporary directory, removed); LogLevel is their
+	// log level (default warn).
+	Dir      string
+	LogLevel string
 }
 
 // Cluster is Cortado as processes on loopback ports.
@@ -59,7 +64,13 @@ const prefix = "/cortado"
 // C, P, R: see workload.go) and waits until every partition has a master.
 func StartCluster(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, opts: o, dir: t.TempDir(), Storage: map[string]*clustertest.Serve{}}
+	c := &Cluster{t: t, opts: o, dir: o.Dir, Storage: map[string]*clustertest.Serve{}}
+	if c.dir == "" {
+		c.dir = t.TempDir()
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "warn"
+	}
 	ttl := fmt.Sprint(o.LeaseTTL)
 	client, peer := freeURL(t), freeURL(t)
 	c.etcdURL = client
@@ -70,7 +81,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	t.Cleanup(func() { cli.Close() })
 	c.cli = cli
-	common := []string{"--etcd-endpoints", client, "--log-level", "warn"}
+	common := []string{"--etcd-endpoints", client, "--log-level", o.LogLevel}
 	relayArgs := []string{"relay", "--relay-id", "relay1", "--listen", hostPort(t), "--lease-ttl", ttl}
 	if o.Retention != "" {
 		// A small buffer, so that a node coming back is behind the

@@ -17,6 +17,8 @@ var (
 	leaseTTL   = flag.Int("jepsen.lease-ttl", 2, "lease TTL of storage nodes, relay and controllers, in seconds")
 	report     = flag.String("jepsen.report", "", "write the result table (Markdown) to this file")
 	only       = flag.String("jepsen.faults", "", "comma-separated faults to use (default all)")
+	dir        = flag.String("jepsen.dir", "", "keep the processes' data and logs in this directory (default: a temporary one, removed)")
+	logLevel   = flag.String("jepsen.log-level", "warn", "log level of the processes")
 	retention  = flag.String("jepsen.retention", "", "commit-log retention by age of the test database (e.g. 5s: logs trimmed and slaves rebuilt from snapshots during the run)")
 )
 
@@ -37,7 +39,7 @@ func TestJepsen(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (rerun with -jepsen.seed %d)", seed, seed)
-	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: 64 << 20, Retention: *retention})
+	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: 64 << 20, Retention: *retention, Dir: *dir, LogLevel: *logLevel})
 	w := StartWorkload(c, seed)
 	n := NewNemesis(c, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))

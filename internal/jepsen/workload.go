@@ -50,6 +50,8 @@ type Op struct {
 	Outcome    Outcome
 	Start, End time.Time
 	Client     int
+	// SCN is the commit a write made or a read saw, as the router said.
+	SCN string
 }
 
 // History is every operation, appended as they complete.
@@ -138,6 +140,8 @@ type response struct {
 	status int
 	body   []byte
 	etag   string
+	scn    string // X-Cortado-SCN: the commit written, or read
+	base   string // the router that answered
 	err    error
 }
 
@@ -153,11 +157,11 @@ func (c *httpClient) send(method, path, body, ifMatch string) response {
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return response{err: err}
+		return response{err: err, base: base}
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, body: b, etag: resp.Header.Get("ETag")}
+	return response{status: resp.StatusCode, body: b, etag: resp.Header.Get("ETag"), scn: resp.Header.Get("X-Cortado-SCN"), base: base}
 }
 
 func (c *httpClient) do(method, path, body, ifMatch string) (int, []byte) {
@@ -310,7 +314,7 @@ func (w *Workload) uniqueWriter(id int, rng *rand.Rand, hc *httpClient) {
 			start := time.Now()
 			r := hc.send("PUT", "/d/U/"+key, fmt.Sprintf(`{"v":%d}`, i), "")
 			out := writeOutcome(r)
-			w.h.add(Op{Kind: "put", Key: key, Value: i, Outcome: out, Start: start, End: time.Now(), Client: id})
+			w.h.add(Op{Kind: "put", Key: key, Value: i, Outcome: out, Start: start, End: time.Now(), Client: id, SCN: r.scn})
 			if out == Ok {
 				break
 			}
@@ -332,10 +336,10 @@ func (w *Workload) casIncrementer(id int, rng *rand.Rand, hc *httpClient) {
 		}
 		n, _ := readValue(r.body)
 		w.checkRead(key, n, floor, start)
-		w.h.add(Op{Kind: "read", Key: key, Value: n, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id})
+		w.h.add(Op{Kind: "read", Key: key, Value: n, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id, SCN: r.scn})
 		start = time.Now()
 		pr := hc.send("PUT", "/d/"+key, fmt.Sprintf(`{"n":%d}`, n+1), r.etag)
-		w.h.add(Op{Kind: "cas", Key: key, Value: n + 1, Outcome: writeOutcome(pr), Start: start, End: time.Now(), Client: id})
+		w.h.add(Op{Kind: "cas", Key: key, Value: n + 1, Outcome: writeOutcome(pr), Start: start, End: time.Now(), Client: id, SCN: pr.scn + " after " + r.scn})
 		w.pause(time.Duration(rng.IntN(5)) * time.Millisecond)
 	}
 }

@@ -223,6 +223,13 @@ func (n *Node) awaitReplicated(ctx context.Context, db string, id int, scn stora
 	if need == 0 {
 		return nil
 	}
+	// A commit of an older generation held by slaves is not safe yet:
+	// a replica holding another older generation's commits could still
+	// be chosen over them, until slaves hold this master's own marker
+	// (Raft's rule that a leader commits only entries of its own term).
+	e.ackMu.Lock()
+	scn = later(scn, e.opened)
+	e.ackMu.Unlock()
 	return e.awaitAck(ctx, scn, need, n.opts.SemiSyncTimeout)
 }
 

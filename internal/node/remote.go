@@ -294,11 +294,7 @@ func (r *Remote) StreamLog(ctx context.Context, req LogRequest, fn func(*LogResu
 	if v < 2 {
 		return pollLog(ctx, r, req, fn)
 	}
-	// The cut-off counts fn's own time: a reader stuck in fn (a slave
-	// blocked acknowledging to a master that is gone) gives the stream
-	// up and starts over. Lifting that for log streams made the bounded
-	// fault run lose acknowledged writes (kill-two); see docs/jepsen.md.
-	return receive(r, ctx, true, func(ctx context.Context) (grpc.ServerStreamingClient[wire.LogResult], error) {
+	return receive(r, ctx, func(ctx context.Context) (grpc.ServerStreamingClient[wire.LogResult], error) {
 		return r.c.StreamLog(ctx, logTo(req))
 	}, func(w *wire.LogResult) (bool, error) {
 		res := logResultFrom(w)
@@ -307,9 +303,10 @@ func (r *Remote) StreamLog(ctx context.Context, req LogRequest, fn func(*LogResu
 }
 
 // receive reads a server stream opened by open into fn until fn says it
-// is done or fails. A stream silent for logIdle is taken for dead; with
-// countReader, the time fn takes counts as silence.
-func receive[W any](r *Remote, ctx context.Context, countReader bool, open func(context.Context) (grpc.ServerStreamingClient[W], error), fn func(*W) (done bool, err error)) error {
+// is done or fails. A stream silent for logIdle is taken for dead; the
+// time fn takes does not count (a slow reader, such as a change-stream
+// consumer or a slave waiting on its disk, is not a silent source).
+func receive[W any](r *Remote, ctx context.Context, open func(context.Context) (grpc.ServerStreamingClient[W], error), fn func(*W) (done bool, err error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idle := time.AfterFunc(logIdle, cancel)
@@ -323,18 +320,14 @@ func receive[W any](r *Remote, ctx context.Context, countReader bool, open func(
 		if err != nil {
 			return r.streamFail(ctx, idle, err)
 		}
-		if countReader {
-			idle.Reset(logIdle)
-		} else if !idle.Stop() {
+		if !idle.Stop() {
 			return r.streamFail(ctx, idle, ctx.Err())
 		}
 		done, err := fn(w)
 		if err != nil || done {
 			return err
 		}
-		if !countReader {
-			idle.Reset(logIdle)
-		}
+		idle.Reset(logIdle)
 	}
 }
 
@@ -424,7 +417,7 @@ func (r *Remote) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Sna
 	}
 	// A snapshot's reader may be slow (a change-stream consumer): its
 	// time is not the source's silence, or a snapshot would never end.
-	return receive(r, ctx, false, func(ctx context.Context) (grpc.ServerStreamingClient[wire.SnapshotChunk], error) {
+	return receive(r, ctx, func(ctx context.Context) (grpc.ServerStreamingClient[wire.SnapshotChunk], error) {
 		return r.c.Snapshot(ctx, &wire.SnapshotRequest{Db: req.DB, Partition: int32(req.Partition), BytesPerSecond: req.BytesPerSecond})
 	}, func(w *wire.SnapshotChunk) (bool, error) {
 		c := snapshotChunkFrom(w)

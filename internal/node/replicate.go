@@ -114,7 +114,8 @@ type AckRequest struct {
 	SCN       storage.SCN `json:"scn"`
 }
 
-// AckResult says whether the master holds that SCN and is in force.
+// AckResult says whether the master holds that SCN, and whether it is in
+// force and established (slaves hold the marker of its generation).
 type AckResult struct {
 	Held          bool `json:"held"`
 	Authoritative bool `json:"authoritative"`
@@ -133,10 +134,15 @@ func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
 		return nil, err
 	}
 	held := p.OnTimeline(req.SCN)
+	e := n.roles.entry(req.DB, req.Partition)
 	if held && req.Replica != "" {
-		n.roles.entry(req.DB, req.Partition).ack(req.Replica, req.SCN)
+		e.ack(req.Replica, req.SCN)
 	}
-	return &AckResult{Held: held, Authoritative: n.authoritative(req.DB, req.Partition)}, nil
+	// Authoritative here means established too: the asker, a former
+	// master, takes it as confirmation that its own commits up to SCN
+	// survived the hand-over.
+	auth := n.authoritative(req.DB, req.Partition) && e.established(n.syncSlaves(req.DB))
+	return &AckResult{Held: held, Authoritative: auth}, nil
 }
 
 // Log serves a partition's commits after req.After, waiting up to req.Wait
@@ -263,8 +269,8 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 	}
 	for ctx.Err() == nil {
 		// The first answer does not wait: it tells at once whether the
-		// source holds this replica's timeline (confirming a former
-		// master's writes in flight) and acknowledges what it holds.
+		// source holds this replica's timeline and acknowledges what it
+		// holds.
 		req := LogRequest{DB: db, Partition: id, After: p.SCN(), Ack: o.Master == nil, Replica: o.Replica}
 		err := streamLog(ctx, o.Source, req, func(res *LogResult) error {
 			e.heardFromMaster()
@@ -276,12 +282,6 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			}
 			if !res.Holds {
 				return nil // the source waits for its master or its own catch-up
-			}
-			if o.Master == nil && res.SourceRole == Master {
-				// The master in force holds everything this replica
-				// has: writes it took as a master before a hand-over
-				// survived.
-				e.confirm(p.SCN())
 			}
 			// Acked is on the source's timeline, which holds this
 			// replica's.
@@ -298,7 +298,10 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			}
 			// After every answer (at least once a second): a new master
 			// counts acknowledgements afresh, and a read there waits
-			// until replicas hold what it returns.
+			// until replicas hold what it returns. An established
+			// master that holds everything this replica has confirms
+			// writes it took as a master before a hand-over: they
+			// survived.
 			scn := p.SCN()
 			ack, err := acker.Ack(ctx, AckRequest{DB: db, Partition: id, Replica: o.Replica, SCN: scn})
 			if err != nil {
@@ -335,6 +338,9 @@ func (n *Node) truncate(p *storage.Partition, keep storage.SCN, o FollowOptions)
 			o.Alarm(err)
 		}
 		return err
+	}
+	if undone > 0 {
+		n.log.Warn("replica truncated to its master's timeline", "db", p.DB, "partition", p.ID, "kept", keep, "undone", undone)
 	}
 	if o.Truncated != nil {
 		o.Truncated(undone)

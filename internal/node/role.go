@@ -65,6 +65,12 @@ type roles struct {
 type partRole struct {
 	mu   sync.RWMutex
 	role Role
+	// lease is the membership lease (incarnation) a mastership was
+	// granted to, when bound: the node writes and serves as master only
+	// while it holds that same lease, so a node that lost its lease and
+	// rejoined under a new one never acts on a mastership of the old.
+	lease int64
+	bound bool
 
 	// Semi-sync state, under ackMu: the live slaves the routing table
 	// gives this master, the newest SCN each replica durably holds, the
@@ -79,7 +85,11 @@ type partRole struct {
 	slaves     []string
 	acks       map[string]storage.SCN
 	confirmed  storage.SCN
-	ackedCh    chan struct{}
+	// opened is the marker commit this master opened its generation
+	// with (storage.Partition.StartGeneration): until need slaves hold
+	// it, nothing this master serves is certain to survive a failover.
+	opened  storage.SCN
+	ackedCh chan struct{}
 	// alarm is set when this replica refused to truncate acknowledged
 	// commits: the consistency check reports it until the replica
 	// follows its master again.
@@ -175,6 +185,16 @@ func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, time
 	}
 }
 
+// established reports whether need slaves hold the marker commit this
+// master opened its generation with: from then on its timeline is the
+// partition's for good (a failover can only choose a replica holding
+// it), and what it confirms to a former master cannot be undone.
+func (e *partRole) established(need int) bool {
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	return !e.quorumLocked(need).Less(e.opened)
+}
+
 // SetSlaves tells a master which live slaves its partition has (by node
 // ID): under semi-sync replication a write is acknowledged once
 // minInSync-1 of them durably hold it, and refused while fewer than that
@@ -245,9 +265,11 @@ func (r *roles) keys() (ks []partitionKey, allMaster bool) {
 // SetRole makes this node's replica of a partition OFFLINE, SLAVE or
 // MASTER. Becoming master takes the generation the controller assigned:
 // it must be later than any the partition has seen, and the partition's
-// next commit is (generation, 1). A master demoted to slave or offline
-// stops accepting writes at once (fencing).
-func (n *Node) SetRole(db string, id int, role Role, generation uint32) error {
+// next commit is (generation, 1); the mastership is bound to lease, the
+// incarnation it was granted to (0 on a node without a membership). A
+// master demoted to slave or offline stops accepting writes at once
+// (fencing).
+func (n *Node) SetRole(db string, id int, role Role, generation uint32, lease int64) error {
 	p, err := n.partition(db, id)
 	if err != nil {
 		return err
@@ -263,13 +285,20 @@ func (n *Node) SetRole(db string, id int, role Role, generation uint32) error {
 		} else if generation < seen || e.role != Master {
 			return fmt.Errorf("partition %s/%d: master of generation %d, but the partition has seen generation %d", db, id, generation, seen)
 		}
-		if e.role != Master {
+		if e.role != Master || !e.bound || e.lease != lease {
 			// A new mastership: acknowledgements counted in an earlier
 			// one say nothing about this one's commits.
 			e.ackMu.Lock()
-			e.acks, e.confirmed = nil, storage.SCN{}
+			e.acks, e.confirmed, e.opened = nil, storage.SCN{}, storage.SCN{}
+			if p.SCN().Gen == generation {
+				e.opened = storage.SCN{Gen: generation, Seq: 1}
+			}
 			e.ackMu.Unlock()
 		}
+		e.lease, e.bound = lease, true
+	}
+	if e.role != role {
+		n.log.Info("partition role", "db", db, "partition", id, "from", e.role, "to", role, "generation", p.Generation(), "scn", p.SCN())
 	}
 	e.role = role
 	return nil
@@ -325,12 +354,41 @@ func (n *Node) RequireLease(lease func() (id int64, valid bool)) {
 func (n *Node) beginWrite(db string, id int) (*partRole, int64, error) {
 	e := n.roles.entry(db, id)
 	e.mu.RLock()
-	lease, held := n.roles.currentLease()
-	if e.role != Master || !held {
+	lease, ok := n.roles.masterLeaseLocked(e)
+	if !ok {
 		e.mu.RUnlock()
 		return nil, 0, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
 	}
 	return e, lease, nil
+}
+
+// masterLeaseLocked returns the lease e's mastership is in force under:
+// e is MASTER, the node's lease is certainly held, and it is the lease
+// the mastership was granted to. The caller holds e.mu.
+func (r *roles) masterLeaseLocked(e *partRole) (int64, bool) {
+	if e.role != Master {
+		return 0, false
+	}
+	lease, held := r.currentLease()
+	if !held || e.bound && lease != e.lease {
+		return 0, false
+	}
+	return lease, true
+}
+
+// masterLease is masterLeaseLocked for a partition: on a node that
+// masters every partition, any held lease will do.
+func (r *roles) masterLease(db string, id int) (int64, bool) {
+	e, all := r.lookup(db, id)
+	if e == nil {
+		if !all {
+			return 0, false
+		}
+		return r.currentLease()
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return r.masterLeaseLocked(e)
 }
 
 // currentLease returns this node's membership lease and whether it is
@@ -345,13 +403,6 @@ func (r *roles) currentLease() (int64, bool) {
 	return lease()
 }
 
-// leaseHeld reports whether this node's membership lease is certainly
-// still held.
-func (r *roles) leaseHeld() bool {
-	_, held := r.currentLease()
-	return held
-}
-
 // stillHeld reports whether lease is this node's lease and certainly still
 // held: no other replica can have been made master since it was.
 func (r *roles) stillHeld(lease int64) bool {
@@ -364,7 +415,8 @@ func (r *roles) stillHeld(lease int64) bool {
 // still holds its lease. Only such a replica serves fresh reads, and only
 // its log may tell a follower that the follower's timeline diverged.
 func (n *Node) authoritative(db string, id int) bool {
-	return n.Role(db, id) == Master && n.roles.leaseHeld()
+	_, ok := n.roles.masterLease(db, id)
+	return ok
 }
 
 // MarshalText renders the role's name.
@@ -415,10 +467,10 @@ func (e *partRole) setRebuilding(on bool) {
 // meanwhile, and its answer be older than what its successor
 // acknowledged.
 func (n *Node) readable(db string, id int, maxStale time.Duration) (stale time.Duration, lease int64, err error) {
-	e, all := n.roles.lookup(db, id)
-	if lease, held := n.roles.currentLease(); held && (all && e == nil || n.Role(db, id) == Master) {
+	if lease, ok := n.roles.masterLease(db, id); ok {
 		return 0, lease, nil
 	}
+	e, _ := n.roles.lookup(db, id)
 	stale, err = n.staleReadable(db, id, e, maxStale)
 	return stale, staleRead, err
 }

@@ -32,12 +32,20 @@ type MasterInput struct {
 	// From is the master the current one was to take over from (a
 	// planned hand-over), if any.
 	From string
+	// Rejoined says the current master is live but under another
+	// incarnation than the one its mastership was granted to: it
+	// restarted, or rejoined after its lease lapsed, and its mastership
+	// ended with the old one (whatever it was doing, a take-over or
+	// writes, stopped there).
+	Rejoined bool
 }
 
 // MasterDecision is the partition's next replica list, whether its
 // master changes by a planned hand-over (From, the live master it takes
 // over from) and whether the master needs a new generation although the
-// node stays the same (a failover that re-chose it).
+// node stays the same (a failover that re-chose it, or a master that
+// rejoined). Without Bump and with the same master, nothing changes: the
+// mastership stays granted to the incarnation it was.
 type MasterDecision struct {
 	Replicas []string
 	From     string
@@ -52,6 +60,10 @@ type MasterDecision struct {
 //     commits behind, never ahead: a rejoining replica first truncates
 //     what it wrote but never had acknowledged). The hand-over names the
 //     old master (From), which the new one must drain completely.
+//   - A master that restarted or rejoined under a new lease is treated
+//     as gone (it may have died in the middle of a take-over) but may be
+//     chosen again, in a new generation; during a planned hand-over from
+//     a live master it drains that master again.
 //   - A master that is gone (or stuck) is replaced by the replica furthest
 //     along the timeline among those that answered — but only if enough
 //     answered that every set of MinInSync replicas, the ones that held an
@@ -81,6 +93,18 @@ func DecideMaster(in MasterInput) MasterDecision {
 			d.From = m
 		}
 		return d
+	}
+	if in.Rejoined && in.Live(m) {
+		if in.From != "" && in.From != m && in.Live(in.From) {
+			// A hand-over from a live master may not have completed:
+			// that master may hold acknowledged commits this one lacks
+			// (or still be MASTER). The rejoined node takes over again,
+			// draining it.
+			return MasterDecision{Replicas: cur, From: in.From, Bump: true}
+		}
+		// Choose as after a failure: the rejoined node is re-chosen only
+		// if it is furthest along among enough replicas.
+		return failover(in)
 	}
 	if !in.Live(m) || in.Stuck {
 		return failover(in)

@@ -31,6 +31,7 @@ func TestMasterChoice(t *testing.T) {
 			d.ScanArgs(t, "min-in-sync", &in.MinInSync)
 		}
 		in.Stuck = d.HasArg("stuck")
+		in.Rejoined = d.HasArg("rejoined")
 		if d.HasArg("from") {
 			d.ScanArgs(t, "from", &in.From)
 		}

@@ -15,8 +15,14 @@ import (
 )
 
 // SickAfter is how many calls in a row must fail to reach a node (or be
-// slower than SlowCall) before a router reports it sick.
-const SickAfter = 3
+// slower than SlowCall), over at least SickFor, before a router reports
+// it sick: a burst of failures in an instant (calls failing fast while
+// the connection to a node that just restarted is being redialled) is
+// no evidence.
+const (
+	SickAfter = 3
+	SickFor   = time.Second
+)
 
 // SlowCall is how long a read from a node may take before it counts as a
 // failure toward a report: a node stuck on its disk is no better than a
@@ -41,9 +47,15 @@ type reporter struct {
 	registration *topo.Registration // the router's own, ended with ctx
 
 	mu       sync.Mutex
-	failures map[string]int
+	failures map[string]failing
 	reported map[string]bool
 	stopped  bool // no more calls: the view is stopping
+}
+
+// failing is a node's run of failed calls: how many, since when.
+type failing struct {
+	n     int
+	since time.Time
 }
 
 // stop waits for the reporter's calls to etcd; it makes no more.
@@ -63,7 +75,7 @@ func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client,
 		return err
 	}
 	v.mu.Lock()
-	v.reporter = &reporter{cli: cli, prefix: prefix, id: id, log: log, ctx: ctx, registration: reg, failures: map[string]int{}, reported: map[string]bool{}}
+	v.reporter = &reporter{cli: cli, prefix: prefix, id: id, log: log, ctx: ctx, registration: reg, failures: map[string]failing{}, reported: map[string]bool{}}
 	v.mu.Unlock()
 	return nil
 }
@@ -80,18 +92,23 @@ func (r *reporter) observe(nodeID string, inc int64, took time.Duration, err err
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !failed {
-		if r.failures[id] == 0 {
+		if r.failures[id].n == 0 {
 			return
 		}
-		r.failures[id] = 0
+		delete(r.failures, id)
 		if r.reported[id] && !r.stopped {
 			delete(r.reported, id)
 			r.calls.Go(func() { r.cli.Delete(r.ctx, r.key(id)) })
 		}
 		return
 	}
-	r.failures[id]++
-	if r.failures[id] >= SickAfter && !r.reported[id] && !r.stopped {
+	f := r.failures[id]
+	if f.n == 0 {
+		f.since = time.Now()
+	}
+	f.n++
+	r.failures[id] = f
+	if f.n >= SickAfter && time.Since(f.since) >= SickFor && !r.reported[id] && !r.stopped {
 		r.reported[id] = true
 		r.log.Warn("router: reporting a storage node it cannot reach", "node", nodeID, "router", r.id)
 		r.calls.Go(func() { r.report(id) })
@@ -115,7 +132,7 @@ func (r *reporter) report(id string) {
 	time.AfterFunc(ReportTTL*time.Second, func() {
 		r.mu.Lock()
 		delete(r.reported, id)
-		r.failures[id] = 0
+		delete(r.failures, id)
 		r.mu.Unlock()
 	})
 }

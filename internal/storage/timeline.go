@@ -7,6 +7,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"hash/fnv"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -203,11 +204,19 @@ func encodeSCN(s SCN) []byte {
 	return binary.BigEndian.AppendUint64(b, s.Seq)
 }
 
-// StartGeneration makes the partition's next local commit (gen, 1), for a
-// replica promoted to master. gen must be later than every generation the
-// partition has seen. It is durable before it returns, so a restarted
-// master never reuses a generation. The last committed SCN is unchanged
-// until that commit.
+// StartGeneration opens generation gen on a replica promoted to master:
+// it commits (gen, 1), a commit without events that marks where the new
+// master's timeline leaves the old one, before it takes any write. gen
+// must be later than every generation the partition has seen. It is
+// durable before it returns, so a restarted master never reuses a
+// generation.
+//
+// The marker is what makes the new timeline win: once replicas hold it,
+// they rank above any replica holding an older generation's commits the
+// new master lacks (a failover chooses the replica furthest along), so
+// what the new master serves, including older commits it confirmed,
+// cannot be lost to such a replica (Raft's no-op entry; see DESIGN.md
+// §5).
 func (p *Partition) StartGeneration(gen uint32) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -219,10 +228,11 @@ func (p *Partition) StartGeneration(gen uint32) error {
 	if err := b.Set(keys.Meta(p.DB, p.ID, "gen"), binary.BigEndian.AppendUint32(nil, gen), nil); err != nil {
 		return err
 	}
-	if err := p.e.commit(b); err != nil {
+	c := Commit{SCN: SCN{Gen: gen, Seq: 1}, Timestamp: time.Now()}
+	if err := p.commitLog(b, &c); err != nil {
 		return fmt.Errorf("partition %s/%d: start generation %d: %w", p.DB, p.ID, gen, err)
 	}
-	p.gen = gen
+	p.gen, p.scn = gen, c.SCN
 	return nil
 }
 

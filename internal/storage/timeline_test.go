@@ -125,8 +125,11 @@ func TestFailoverTruncatesTheOldTimeline(t *testing.T) {
 	if err := next.StartGeneration(2); err != nil {
 		t.Fatal(err)
 	}
-	if scn := put(t, next, "c", "new"); scn != (SCN{2, 1}) {
-		t.Fatalf("first commit of generation 2 is %s", scn)
+	if next.SCN() != (SCN{2, 1}) {
+		t.Fatalf("generation 2 opened at %s, want its marker 2:1", next.SCN())
+	}
+	if scn := put(t, next, "c", "new"); scn != (SCN{2, 2}) {
+		t.Fatalf("first write of generation 2 is %s", scn)
 	}
 	put(t, next, "a", "new")
 

@@ -30,6 +30,25 @@ type PartitionRoute struct {
 	// before it writes. Empty after a failover (the master was chosen
 	// because it holds every acknowledged commit already).
 	From string `json:"from,omitempty"`
+	// Incarnation is the lease of the master this generation was granted
+	// to: only that run of the node may take it. A master that restarts
+	// or rejoins under a new lease gets a new generation (or another
+	// replica does), never this one.
+	Incarnation int64 `json:"incarnation,omitempty"`
+}
+
+// MasterIncarnation returns the incarnation a partition's mastership was
+// granted to: the route's own, or, in a table from before routes named it,
+// the master's incarnation when the table was computed.
+func (t *RoutingTable) MasterIncarnation(part int) int64 {
+	id, _ := t.Master(part)
+	if id == "" {
+		return 0
+	}
+	if inc := t.Partitions[part].Incarnation; inc != 0 {
+		return inc
+	}
+	return t.Incarnations[id]
 }
 
 // RoutingTable is the controller's published external view of one
