@@ -215,6 +215,13 @@ func (n *Node) awaitReplicated(ctx context.Context, db string, id int, scn stora
 	if scn.IsZero() {
 		return nil
 	}
+	// Durable here first: a commit is visible while it waits for the
+	// fsync it shares with others (storage.Partition.Update).
+	if p, err := n.partition(db, id); err == nil {
+		if err := p.AwaitDurable(ctx, scn); err != nil {
+			return err
+		}
+	}
 	e, _ := n.roles.lookup(db, id)
 	if e == nil {
 		return nil

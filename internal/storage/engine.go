@@ -201,6 +201,39 @@ func (e *Engine) commit(b *pebble.Batch) (err error) {
 	return b.Commit(e.writeOptions())
 }
 
+// apply commits b as commit does but returns once b is applied (visible
+// to readers) and queued for the write-ahead log's next fsync; wait
+// returns once it is durable. Commits queued meanwhile, of any partition,
+// share that fsync. A failed fsync fails the engine.
+func (e *Engine) apply(b *pebble.Batch) (wait func() error, err error) {
+	if e.opts.NoSync {
+		return func() error { return nil }, e.commit(b)
+	}
+	if err := e.Failed(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(fatalPanic)
+			if !ok {
+				panic(r)
+			}
+			err = f.err
+		}
+	}()
+	if err := e.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		return nil, err
+	}
+	return func() error {
+		if err := b.SyncWait(); err != nil {
+			err = fmt.Errorf("%w: write-ahead log sync: %v", ErrFailed, err)
+			e.fail.set(err)
+			return err
+		}
+		return nil
+	}, nil
+}
+
 // Close stops the disk probe and closes Pebble. Callers stop all writes
 // first.
 func (e *Engine) Close() error {

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,9 +23,16 @@ type Partition struct {
 	// mu serializes commits, and so SCN assignment and every
 	// read-modify-write (conditionals, patches, auto-increment).
 	mu      sync.Mutex
-	scn     SCN           // last committed
+	scn     SCN           // last committed (applied; see durable)
 	gen     uint32        // generation of the next local commit (StartGeneration)
-	changed chan struct{} // closed at the next commit; see Changed
+	changed chan struct{} // closed at the next durable commit; see Changed
+
+	// durable is the last commit known to be durable: scn, or behind it
+	// while a master's commits wait for their shared fsync (Update). Only
+	// durable commits are shipped to replicas or reported; durableCh is
+	// closed when it moves.
+	durable   SCN
+	durableCh chan struct{}
 
 	// acked is the newest SCN of this replica's timeline known to have
 	// been acknowledged to a client (see Acknowledged); stored is the
@@ -44,6 +52,7 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 	if p.scn, err = readMetaSCN(e, db, id, "scn"); err != nil {
 		return nil, err
 	}
+	p.durable = p.scn
 	if p.acked, err = readMetaSCN(e, db, id, "acked"); err != nil {
 		return nil, err
 	}
@@ -107,11 +116,65 @@ func (p *Partition) Generation() uint32 {
 	return max(p.gen, p.scn.Gen)
 }
 
-// SCN returns the last committed SCN.
+// SCN returns the last durable commit's SCN: what the partition holds
+// for certain, and all it ships to replicas or reports.
 func (p *Partition) SCN() SCN {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.scn
+	return p.durable
+}
+
+// setSCN moves the partition to scn after a synchronous commit (durable,
+// and so every commit before it too), or back after a truncation or a
+// rebuild; the caller holds mu.
+func (p *Partition) setSCN(scn SCN) {
+	p.scn = scn
+	p.durable = scn
+	p.durableMoved()
+}
+
+// markDurableLocked records that every commit up to scn is durable; the
+// caller holds mu.
+func (p *Partition) markDurableLocked(scn SCN) {
+	if p.durable.Less(scn) {
+		p.durable = scn
+		p.durableMoved()
+	}
+}
+
+// durableMoved wakes whoever waits for durability or for a commit to
+// ship; the caller holds mu.
+func (p *Partition) durableMoved() {
+	if p.durableCh != nil {
+		close(p.durableCh)
+		p.durableCh = nil
+	}
+	p.notify()
+}
+
+// AwaitDurable waits until the commit at scn (and so every commit before
+// it) is durable, or ctx ends. A reader of a master awaits what it read,
+// so it never returns a write a crash could still undo.
+func (p *Partition) AwaitDurable(ctx context.Context, scn SCN) error {
+	for {
+		p.mu.Lock()
+		if !p.durable.Less(scn) || p.scn.Less(scn) {
+			// Durable, or not a commit of this replica's (a read of
+			// another timeline's SCN has nothing to wait for).
+			p.mu.Unlock()
+			return nil
+		}
+		if p.durableCh == nil {
+			p.durableCh = make(chan struct{})
+		}
+		ch := p.durableCh
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (p *Partition) dataKey(table string, key []keys.Part) []byte {
@@ -209,9 +272,12 @@ func scan(r iterable, db string, id int, o ScanOptions, fn func([]keys.Part, []b
 	return it.Error()
 }
 
-// ReadLog calls fn for each commit with an SCN at or after from, in SCN
-// order.
+// ReadLog calls fn for each durable commit with an SCN at or after from,
+// in SCN order.
 func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
+	p.mu.Lock()
+	upTo := p.durable
+	p.mu.Unlock()
 	prefix := keys.LogPrefix(p.DB, p.ID)
 	it, err := p.e.db.NewIter(&pebble.IterOptions{
 		LowerBound: keys.Log(p.DB, p.ID, from.Gen, from.Seq),
@@ -225,6 +291,9 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
 		if err != nil {
 			return err
+		}
+		if upTo.Less(SCN{gen, seq}) {
+			break // not durable yet
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -244,17 +313,17 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 // Update runs fn in a transaction of this partition. Everything fn writes
 // commits as one batch under the next SCN, with fsync; if fn fails nothing
 // is written. A transaction that writes nothing commits nothing and
-// returns the current SCN.
+// returns the current SCN. Update returns once the commit is durable.
 //
-// The partition's lock is held through the fsync: a commit is visible to
-// the partition's next transaction, and its log entry to replicas, only
-// once it is durable. (Releasing the lock before the fsync, so commits of
-// one partition share it, was tried: the long fault run then lost
-// acknowledged writes and saw reads go back; commits of different
-// partitions still share fsyncs in Pebble's commit pipeline.)
+// Group commit: the partition's lock is held while the SCN is assigned
+// and the batch applied (so commits reach the write-ahead log in SCN
+// order, and each transaction reads the ones before it), then released
+// for the fsync, which concurrent commits of this and other partitions
+// share. A commit is shipped to replicas and reported by SCN only once
+// durable (ReadLog, SCN), and readers of a master wait for the durability
+// of what they read (AwaitDurable).
 func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	next := SCN{Gen: p.scn.Gen, Seq: p.scn.Seq + 1}
 	switch {
 	case p.gen > p.scn.Gen:
@@ -268,15 +337,27 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 	tx := &Tx{p: p, b: p.e.db.NewIndexedBatch(), scn: next, now: time.Now()}
 	defer tx.b.Close()
 	if err := fn(tx); err != nil {
+		p.mu.Unlock()
 		return SCN{}, err
 	}
 	if len(tx.events) == 0 {
-		return p.scn, nil
+		cur := p.scn
+		p.mu.Unlock()
+		return cur, p.AwaitDurable(context.Background(), cur)
 	}
 	c := Commit{SCN: next, Timestamp: tx.now, Events: tx.events}
-	if err := p.commitLog(tx.b, &c); err != nil {
+	wait, err := p.commitLogAsync(tx.b, &c)
+	if err != nil {
+		p.mu.Unlock()
 		return SCN{}, err
 	}
 	p.scn = next
+	p.mu.Unlock()
+	if err := wait(); err != nil {
+		return SCN{}, fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, next, err)
+	}
+	p.mu.Lock()
+	p.markDurableLocked(next)
+	p.mu.Unlock()
 	return next, nil
 }

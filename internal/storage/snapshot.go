@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,11 +28,15 @@ type Snapshot struct {
 	Acked SCN
 }
 
-// Snapshot takes a consistent snapshot of the partition.
+// Snapshot takes a consistent snapshot of the partition, once every
+// commit it holds is durable (a snapshot ships nothing a crash of this
+// replica could still undo).
 func (p *Partition) Snapshot() *Snapshot {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return &Snapshot{p: p, snap: p.e.db.NewSnapshot(), SCN: p.scn, History: p.ends(), Acked: p.acked}
+	s := &Snapshot{p: p, snap: p.e.db.NewSnapshot(), SCN: p.scn, History: p.ends(), Acked: p.acked}
+	p.mu.Unlock()
+	p.AwaitDurable(context.Background(), s.SCN)
+	return s
 }
 
 // Close releases the snapshot.
@@ -158,9 +163,9 @@ func (p *Partition) wipe() error {
 	if err := p.e.commit(b); err != nil {
 		return fmt.Errorf("partition %s/%d: empty for a rebuild: %w", p.DB, p.ID, err)
 	}
-	p.scn, p.acked, p.stored, p.logStart, p.logBytes = SCN{}, SCN{}, SCN{}, SCN{}, 0
+	p.acked, p.stored, p.logStart, p.logBytes = SCN{}, SCN{}, SCN{}, 0
+	p.setSCN(SCN{})
 	clear(p.hist)
-	p.notify()
 	return nil
 }
 
@@ -237,8 +242,8 @@ func (in *Install) Finish(scn SCN, history []SCN, acked SCN, marks []Mark) (int,
 	if err := p.e.commit(b); err != nil {
 		return 0, fmt.Errorf("partition %s/%d: finish the rebuild at %s: %w", p.DB, p.ID, scn, err)
 	}
-	p.scn, p.logStart, p.acked, p.stored, p.hist = scn, scn, acked, acked, hist
-	p.notify()
+	p.logStart, p.acked, p.stored, p.hist = scn, acked, acked, hist
+	p.setSCN(scn)
 	return in.rows, nil
 }
 

@@ -118,40 +118,60 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 		p.hist[e.Gen] = e.Seq
 	}
 	p.logBytes += added
-	p.scn = last
+	p.setSCN(last)
 	p.acked, p.stored = acked, stored
-	p.notify()
 	return nil
 }
 
 // commitLog adds the log entry, the new SCN and the acknowledged SCN (if
-// it moved) to b and commits it with fsync; the caller holds mu.
+// it moved) to b and commits it with fsync; the caller holds mu and moves
+// the partition to c.SCN.
 func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
+	wait, err := p.writeLog(b, c, false)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// commitLogAsync is commitLog returning once b is applied: wait returns
+// once it is durable. The caller holds mu until it has set p.scn, and
+// marks the commit durable after wait.
+func (p *Partition) commitLogAsync(b *pebble.Batch, c *Commit) (wait func() error, err error) {
+	return p.writeLog(b, c, true)
+}
+
+func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (func() error, error) {
 	lk, entry := keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c)
 	if err := b.Set(lk, entry, nil); err != nil {
-		return err
+		return nil, err
 	}
 	closed, err := p.noteGeneration(b, p.scn, c.SCN)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(c.SCN), nil); err != nil {
-		return err
+		return nil, err
 	}
 	stored, err := p.storeAcked(b, p.acked)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := p.e.commit(b); err != nil {
-		return fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, c.SCN, err)
+	wait := func() error { return nil }
+	if async {
+		wait, err = p.e.apply(b)
+	} else {
+		err = p.e.commit(b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partition %s/%d: commit scn %s: %w", p.DB, p.ID, c.SCN, err)
 	}
 	if closed {
 		p.hist[p.scn.Gen] = p.scn.Seq
 	}
 	p.logBytes += int64(len(lk) + len(entry))
 	p.stored = stored
-	p.notify()
-	return nil
+	return wait, nil
 }
 
 // Acknowledged records that every commit of this replica's timeline up to
@@ -232,7 +252,8 @@ func (p *Partition) StartGeneration(gen uint32) error {
 	if err := p.commitLog(b, &c); err != nil {
 		return fmt.Errorf("partition %s/%d: start generation %d: %w", p.DB, p.ID, gen, err)
 	}
-	p.gen, p.scn = gen, c.SCN
+	p.gen = gen
+	p.setSCN(c.SCN)
 	return nil
 }
 
@@ -337,8 +358,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 		delete(p.hist, g)
 	}
 	p.logBytes -= freed
-	p.scn = keep
-	p.notify()
+	p.setSCN(keep)
 	return undone, nil
 }
 
