@@ -183,9 +183,15 @@ func (e *Engine) Failed() error { return e.fail.get() }
 func (e *Engine) FailedC() <-chan struct{} { return e.fail.done }
 
 // commit commits b with the engine's durability, or fails fast with
-// ErrFailed once the engine has failed (Pebble treats a failed WAL write
-// as fatal; its Fatalf unwinds to here).
-func (e *Engine) commit(b *pebble.Batch) (err error) {
+// ErrFailed once the engine has failed.
+func (e *Engine) commit(b *pebble.Batch) error {
+	return e.guarded(func() error { return b.Commit(e.writeOptions()) })
+}
+
+// guarded runs a write to Pebble, failing fast with ErrFailed once the
+// engine has failed; Pebble treats a failed WAL write as fatal, and its
+// Fatalf unwinds to here as that error.
+func (e *Engine) guarded(write func() error) (err error) {
 	if err := e.Failed(); err != nil {
 		return err
 	}
@@ -198,7 +204,7 @@ func (e *Engine) commit(b *pebble.Batch) (err error) {
 			err = f.err
 		}
 	}()
-	return b.Commit(e.writeOptions())
+	return write()
 }
 
 // apply commits b as commit does but returns once b is applied (visible
@@ -209,19 +215,7 @@ func (e *Engine) apply(b *pebble.Batch) (wait func() error, err error) {
 	if e.opts.NoSync {
 		return func() error { return nil }, e.commit(b)
 	}
-	if err := e.Failed(); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(fatalPanic)
-			if !ok {
-				panic(r)
-			}
-			err = f.err
-		}
-	}()
-	if err := e.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+	if err := e.guarded(func() error { return e.db.ApplyNoSyncWait(b, pebble.Sync) }); err != nil {
 		return nil, err
 	}
 	return func() error {
