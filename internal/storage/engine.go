@@ -72,7 +72,7 @@ func (f *failure) get() error {
 }
 
 // fatalPanic is how the Pebble logger's Fatalf unwinds (Pebble expects it
-// not to return); commit recovers it as ErrFailed.
+// not to return); Engine.guarded recovers it as ErrFailed.
 type fatalPanic struct{ err error }
 
 type partitionID struct {
