@@ -39,7 +39,7 @@ func TestJepsen(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (rerun with -jepsen.seed %d)", seed, seed)
-	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: 64 << 20, Retention: *retention, Dir: *dir, LogLevel: *logLevel})
+	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: 512 << 20, Retention: *retention, Dir: *dir, LogLevel: *logLevel})
 	w := StartWorkload(c, seed)
 	n := NewNemesis(c, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
