@@ -70,7 +70,10 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
 		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
 	}
-	snap := p.Snapshot()
+	snap, err := p.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
 	defer snap.Close()
 	pace := pacer{rate: rate, start: time.Now()}
 	chunk := &SnapshotChunk{SCN: snap.SCN, History: snap.History, Acked: snap.Acked}

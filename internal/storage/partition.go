@@ -153,8 +153,9 @@ func (p *Partition) durableMoved() {
 }
 
 // AwaitDurable waits until the commit at scn (and so every commit before
-// it) is durable, or ctx ends. A reader of a master awaits what it read,
-// so it never returns a write a crash could still undo.
+// it) is durable, or ctx ends, or the engine fails. A reader of a master
+// awaits what it read, so it never returns a write a crash could still
+// undo.
 func (p *Partition) AwaitDurable(ctx context.Context, scn SCN) error {
 	for {
 		p.mu.Lock()
@@ -171,6 +172,9 @@ func (p *Partition) AwaitDurable(ctx context.Context, scn SCN) error {
 		p.mu.Unlock()
 		select {
 		case <-ch:
+		case <-p.e.FailedC():
+			// A commit whose fsync failed never becomes durable.
+			return p.e.Failed()
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -138,7 +139,10 @@ func TestSnapshotInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Acknowledged(SCN{3, 2})
-	snap := m.Snapshot()
+	snap, err := m.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Later commits are not in the snapshot.
 	put(t, m, "later", "x")
 

@@ -31,12 +31,15 @@ type Snapshot struct {
 // Snapshot takes a consistent snapshot of the partition, once every
 // commit it holds is durable (a snapshot ships nothing a crash of this
 // replica could still undo).
-func (p *Partition) Snapshot() *Snapshot {
+func (p *Partition) Snapshot(ctx context.Context) (*Snapshot, error) {
 	p.mu.Lock()
 	s := &Snapshot{p: p, snap: p.e.db.NewSnapshot(), SCN: p.scn, History: p.ends(), Acked: p.acked}
 	p.mu.Unlock()
-	p.AwaitDurable(context.Background(), s.SCN)
-	return s
+	if err := p.AwaitDurable(ctx, s.SCN); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Close releases the snapshot.
