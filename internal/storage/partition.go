@@ -350,7 +350,7 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 		return cur, p.AwaitDurable(context.Background(), cur)
 	}
 	c := Commit{SCN: next, Timestamp: tx.now, Events: tx.events}
-	wait, err := p.commitLogAsync(tx.b, &c)
+	wait, err := p.writeLog(tx.b, &c, true)
 	if err != nil {
 		p.mu.Unlock()
 		return SCN{}, err

@@ -134,14 +134,10 @@ func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
 	return wait()
 }
 
-// commitLogAsync is commitLog returning once b is applied: wait returns
-// once it is durable. The caller holds mu until it has set p.scn, and
-// marks the commit durable after wait.
-func (p *Partition) commitLogAsync(b *pebble.Batch, c *Commit) (wait func() error, err error) {
-	return p.writeLog(b, c, true)
-}
-
-func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (func() error, error) {
+// writeLog is commitLog, returning once b is applied when async: wait
+// returns once it is durable. The caller holds mu until it has set p.scn,
+// and marks the commit durable after wait.
+func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (wait func() error, err error) {
 	lk, entry := keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c)
 	if err := b.Set(lk, entry, nil); err != nil {
 		return nil, err
@@ -157,7 +153,7 @@ func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (func() err
 	if err != nil {
 		return nil, err
 	}
-	wait := func() error { return nil }
+	wait = func() error { return nil }
 	if async {
 		wait, err = p.e.apply(b)
 	} else {
@@ -235,8 +231,8 @@ func encodeSCN(s SCN) []byte {
 // they rank above any replica holding an older generation's commits the
 // new master lacks (a failover chooses the replica furthest along), so
 // what the new master serves, including older commits it confirmed,
-// cannot be lost to such a replica (Raft's no-op entry; see DESIGN.md
-// §5).
+// cannot be lost to such a replica (Raft's no-op entry; see
+// docs/architecture.md, timeline and replication).
 func (p *Partition) StartGeneration(gen uint32) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
