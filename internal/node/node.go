@@ -138,7 +138,7 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	if ok {
 		before = d.SCN
 	}
-	if err := n.awaitReplicated(ctx, req.DB, req.Partition, before); err != nil {
+	if err := n.awaitReplicated(ctx, p, before); err != nil {
 		return nil, err
 	}
 	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
@@ -191,7 +191,7 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 		}
 		items = append(items, it)
 	}
-	if err := n.awaitReplicated(ctx, req.DB, req.Partition, newest); err != nil {
+	if err := n.awaitReplicated(ctx, p, newest); err != nil {
 		return nil, err
 	}
 	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
@@ -211,17 +211,16 @@ func later(a, b storage.SCN) storage.SCN {
 // holds scn (the read's newest commit, or the partition's last for a
 // document not found): a commit not yet confirmed may be lost in a
 // failover, and a reader must not see what could then un-happen.
-func (n *Node) awaitReplicated(ctx context.Context, db string, id int, scn storage.SCN) error {
+func (n *Node) awaitReplicated(ctx context.Context, p *storage.Partition, scn storage.SCN) error {
 	if scn.IsZero() {
 		return nil
 	}
 	// Durable here first: a commit is visible while it waits for the
 	// fsync it shares with others (storage.Partition.Update).
-	if p, err := n.partition(db, id); err == nil {
-		if err := p.AwaitDurable(ctx, scn); err != nil {
-			return err
-		}
+	if err := p.AwaitDurable(ctx, scn); err != nil {
+		return err
 	}
+	db, id := p.DB, p.ID
 	e, _ := n.roles.lookup(db, id)
 	if e == nil {
 		return nil
@@ -294,7 +293,7 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	for _, it := range res.Items {
 		newest = later(newest, it.SCN)
 	}
-	if err := n.awaitReplicated(ctx, req.DB, req.Partition, newest); err != nil {
+	if err := n.awaitReplicated(ctx, p, newest); err != nil {
 		return nil, err
 	}
 	if err := n.inForce(req.DB, req.Partition, lease); err != nil {

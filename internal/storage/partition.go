@@ -29,10 +29,9 @@ type Partition struct {
 
 	// durable is the last commit known to be durable: scn, or behind it
 	// while a master's commits wait for their shared fsync (Update). Only
-	// durable commits are shipped to replicas or reported; durableCh is
+	// durable commits are shipped to replicas or reported; changed is
 	// closed when it moves.
-	durable   SCN
-	durableCh chan struct{}
+	durable SCN
 
 	// acked is the newest SCN of this replica's timeline known to have
 	// been acknowledged to a client (see Acknowledged); stored is the
@@ -128,9 +127,8 @@ func (p *Partition) SCN() SCN {
 // and so every commit before it too), or back after a truncation or a
 // rebuild; the caller holds mu.
 func (p *Partition) setSCN(scn SCN) {
-	p.scn = scn
-	p.durable = scn
-	p.durableMoved()
+	p.scn, p.durable = scn, scn
+	p.notify()
 }
 
 // markDurableLocked records that every commit up to scn is durable; the
@@ -138,18 +136,8 @@ func (p *Partition) setSCN(scn SCN) {
 func (p *Partition) markDurableLocked(scn SCN) {
 	if p.durable.Less(scn) {
 		p.durable = scn
-		p.durableMoved()
+		p.notify()
 	}
-}
-
-// durableMoved wakes whoever waits for durability or for a commit to
-// ship; the caller holds mu.
-func (p *Partition) durableMoved() {
-	if p.durableCh != nil {
-		close(p.durableCh)
-		p.durableCh = nil
-	}
-	p.notify()
 }
 
 // AwaitDurable waits until the commit at scn (and so every commit before
@@ -165,10 +153,7 @@ func (p *Partition) AwaitDurable(ctx context.Context, scn SCN) error {
 			p.mu.Unlock()
 			return nil
 		}
-		if p.durableCh == nil {
-			p.durableCh = make(chan struct{})
-		}
-		ch := p.durableCh
+		ch := p.changedLocked()
 		p.mu.Unlock()
 		select {
 		case <-ch:

@@ -358,18 +358,25 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	return undone, nil
 }
 
-// Changed returns a channel closed at the partition's next commit (of any
-// kind: local, applied, truncation), for long-polling readers of the log.
+// Changed returns a channel closed at the partition's next durable commit
+// (of any kind: local, applied, truncation), for long-polling readers of
+// the log.
 func (p *Partition) Changed() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.changedLocked()
+}
+
+// changedLocked is Changed; the caller holds mu.
+func (p *Partition) changedLocked() <-chan struct{} {
 	if p.changed == nil {
 		p.changed = make(chan struct{})
 	}
 	return p.changed
 }
 
-// notify wakes the readers waiting in Changed; the caller holds mu.
+// notify wakes the readers waiting in Changed (whenever the durable SCN
+// moves); the caller holds mu.
 func (p *Partition) notify() {
 	if p.changed != nil {
 		close(p.changed)
@@ -425,10 +432,7 @@ func (p *Partition) ChecksumAt(at SCN, done <-chan struct{}) (Sums, error) {
 			p.mu.Unlock()
 			return Sums{}, fmt.Errorf("partition %s/%d at %s, asked %s: %w", p.DB, p.ID, scn, at, ErrPassed)
 		}
-		if p.changed == nil {
-			p.changed = make(chan struct{})
-		}
-		changed := p.changed
+		changed := p.changedLocked()
 		p.mu.Unlock()
 		select {
 		case <-changed:
