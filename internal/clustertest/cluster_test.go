@@ -169,13 +169,13 @@ func (c *testCluster) put(k, v string) {
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
-			io.Copy(io.Discard, resp.Body)
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode < 300 {
 				return
 			}
 			if resp.StatusCode != 503 {
-				c.t.Errorf("put %s: %d", k, resp.StatusCode)
+				c.t.Errorf("put %s: %d %s", k, resp.StatusCode, body)
 				return
 			}
 		}

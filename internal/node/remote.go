@@ -183,16 +183,19 @@ func (r *Remote) fail(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	// No wire.Error: the status is the transport's, not the node's (a
+	// connection reset, a stream cancelled by a stopping server). The
+	// request may or may not have been carried out.
 	switch st.Code() {
 	case codes.Unavailable:
 		if strings.Contains(st.Message(), "while dialing") {
 			return fmt.Errorf("storage node %s: %w (%w): %s", r.base, ErrUnavailable, ErrNotDelivered, st.Message())
 		}
-		return fmt.Errorf("storage node %s: %w: %s", r.base, ErrUnavailable, st.Message())
 	case codes.Unimplemented:
 		r.version.Store(0) // the other side changed: agree again
+		return fmt.Errorf("storage node %s: %s: %s", r.base, st.Code(), st.Message())
 	}
-	return fmt.Errorf("storage node %s: %s: %s", r.base, st.Code(), st.Message())
+	return fmt.Errorf("storage node %s: %w: %s: %s", r.base, ErrUnavailable, st.Code(), st.Message())
 }
 
 // call runs one unary call, f (a method expression of wire.NodeClient),

@@ -44,7 +44,7 @@ func (r *Router) serveChanges(w http.ResponseWriter, req *http.Request, db strin
 	}
 	stream, err := r.OpenChanges(req.Context(), db, req.URL.Query(), req.Header.Get("Last-Event-ID"))
 	if err != nil {
-		fail(w, Problem(err))
+		r.fail(w, Problem(err))
 		return
 	}
 	// Through any wrapper (metrics) to the connection.

@@ -59,7 +59,7 @@ func RouteOf(req *http.Request) string {
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	raw := strings.Split(strings.Trim(req.URL.EscapedPath(), "/"), "/")
 	if len(raw) == 0 || raw[0] == "" {
-		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "paths are /{db}/{table}/{key…} or /_schemata/{db}[/{table}]"))
+		r.fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "paths are /{db}/{table}/{key…} or /_schemata/{db}[/{table}]"))
 		return
 	}
 	// Paths are taken as sent, never cleaned or redirected: a segment
@@ -67,7 +67,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// %2E%2E).
 	for _, seg := range raw {
 		if seg == "" || seg == "." || seg == ".." {
-			fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed path", `path segments may not be empty, "." or ".." (percent-encode such a key part)`))
+			r.fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed path", `path segments may not be empty, "." or ".." (percent-encode such a key part)`))
 			return
 		}
 	}
@@ -84,12 +84,12 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if len(raw) < 2 {
-		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "document paths are /{db}/{table}/{key…}"))
+		r.fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "document paths are /{db}/{table}/{key…}"))
 		return
 	}
 	segs, err := unescapeAll(raw)
 	if err != nil {
-		fail(w, Problem(&keyError{err}))
+		r.fail(w, Problem(&keyError{err}))
 		return
 	}
 	db, table, key := segs[0], segs[1], segs[2:]
@@ -104,19 +104,19 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		for i, e := range elems {
 			v, err := url.PathUnescape(e)
 			if err != nil {
-				fail(w, Problem(&keyError{err}))
+				r.fail(w, Problem(&keyError{err}))
 				return
 			}
 			keyTexts[i] = append(append([]string(nil), key[:len(key)-1]...), v)
 		}
 		f, err := readFormat(req)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		page, err := r.MultiGet(req.Context(), db, table, keyTexts, f)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		writePage(w, req, page)
@@ -129,19 +129,19 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 	ctx := req.Context()
 	cond, err := preconditions(req)
 	if err != nil {
-		fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed conditional header", err.Error()))
+		r.fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed conditional header", err.Error()))
 		return
 	}
 	switch req.Method {
 	case http.MethodGet, http.MethodHead:
 		f, err := readFormat(req)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		tg, err := r.resolve(db, table, key, false)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		if !r.full(tg) {
@@ -149,13 +149,13 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			limit := 0
 			if s := q.Get("limit"); s != "" {
 				if limit, err = strconv.Atoi(s); err != nil || limit < 1 {
-					fail(w, Problem(&keyError{fmt.Errorf("limit must be a positive integer")}))
+					r.fail(w, Problem(&keyError{fmt.Errorf("limit must be a positive integer")}))
 					return
 				}
 			}
 			page, err := r.Collection(ctx, db, table, key, limit, q.Get("next"), f)
 			if err != nil {
-				fail(w, Problem(err))
+				r.fail(w, Problem(err))
 				return
 			}
 			writePage(w, req, page)
@@ -168,7 +168,7 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			return
 		}
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		docHeaders(w, doc)
@@ -193,12 +193,12 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 	case http.MethodPut, http.MethodPost:
 		avroVersion, err := bodyFormat(req)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		body, err := r.readBody(w, req)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		var res *WriteResult
@@ -208,26 +208,26 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			res, err = r.Insert(ctx, db, table, key, body, avroVersion)
 		}
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		writeResult(w, req, db, table, res)
 	case http.MethodPatch:
 		body, err := r.readBody(w, req)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		res, err := r.Patch(ctx, db, table, key, body, cond)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		writeResult(w, req, db, table, res)
 	case http.MethodDelete:
 		res, err := r.Delete(ctx, db, table, key, cond)
 		if err != nil {
-			fail(w, Problem(err))
+			r.fail(w, Problem(err))
 			return
 		}
 		writeResult(w, req, db, table, res)
@@ -242,22 +242,22 @@ func (r *Router) serveTxn(w http.ResponseWriter, req *http.Request, raw []string
 		return
 	}
 	if len(raw) != 3 {
-		fail(w, Problem(&keyError{fmt.Errorf("transactions are POST /{db}/_txn/{partitionKey}")}))
+		r.fail(w, Problem(&keyError{fmt.Errorf("transactions are POST /{db}/_txn/{partitionKey}")}))
 		return
 	}
 	segs, err := unescapeAll(raw)
 	if err != nil {
-		fail(w, Problem(&keyError{err}))
+		r.fail(w, Problem(&keyError{err}))
 		return
 	}
 	body, err := r.readBody(w, req)
 	if err != nil {
-		fail(w, Problem(err))
+		r.fail(w, Problem(err))
 		return
 	}
 	res, err := r.Txn(req.Context(), segs[0], segs[2], body)
 	if err != nil {
-		fail(w, Problem(err))
+		r.fail(w, Problem(err))
 		return
 	}
 	w.Header().Set(HeaderSCN, res.SCN.String())
@@ -267,7 +267,7 @@ func (r *Router) serveTxn(w http.ResponseWriter, req *http.Request, raw []string
 func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []string) {
 	segs, err := unescapeAll(raw)
 	if err != nil || len(segs) == 0 || segs[0] == "" || len(segs) > 3 {
-		fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "schema paths are /_schemata/{db}[/{table}[/{version}|/_config]]"))
+		r.fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "schema paths are /_schemata/{db}[/{table}[/{version}|/_config]]"))
 		return
 	}
 	ctx := req.Context()
@@ -298,7 +298,7 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 	case len(segs) == 3 && (req.Method == http.MethodGet || req.Method == http.MethodHead):
 		v, perr := strconv.Atoi(segs[2])
 		if perr != nil {
-			fail(w, Problem(&keyError{fmt.Errorf("schema version %q is not a number", segs[2])}))
+			r.fail(w, Problem(&keyError{fmt.Errorf("schema version %q is not a number", segs[2])}))
 			return
 		}
 		body, err = r.SchemaVersion(segs[0], segs[1], v)
@@ -310,7 +310,7 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 		return
 	}
 	if err != nil {
-		fail(w, Problem(err))
+		r.fail(w, Problem(err))
 		return
 	}
 	status := http.StatusOK
@@ -587,11 +587,18 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	w.Write(body)
 }
 
-func fail(w http.ResponseWriter, p *problem.Problem) { problem.Write(w, p) }
+// fail answers with p. An internal error is a bug or a failure nothing
+// else names: it is logged, so an operator sees more than a client's 500.
+func (r *Router) fail(w http.ResponseWriter, p *problem.Problem) {
+	if p.Status >= 500 && p.Type == problem.TypeInternal {
+		r.log.Error("internal error answered", "detail", p.Detail)
+	}
+	problem.Write(w, p)
+}
 
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow)
-	fail(w, problem.New(http.StatusMethodNotAllowed, problem.TypeMethodNotAllowed, "Method not allowed", "allowed: "+allow))
+	problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.TypeMethodNotAllowed, "Method not allowed", "allowed: "+allow))
 }
 
 func crc(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
