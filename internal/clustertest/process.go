@@ -140,7 +140,8 @@ func (s *Serve) tryStart() error {
 			return fmt.Errorf("cortado serve exited before it was ready:\n%s", log)
 		case <-deadline:
 			s.Kill()
-			return fmt.Errorf("cortado serve not ready after 60s")
+			log, _ := os.ReadFile(s.logPath)
+			return fmt.Errorf("cortado serve not ready after 60s; its log ends:\n%s", log[max(0, len(log)-4096):])
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -39,7 +39,12 @@ func TestJepsen(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (rerun with -jepsen.seed %d)", seed, seed)
-	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: 512 << 20, Retention: *retention, Dir: *dir, LogLevel: *logLevel})
+	// The disk-full fault fills the disk with a ballast file and frees
+	// it. The node's own data must not fill it first: a node holds about
+	// 2.5 MB more per second of the workload (the commit log is kept for
+	// a day by default), so a long run gets a larger disk.
+	disk := max(int64(512<<20), int64(duration.Seconds())*4<<20)
+	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: disk, Retention: *retention, Dir: *dir, LogLevel: *logLevel})
 	w := StartWorkload(c, seed)
 	n := NewNemesis(c, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))

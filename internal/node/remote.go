@@ -187,8 +187,10 @@ func (r *Remote) fail(ctx context.Context, err error) error {
 	// connection reset, a stream cancelled by a stopping server). The
 	// request may or may not have been carried out.
 	switch st.Code() {
-	case codes.Unavailable:
-		if strings.Contains(st.Message(), "while dialing") {
+	case codes.Unavailable, codes.Canceled:
+		// A connection that could not be made, or one this side closed
+		// (the node left the routing view) before the call was sent.
+		if strings.Contains(st.Message(), "while dialing") || strings.Contains(st.Message(), "client connection is closing") {
 			return fmt.Errorf("storage node %s: %w (%w): %s", r.base, ErrUnavailable, ErrNotDelivered, st.Message())
 		}
 	case codes.Unimplemented:
