@@ -223,6 +223,7 @@ type Transport interface {
 	Get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error)
 	Collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) (body []byte, scn string, err error)
 	MultiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) (body []byte, scn string, err error)
+	Query(ctx context.Context, db, table string, prefix []string, q *Query, o *ReadOptions) (body []byte, scn string, err error)
 	Put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
 	Insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error)
 	Patch(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
@@ -333,6 +334,26 @@ func (c *Client) GetAvro(ctx context.Context, db, table string, key Key, o *Read
 func (c *Client) Collection(ctx context.Context, db, table string, prefix Key, limit int, next string, o *ReadOptions) (*Page, error) {
 	p, err := page(c.t.Collection(ctx, db, table, prefix.texts(), limit, next, o))
 	return p, err
+}
+
+// Query selects documents of a document group by their indexed fields
+// (docs/api.md, "Queries").
+type Query struct {
+	// Where is the query: field:value, field:[a TO b], words and
+	// "phrases" of text fields, AND, OR, NOT, parentheses.
+	Where string
+	// Sort is "field" or "-field" (an attribute-indexed field), or ""
+	// (relevance for a text query, else key order).
+	Sort  string
+	Limit int
+	// Next is the previous page's Next, to continue.
+	Next string
+}
+
+// Query reads a page of the documents of a document group (prefix: at
+// least the partition key) that match q.
+func (c *Client) Query(ctx context.Context, db, table string, prefix Key, q Query, o *ReadOptions) (*Page, error) {
+	return page(c.t.Query(ctx, db, table, prefix.texts(), &q, o))
 }
 
 // MultiGet reads documents by full keys; missing keys are in Page.Missing.

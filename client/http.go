@@ -209,6 +209,25 @@ func (t *httpTransport) Collection(ctx context.Context, db, table string, prefix
 	return r.body, r.header.Get("X-Cortado-SCN"), nil
 }
 
+func (t *httpTransport) Query(ctx context.Context, db, table string, prefix []string, qo *Query, o *ReadOptions) ([]byte, string, error) {
+	q, h := readQuery(o)
+	q.Set("query", qo.Where)
+	if qo.Sort != "" {
+		q.Set("sort", qo.Sort)
+	}
+	if qo.Limit > 0 {
+		q.Set("limit", strconv.Itoa(qo.Limit))
+	}
+	if qo.Next != "" {
+		q.Set("next", qo.Next)
+	}
+	r, err := t.do(ctx, http.MethodGet, docPath(db, table, prefix), q, h, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	return r.body, r.header.Get("X-Cortado-SCN"), nil
+}
+
 func (t *httpTransport) MultiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) ([]byte, string, error) {
 	if len(keys) == 0 {
 		return nil, "", fmt.Errorf("cortado: multi-get needs keys")

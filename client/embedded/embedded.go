@@ -184,6 +184,14 @@ func (e *embedded) Collection(ctx context.Context, db, table string, prefix []st
 	return p.Body, scnString(p), nil
 }
 
+func (e *embedded) Query(ctx context.Context, db, table string, prefix []string, q *client.Query, o *client.ReadOptions) ([]byte, string, error) {
+	p, err := e.r.Query(ctx, db, table, prefix, q.Where, q.Sort, q.Limit, q.Next, format(o, false))
+	if err != nil {
+		return nil, "", problemErr(err)
+	}
+	return p.Body, scnString(p), nil
+}
+
 func scnString(p *router.Page) string {
 	if p.SCN.IsZero() {
 		return ""

@@ -25,6 +25,12 @@ var (
 	// ErrNotDelivered comes with ErrUnavailable when the request never
 	// reached the node (the connection was refused): nothing was done.
 	ErrNotDelivered = errors.New("request not delivered")
+	// ErrInvalidQuery is a query that does not parse, or names a field
+	// it cannot use, or a bad continuation token.
+	ErrInvalidQuery = errors.New("invalid query")
+	// ErrIndexBuilding is a query on a field whose index does not hold
+	// every document yet.
+	ErrIndexBuilding = errors.New("index building")
 )
 
 // Service is what a router needs from a storage node.
@@ -98,6 +104,11 @@ type ScanRequest struct {
 	After []byte
 	Limit int
 	Read  ReadSpec
+	// Query, when set, selects the documents of the collection (the
+	// first prefix part) that match it, in Sort's order ("field",
+	// "-field", or "": relevance for a text query, else key order);
+	// After is then a token of the previous page's last hit.
+	Query, Sort string
 }
 
 // ScanResult is one page of a collection.

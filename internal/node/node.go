@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/index"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
@@ -54,6 +55,8 @@ func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *
 	if opts.SnapshotBytesPerSecond == 0 {
 		opts.SnapshotBytesPerSecond = DefaultSnapshotRate
 	}
+	// Every document change indexes the document in its own commit.
+	eng.SetIndexer(&index.Indexer{Tables: reg, Plans: plans})
 	return &Node{eng: eng, reg: reg, plans: plans, log: log, opts: opts, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]*partRole{}},
 		snapshots: make(chan struct{}, MaxSnapshots)}
 }
@@ -262,6 +265,20 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	_, lease, err := n.readable(req.DB, req.Partition, 0)
 	if err != nil {
 		return nil, err
+	}
+	if req.Query != "" {
+		res, err := n.query(ctx, t, p, req)
+		if err != nil {
+			return nil, err
+		}
+		// Everything the query saw is at or before res.SCN.
+		if err := n.awaitReplicated(ctx, p, res.SCN); err != nil {
+			return nil, err
+		}
+		if err := n.inForce(req.DB, req.Partition, lease); err != nil {
+			return nil, err
+		}
+		return res, nil
 	}
 	res := &ScanResult{SCN: p.SCN()}
 	limit := req.Limit

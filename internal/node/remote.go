@@ -46,6 +46,8 @@ var wireKinds = []struct {
 	{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},
 	{"passed", storage.ErrPassed, codes.OutOfRange},
 	{"unavailable", ErrUnavailable, codes.Unavailable},
+	{"invalid-query", ErrInvalidQuery, codes.InvalidArgument},
+	{"index-building", ErrIndexBuilding, codes.FailedPrecondition},
 }
 
 // toStatus carries err across the wire; item is the headers of a
@@ -252,6 +254,16 @@ func (r *Remote) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, er
 
 // Scan implements Service.
 func (r *Remote) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
+	if req.Query != "" {
+		// An older node would ignore the query and answer a plain scan.
+		v, err := r.protocol(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if v < 4 {
+			return nil, fmt.Errorf("storage node %s speaks protocol %d: %w: queries need 4 (upgrade it)", r.base, v, ErrUnavailable)
+		}
+	}
 	w, err := call(r, ctx, wire.NodeClient.Scan, scanTo(req))
 	if err != nil {
 		return nil, err

@@ -38,6 +38,8 @@ const (
 	TypeRequestTimeout     = "urn:cortado:problem:request-timeout"
 	TypeInternal           = "urn:cortado:problem:internal"
 	TypeInvalidToken       = "urn:cortado:problem:invalid-token"
+	TypeInvalidQuery       = "urn:cortado:problem:invalid-query"
+	TypeIndexBuilding      = "urn:cortado:problem:index-building"
 )
 
 // Problem is an RFC 9457 problem detail, with Cortado's extension members.
@@ -50,6 +52,8 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// Operation is the index of the failing operation of a transaction.
 	Operation *int `json:"operation,omitempty"`
+	// Position is the byte offset in a query where it went wrong.
+	Position *int `json:"position,omitempty"`
 	// RetryAfter, in seconds, is also sent as the Retry-After header.
 	RetryAfter int `json:"-"`
 }

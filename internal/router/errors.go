@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cortado-db/cortado/internal/changes"
 	"net/http"
+
+	"github.com/cortado-db/cortado/internal/changes"
+	"github.com/cortado-db/cortado/internal/index"
 
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/problem"
@@ -83,7 +85,25 @@ func toProblem(err error) *problem.Problem {
 		be  *bodyError
 	)
 	var ce *changes.RequestError
+	var (
+		se *index.SyntaxError
+		qe *index.QueryError
+	)
 	switch {
+	case errors.As(err, &se):
+		p := problem.New(http.StatusBadRequest, problem.TypeInvalidQuery, "Invalid query", se.Error())
+		p.Position = &se.Pos
+		return p
+	case errors.As(err, &qe):
+		p := problem.New(http.StatusBadRequest, problem.TypeInvalidQuery, "Invalid query", qe.Error())
+		p.Position, p.Field = &qe.Pos, qe.Field
+		return p
+	case errors.Is(err, node.ErrIndexBuilding):
+		p := problem.New(http.StatusConflict, problem.TypeIndexBuilding, "Index building", err.Error())
+		p.RetryAfter = 10
+		return p
+	case errors.Is(err, node.ErrInvalidQuery):
+		return problem.New(http.StatusBadRequest, problem.TypeInvalidQuery, "Invalid query", err.Error())
 	case errors.Is(err, changes.ErrBadToken):
 		return problem.New(http.StatusBadRequest, problem.TypeInvalidToken, "Invalid change-stream token", "the token is not one this database's change stream gave (resume with the token of the last event received, or since=now|beginning)")
 	case errors.As(err, &ce):

@@ -153,7 +153,12 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 					return
 				}
 			}
-			page, err := r.Collection(ctx, db, table, key, limit, q.Get("next"), f)
+			var page *Page
+			if q.Has("query") {
+				page, err = r.Query(ctx, db, table, key, q.Get("query"), q.Get("sort"), limit, q.Get("next"), f)
+			} else {
+				page, err = r.Collection(ctx, db, table, key, limit, q.Get("next"), f)
+			}
 			if err != nil {
 				r.fail(w, Problem(err))
 				return

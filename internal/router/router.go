@@ -5,10 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/cortado-db/cortado/internal/changes"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/cortado-db/cortado/internal/changes"
 
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
@@ -304,6 +305,59 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 		return nil, err
 	}
 	res, err := n.Scan(ctx, node.ScanRequest{DB: db, Table: table, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec})
+	if err != nil {
+		return nil, err
+	}
+	next := ""
+	if res.Next != nil {
+		next = base64.RawURLEncoding.EncodeToString(res.Next)
+	}
+	page, err := r.renderPage(tg.table, res.Items, nil, next, f)
+	if err != nil {
+		return nil, err
+	}
+	page.SCN = res.SCN
+	return page, nil
+}
+
+// Query reads one page of the documents of a document group (prefix: at
+// least the partition key) that match query, in sort's order ("field",
+// "-field", or "": relevance for a text query, else key order). token is
+// the previous page's "next", or "". The query is parsed and planned here
+// first, so a bad one is refused with its position before any node is
+// asked.
+func (r *Router) Query(ctx context.Context, db, table string, prefix []string, query, sort string, limit int, token string, f Format) (*Page, error) {
+	tg, err := r.resolve(db, table, prefix, false)
+	if err != nil {
+		return nil, err
+	}
+	if f.Avro {
+		return nil, errAvroMulti
+	}
+	if _, _, err := node.PlanQuery(tg.table, query, sort, nil); err != nil {
+		return nil, err
+	}
+	spec, err := r.readSpec(tg.table, f)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = r.opts.DefaultLimit
+	}
+	if limit > r.opts.MaxLimit {
+		return nil, &keyError{fmt.Errorf("limit %d is over the maximum %d", limit, r.opts.MaxLimit)}
+	}
+	var after []byte
+	if token != "" {
+		if after, err = base64.RawURLEncoding.DecodeString(token); err != nil {
+			return nil, &keyError{fmt.Errorf("bad continuation token")}
+		}
+	}
+	n, err := r.nodeFor(tg)
+	if err != nil {
+		return nil, err
+	}
+	res, err := n.Scan(ctx, node.ScanRequest{DB: db, Table: table, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec, Query: query, Sort: sort})
 	if err != nil {
 		return nil, err
 	}

@@ -240,6 +240,9 @@ type Version struct {
 	Text   string
 	Schema avro.Schema
 	JSON   *JSONWriter
+	// Indexes are the fields this version annotates with "index":
+	// documents written with this version are indexed by them.
+	Indexes []Index
 }
 
 // NewVersion parses a version's schema text for registration, with every
@@ -261,7 +264,11 @@ func NewVersion(number int, text string) (*Version, error) {
 	if err := checkDefaults(s, ""); err != nil {
 		return nil, err
 	}
-	return &Version{Number: number, Text: text, Schema: s, JSON: NewJSONWriter(s)}, nil
+	ix, err := indexes(s)
+	if err != nil {
+		return nil, err
+	}
+	return &Version{Number: number, Text: text, Schema: s, JSON: NewJSONWriter(s), Indexes: ix}, nil
 }
 
 // LoadVersion parses a version that was registered already (read back
@@ -272,7 +279,9 @@ func LoadVersion(number int, text string) (*Version, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse avro schema: %w", err)
 	}
-	return &Version{Number: number, Text: text, Schema: s, JSON: NewJSONWriter(s)}, nil
+	// Annotations were checked at registration.
+	ix, _ := indexes(s)
+	return &Version{Number: number, Text: text, Schema: s, JSON: NewJSONWriter(s), Indexes: ix}, nil
 }
 
 // checkDefaults makes sure every default encodes, so that resolution never

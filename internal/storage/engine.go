@@ -49,6 +49,7 @@ type Engine struct {
 	partitions map[partitionID]*Partition
 
 	fail      *failure
+	indexer   Indexer
 	stopProbe chan struct{}
 	probeDone chan struct{}
 }

@@ -334,6 +334,12 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 		p.mu.Unlock()
 		return cur, p.AwaitDurable(context.Background(), cur)
 	}
+	for i := range tx.events {
+		if err := p.indexEvent(tx.b, &tx.events[i], false); err != nil {
+			p.mu.Unlock()
+			return SCN{}, err
+		}
+	}
 	c := Commit{SCN: next, Timestamp: tx.now, Events: tx.events}
 	wait, err := p.writeLog(tx.b, &c, true)
 	if err != nil {

@@ -134,7 +134,7 @@ func (p *Partition) BeginInstall() (*Install, error) {
 	if err := p.wipe(); err != nil {
 		return nil, err
 	}
-	return &Install{p: p, b: p.e.db.NewBatch()}, nil
+	return &Install{p: p, b: p.e.db.NewIndexedBatch()}, nil
 }
 
 // wipe removes the partition's rows, log, history, marks and positions,
@@ -178,10 +178,15 @@ func (in *Install) Row(r Row) error {
 	if _, err := keys.Decode(r.Key); err != nil {
 		return fmt.Errorf("partition %s/%d: install row %x: %w", in.p.DB, in.p.ID, k, err)
 	}
-	if _, err := decodeRow(r.Value); err != nil {
+	d, err := decodeRow(r.Value)
+	if err != nil {
 		return fmt.Errorf("partition %s/%d: install row %x: %w", in.p.DB, in.p.ID, k, err)
 	}
 	if err := in.b.Set(k, r.Value, nil); err != nil {
+		return err
+	}
+	// The index is this replica's own: built from the rows as they come.
+	if err := in.p.indexEvent(in.b, &Event{Op: OpInsert, Table: r.Table, Key: r.Key, Version: d.Version, Value: d.Value}, false); err != nil {
 		return err
 	}
 	in.rows++
@@ -190,7 +195,7 @@ func (in *Install) Row(r Row) error {
 			return err
 		}
 		in.b.Close()
-		in.b = in.p.e.db.NewBatch()
+		in.b = in.p.e.db.NewIndexedBatch()
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 		p.noteAcked(acked)
 		return nil
 	}
-	b := p.e.db.NewBatch()
+	b := p.e.db.NewIndexedBatch() // the index reads what earlier commits of the batch wrote
 	defer b.Close()
 	last := p.scn
 	var closed []SCN
@@ -66,7 +66,11 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 		if !follows(last, c.SCN) {
 			return fmt.Errorf("partition %s/%d: apply %s after %s: %w", p.DB, p.ID, c.SCN, last, ErrTimeline)
 		}
-		for _, e := range c.Events {
+		for j := range c.Events {
+			e := &c.Events[j]
+			if err := p.indexEvent(b, e, false); err != nil {
+				return err
+			}
 			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
 			switch e.Op {
 			case OpInsert, OpUpdate:
@@ -305,6 +309,9 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 		c := commits[i]
 		for j := len(c.Events) - 1; j >= 0; j-- {
 			e := c.Events[j]
+			if err := p.indexEvent(b, &e, true); err != nil {
+				return 0, err
+			}
 			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
 			if e.Op == OpAutoIncrement {
 				mk := autoIncrementKey(p.DB, p.ID, e.Table, e.Key)

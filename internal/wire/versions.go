@@ -6,12 +6,14 @@ import "fmt"
 // version 2 adds StreamLog; version 3 adds Snapshot and trimmed logs (an
 // answer that says trimmed also says the source does not hold the asker's
 // SCN, so a version-2 slave whose position was trimmed waits, unharmed,
-// until it is upgraded and rebuilds). A binary speaks [MinVersion, Version]; two
+// until it is upgraded and rebuilds); version 4 adds queries (Scan's query
+// and sort: a node of an older version would ignore them and answer a
+// plain scan, so a router sends a query only to a node that speaks 4). A binary speaks [MinVersion, Version]; two
 // binaries use the highest version both speak, so adjacent releases
 // interoperate during a rolling upgrade.
 const (
 	MinVersion uint32 = 1
-	Version    uint32 = 3
+	Version    uint32 = 4
 )
 
 // Negotiate returns the highest version in both ranges, or an error when

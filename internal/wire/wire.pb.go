@@ -616,14 +616,17 @@ func (x *MultiGetRequest) GetRead() *ReadSpec {
 }
 
 type ScanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Db            string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
-	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
-	Partition     int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	Prefix        []byte                 `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	After         []byte                 `protobuf:"bytes,5,opt,name=after,proto3,oneof" json:"after,omitempty"`
-	Limit         int32                  `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
-	Read          *ReadSpec              `protobuf:"bytes,7,opt,name=read,proto3" json:"read,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Db        string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
+	Table     string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Partition int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Prefix    []byte                 `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	After     []byte                 `protobuf:"bytes,5,opt,name=after,proto3,oneof" json:"after,omitempty"`
+	Limit     int32                  `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	Read      *ReadSpec              `protobuf:"bytes,7,opt,name=read,proto3" json:"read,omitempty"`
+	// Protocol version 4: a query over the collection, and its order.
+	Query         string `protobuf:"bytes,8,opt,name=query,proto3" json:"query,omitempty"`
+	Sort          string `protobuf:"bytes,9,opt,name=sort,proto3" json:"sort,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +708,20 @@ func (x *ScanRequest) GetRead() *ReadSpec {
 		return x.Read
 	}
 	return nil
+}
+
+func (x *ScanRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *ScanRequest) GetSort() string {
+	if x != nil {
+		return x.Sort
+	}
+	return ""
 }
 
 type ScanResult struct {
@@ -2252,7 +2269,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04keys\x18\x04 \x03(\fR\x04keys\x12-\n" +
-	"\x04read\x18\x05 \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\"\xd3\x01\n" +
+	"\x04read\x18\x05 \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\"\xfd\x01\n" +
 	"\vScanRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1c\n" +
@@ -2260,7 +2277,9 @@ const file_wire_proto_rawDesc = "" +
 	"\x06prefix\x18\x04 \x01(\fR\x06prefix\x12\x19\n" +
 	"\x05after\x18\x05 \x01(\fH\x00R\x05after\x88\x01\x01\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12-\n" +
-	"\x04read\x18\a \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04readB\b\n" +
+	"\x04read\x18\a \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\x12\x14\n" +
+	"\x05query\x18\b \x01(\tR\x05query\x12\x12\n" +
+	"\x04sort\x18\t \x01(\tR\x04sortB\b\n" +
 	"\x06_after\"\x83\x01\n" +
 	"\n" +
 	"ScanResult\x12+\n" +

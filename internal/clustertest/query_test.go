@@ -1,0 +1,368 @@
+package clustertest
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/client/embedded"
+	"github.com/cortado-db/cortado/internal/index"
+)
+
+// The query property test: random schemas (which fields are indexed),
+// random documents, updates and deletes, and random queries; every
+// query's pages, followed to the end, must equal a brute-force filter and
+// sort of the documents acknowledged.
+
+// msg is the model of one document.
+type msg struct {
+	ID        int64    `json:"-"`
+	Subject   string   `json:"subject"`
+	From      string   `json:"from"`
+	CreatedOn int64    `json:"createdOn"`
+	IsInbox   bool     `json:"isInbox"`
+	Labels    []string `json:"labels"`
+	Score     *float64 `json:"score"`
+	Body      string   `json:"body"`
+}
+
+var (
+	qWords  = []string{"alpha", "beta", "gamma", "delta", "news", "big"}
+	qFrom   = []string{"ann", "bob", "cyd", "dee"}
+	qLabels = []string{"work", "home", "spam", "later"}
+)
+
+func randMsg(rng *rand.Rand, id int64) msg {
+	m := msg{ID: id, From: qFrom[rng.IntN(len(qFrom))], CreatedOn: rng.Int64N(50) - 10, IsInbox: rng.IntN(3) > 0, Body: "not indexed"}
+	words := make([]string, 1+rng.IntN(6))
+	for i := range words {
+		words[i] = qWords[rng.IntN(len(qWords))]
+		if rng.IntN(5) == 0 {
+			words[i] = strings.ToUpper(words[i])
+		}
+	}
+	m.Subject = strings.Join(words, " ")
+	if rng.IntN(4) == 0 {
+		m.Subject += "!"
+	}
+	m.Labels = []string{}
+	for _, l := range qLabels {
+		if rng.IntN(3) == 0 {
+			m.Labels = append(m.Labels, l)
+		}
+	}
+	if rng.IntN(4) > 0 {
+		s := float64(rng.IntN(20)-5) / 2
+		m.Score = &s
+	}
+	return m
+}
+
+// fieldsOf the table: the text field subject is always indexed, the
+// attribute fields each by chance.
+type qTable struct {
+	name    string
+	indexed map[string]bool
+}
+
+func (qt qTable) schema() string {
+	ix := func(f, kind string) string {
+		if qt.indexed[f] {
+			return fmt.Sprintf(`,"index":%q`, kind)
+		}
+		return ""
+	}
+	return fmt.Sprintf(`{"type":"record","name":%q,"fields":[
+		{"name":"subject","type":"string","index":"text"},
+		{"name":"from","type":"string"%s},
+		{"name":"createdOn","type":"long"%s},
+		{"name":"isInbox","type":"boolean"%s},
+		{"name":"labels","type":{"type":"array","items":"string"}%s},
+		{"name":"score","type":["null","double"],"default":null%s},
+		{"name":"body","type":"string"}]}`, qt.name,
+		ix("from", "attribute"), ix("createdOn", "attribute"), ix("isInbox", "attribute"), ix("labels", "attribute"), ix("score", "attribute"))
+}
+
+// A generated query: its text and a brute-force predicate.
+type genQuery struct {
+	text  string
+	match func(m msg) bool
+}
+
+func genQ(rng *rand.Rand, qt qTable, depth int) genQuery {
+	var attrs []string
+	for f, ok := range qt.indexed {
+		if ok {
+			attrs = append(attrs, f)
+		}
+	}
+	slices.Sort(attrs)
+	if depth < 2 && rng.IntN(3) == 0 {
+		a, b := genQ(rng, qt, depth+1), genQ(rng, qt, depth+1)
+		switch rng.IntN(4) {
+		case 0:
+			return genQuery{"(" + a.text + " OR " + b.text + ")", func(m msg) bool { return a.match(m) || b.match(m) }}
+		case 1:
+			return genQuery{"(" + a.text + " -(" + b.text + "))", func(m msg) bool { return a.match(m) && !b.match(m) }}
+		case 2:
+			return genQuery{"(NOT (" + a.text + "))", func(m msg) bool { return !a.match(m) }}
+		default:
+			return genQuery{"(" + a.text + " AND " + b.text + ")", func(m msg) bool { return a.match(m) && b.match(m) }}
+		}
+	}
+	kind := rng.IntN(3 + len(attrs))
+	switch {
+	case kind == 0: // a word of the text field, bare or named
+		w := qWords[rng.IntN(len(qWords))]
+		text := w
+		if rng.IntN(2) == 0 {
+			text = "subject:" + strings.ToUpper(w[:1]) + w[1:]
+		}
+		return genQuery{text, func(m msg) bool { return slices.Contains(index.Words(m.Subject), w) }}
+	case kind == 1: // a two-word phrase
+		a, b := qWords[rng.IntN(len(qWords))], qWords[rng.IntN(len(qWords))]
+		return genQuery{fmt.Sprintf(`"%s %s"`, a, b), func(m msg) bool {
+			ws := index.Words(m.Subject)
+			for i := 0; i+1 < len(ws); i++ {
+				if ws[i] == a && ws[i+1] == b {
+					return true
+				}
+			}
+			return false
+		}}
+	case kind == 2 && len(attrs) == 0, kind == 2:
+		w := qWords[rng.IntN(len(qWords))]
+		return genQuery{"subject:" + w, func(m msg) bool { return slices.Contains(index.Words(m.Subject), w) }}
+	}
+	switch f := attrs[kind-3]; f {
+	case "from":
+		v := qFrom[rng.IntN(len(qFrom))]
+		return genQuery{"from:" + v, func(m msg) bool { return m.From == v }}
+	case "isInbox":
+		v := rng.IntN(2) == 0
+		return genQuery{"isInbox:" + strconv.FormatBool(v), func(m msg) bool { return m.IsInbox == v }}
+	case "labels":
+		v := qLabels[rng.IntN(len(qLabels))]
+		return genQuery{"labels:" + v, func(m msg) bool { return slices.Contains(m.Labels, v) }}
+	case "createdOn":
+		lo, hi := rng.Int64N(50)-10, rng.Int64N(50)-10
+		il, ih := rng.IntN(2) == 0, rng.IntN(2) == 0
+		b := map[bool]string{true: "[", false: "{"}[il] + strconv.FormatInt(lo, 10) + " TO " + strconv.FormatInt(hi, 10) + map[bool]string{true: "]", false: "}"}[ih]
+		return genQuery{"createdOn:" + b, func(m msg) bool {
+			return (m.CreatedOn > lo || il && m.CreatedOn == lo) && (m.CreatedOn < hi || ih && m.CreatedOn == hi)
+		}}
+	default: // score
+		v := float64(rng.IntN(20)-5) / 2
+		op := []string{">=", ">", "<=", "<"}[rng.IntN(4)]
+		return genQuery{"score:" + op + strconv.FormatFloat(v, 'g', -1, 64), func(m msg) bool {
+			if m.Score == nil {
+				return false
+			}
+			s := *m.Score
+			switch op {
+			case ">=":
+				return s >= v
+			case ">":
+				return s > v
+			case "<=":
+				return s <= v
+			}
+			return s < v
+		}}
+	}
+}
+
+func TestQueryProperty(t *testing.T) {
+	ctx := context.Background()
+	c, err := embedded.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateDatabase(ctx, "q", client.Database{Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	seed := uint64(20261123)
+	if s := os.Getenv("QUERY_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for round := range 3 {
+		qt := qTable{name: fmt.Sprintf("M%d", round), indexed: map[string]bool{}}
+		for _, f := range []string{"from", "createdOn", "isInbox", "labels", "score"} {
+			qt.indexed[f] = rng.IntN(10) < 7
+		}
+		if _, err := c.RegisterSchema(ctx, "q", qt.name, client.TableSchema{
+			Key:    []client.KeyPart{{Name: "box"}, {Name: "id", Type: "long"}},
+			Schema: json.RawMessage(qt.schema()),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		boxes := []string{"b1", "b2", "b3"}
+		model := map[string]map[int64]msg{}
+		for _, b := range boxes {
+			model[b] = map[int64]msg{}
+		}
+		check := func(stage string) {
+			for range 25 {
+				box := boxes[rng.IntN(len(boxes))]
+				q := genQ(rng, qt, 0)
+				sortField := ""
+				var sortables []string
+				for _, f := range []string{"from", "createdOn", "isInbox", "score"} {
+					if qt.indexed[f] {
+						sortables = append(sortables, f)
+					}
+				}
+				if len(sortables) > 0 && rng.IntN(2) == 0 {
+					sortField = sortables[rng.IntN(len(sortables))]
+					if rng.IntN(2) == 0 {
+						sortField = "-" + sortField
+					}
+				}
+				want := expected(model[box], q.match, sortField)
+				got, relevance := queryAll(t, c, qt.name, box, q.text, sortField, 1+rng.IntN(8))
+				if relevance {
+					slices.Sort(got)
+					slices.Sort(want)
+				}
+				if !slices.Equal(got, want) {
+					for _, id := range want {
+						t.Logf("%d: %+v", id, model[box][id])
+					}
+					t.Fatalf("%s, table %s %v, box %s, query %q sort %q:\n got  %v\n want %v", stage, qt.name, qt.indexed, box, q.text, sortField, got, want)
+				}
+			}
+		}
+		for i := range 240 {
+			box := boxes[rng.IntN(len(boxes))]
+			id := rng.Int64N(30)
+			if _, ok := model[box][id]; ok && rng.IntN(4) == 0 {
+				if _, err := c.Delete(ctx, "q", qt.name, client.Key{box, id}, nil); err != nil {
+					t.Fatal(err)
+				}
+				delete(model[box], id)
+			} else {
+				m := randMsg(rng, id)
+				if _, err := c.Put(ctx, "q", qt.name, client.Key{box, id}, m, nil); err != nil {
+					t.Fatal(err)
+				}
+				model[box][id] = m
+			}
+			if i%60 == 59 {
+				check(fmt.Sprintf("after %d writes", i+1))
+			}
+		}
+	}
+}
+
+// expected filters and sorts the model as a query must.
+func expected(docs map[int64]msg, match func(msg) bool, sort string) []int64 {
+	var ms []msg
+	for _, m := range docs {
+		if match(m) {
+			ms = append(ms, m)
+		}
+	}
+	field, desc := strings.TrimPrefix(sort, "-"), strings.HasPrefix(sort, "-")
+	slices.SortFunc(ms, func(a, b msg) int {
+		if field != "" {
+			va, oka := sortValue(a, field)
+			vb, okb := sortValue(b, field)
+			if oka != okb {
+				if oka {
+					return -1
+				}
+				return 1
+			}
+			if c := cmp.Compare(va, vb); c != 0 {
+				if desc {
+					return -c
+				}
+				return c
+			}
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	out := []int64{}
+	for _, m := range ms {
+		out = append(out, m.ID)
+	}
+	return out
+}
+
+// sortValue is a comparable form of a field (false: the document has
+// none). Strings are compared as strings, numbers as numbers.
+func sortValue(m msg, field string) (string, bool) {
+	num := func(f float64) string { return fmt.Sprintf("%+025.6f", f+1e12) }
+	switch field {
+	case "from":
+		return m.From, true
+	case "createdOn":
+		return num(float64(m.CreatedOn)), true
+	case "isInbox":
+		return strconv.FormatBool(m.IsInbox), true
+	case "score":
+		if m.Score == nil {
+			return "", false
+		}
+		return num(*m.Score), true
+	}
+	return "", false
+}
+
+// queryAll follows a query's pages to the end and returns the ids, and
+// whether the order is by relevance.
+func queryAll(t *testing.T, c *client.Client, table, box, q, sort string, limit int) ([]int64, bool) {
+	t.Helper()
+	out := []int64{}
+	next := ""
+	for pages := 0; ; pages++ {
+		p, err := c.Query(context.Background(), "q", table, client.Key{box}, client.Query{Where: q, Sort: sort, Limit: limit, Next: next}, nil)
+		if err != nil {
+			t.Fatalf("query %q sort %q: %v", q, sort, err)
+		}
+		for _, d := range p.Documents {
+			id, ok := d.Key[1].(int64)
+			if !ok {
+				f, _ := d.Key[1].(float64)
+				id = int64(f)
+			}
+			out = append(out, id)
+		}
+		if p.Next == "" {
+			break
+		}
+		if pages > 1000 {
+			t.Fatalf("query %q: pages do not end", q)
+		}
+		next = p.Next
+	}
+	e, err := index.Parse(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, sort == "" && hasWords(e)
+}
+
+// hasWords reports whether a query searches the text field (its hits
+// then come by relevance).
+func hasWords(e index.Expr) bool {
+	switch e := e.(type) {
+	case *index.Match:
+		return e.Field == "" || e.Field == "subject"
+	case *index.And:
+		return slices.ContainsFunc(e.Items, hasWords)
+	case *index.Or:
+		return slices.ContainsFunc(e.Items, hasWords)
+	}
+	return false
+}

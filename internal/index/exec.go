@@ -1,0 +1,507 @@
+package index
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/RoaringBitmap/roaring/v2"
+)
+
+// Reader is one partition's index at one point in time
+// (storage.IndexReader).
+type Reader interface {
+	Postings(table, field string, lo, hi, coll []byte, fn func(term, key []byte, ord uint64, payload []byte) bool) error
+	Posting(table, field string, term, key []byte) (ord uint64, payload []byte, ok bool, err error)
+	Ordinals(table string, coll []byte, fn func(ord uint64, key []byte) bool) error
+	Key(table string, coll []byte, ord uint64) ([]byte, bool, error)
+	Stats(table, field string, coll []byte) (docs, total uint64, err error)
+}
+
+// Scored reports whether a plan has text words or phrases, whose hits
+// have relevance scores.
+func Scored(p Plan) bool {
+	switch p := p.(type) {
+	case *Leaf:
+		return p.Scored
+	case *PlanAnd:
+		return slices.ContainsFunc(p.Items, Scored)
+	case *PlanOr:
+		return slices.ContainsFunc(p.Items, Scored)
+	}
+	return false
+}
+
+// EstimateCap is where counting a list for the planner stops.
+const EstimateCap = 4096
+
+// Estimate counts the postings of field in [lo, hi) in coll, up to
+// EstimateCap.
+func Estimate(r Reader, table string, coll []byte) Estimator {
+	return func(field string, lo, hi []byte) int {
+		n := 0
+		r.Postings(table, field, lo, hi, coll, func(_, _ []byte, _ uint64, _ []byte) bool {
+			n++
+			return n < EstimateCap
+		})
+		return n
+	}
+}
+
+// Order is how hits are sorted.
+type Order struct {
+	// Field sorts by an attribute-indexed field's value (documents
+	// without one last); Desc reverses it.
+	Field string
+	Desc  bool
+	// Relevance sorts by BM25 score, highest first.
+	Relevance bool
+	// Otherwise hits come in key order.
+}
+
+// Hit is one matching document.
+type Hit struct {
+	Key     []byte
+	Score   float64
+	Term    []byte // the sort field's term
+	Missing bool   // no value of the sort field
+}
+
+// Search is one query's execution over one collection.
+type Search struct {
+	R     Reader
+	Table string
+	Coll  []byte
+	// Prefix, when longer than Coll, keeps only documents whose key
+	// starts with it (a collection inside the document group).
+	Prefix []byte
+
+	keys   map[uint32][]byte
+	scores map[uint32]float64
+}
+
+// BM25 parameters (Lucene's defaults).
+const (
+	bm25K1 = 1.2
+	bm25B  = 0.75
+)
+
+// Run evaluates p and returns up to limit hits in order, after the hit
+// a previous page ended with (a token from Next; nil: from the start),
+// and the token of the last hit when more follow.
+func (s *Search) Run(p Plan, o Order, after []byte, limit int) ([]Hit, []byte, error) {
+	s.keys, s.scores = map[uint32][]byte{}, nil
+	if o.Relevance {
+		s.scores = map[uint32]float64{}
+	}
+	bm, err := s.eval(p, o.Relevance)
+	if err != nil {
+		return nil, nil, err
+	}
+	hits, err := s.hits(bm, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmp := compare(o)
+	slices.SortFunc(hits, cmp)
+	if after != nil {
+		a, err := decodeToken(after)
+		if err != nil {
+			return nil, nil, err
+		}
+		i, _ := slices.BinarySearchFunc(hits, a, cmp)
+		for i < len(hits) && cmp(hits[i], a) <= 0 {
+			i++
+		}
+		hits = hits[i:]
+	}
+	var next []byte
+	if len(hits) > limit {
+		hits = hits[:limit]
+		next = encodeToken(hits[limit-1])
+	}
+	return hits, next, nil
+}
+
+func (s *Search) eval(p Plan, scoring bool) (*roaring.Bitmap, error) {
+	switch p := p.(type) {
+	case *Leaf:
+		return s.leaf(p, scoring)
+	case *PlanOr:
+		out := roaring.New()
+		for _, it := range p.Items {
+			bm, err := s.eval(it, scoring)
+			if err != nil {
+				return nil, err
+			}
+			out.Or(bm)
+		}
+		return out, nil
+	case *PlanNot:
+		bm, err := s.eval(p.Item, false)
+		if err != nil {
+			return nil, err
+		}
+		all, err := s.universe()
+		if err != nil {
+			return nil, err
+		}
+		all.AndNot(bm)
+		return all, nil
+	case *PlanAnd:
+		var acc *roaring.Bitmap
+		for _, it := range p.Items {
+			if l, ok := it.(*Leaf); ok && l.Probe && acc != nil {
+				if err := s.probe(acc, l); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			bm, err := s.eval(it, scoring)
+			if err != nil {
+				return nil, err
+			}
+			if acc == nil {
+				acc = bm
+			} else {
+				acc.And(bm)
+			}
+			if acc.IsEmpty() {
+				return acc, nil
+			}
+		}
+		for _, it := range p.Not {
+			bm, err := s.eval(it, false)
+			if err != nil {
+				return nil, err
+			}
+			acc.AndNot(bm)
+		}
+		return acc, nil
+	}
+	return nil, fmt.Errorf("index: cannot run %T", p)
+}
+
+func ord32(ord uint64) (uint32, error) {
+	if ord > math.MaxUint32 {
+		return 0, fmt.Errorf("index: ordinal %d out of range", ord)
+	}
+	return uint32(ord), nil
+}
+
+// leaf reads a leaf's postings into a bitmap, adding BM25 scores.
+func (s *Search) leaf(l *Leaf, scoring bool) (*roaring.Bitmap, error) {
+	if l.Words != nil {
+		return s.phrase(l, scoring)
+	}
+	bm := roaring.New()
+	type tfdl struct {
+		ord    uint32
+		tf, dl uint32
+	}
+	var scored []tfdl
+	var bad error
+	err := s.R.Postings(s.Table, l.Field, l.Lo, l.Hi, s.Coll, func(_, key []byte, ord uint64, payload []byte) bool {
+		o, err := ord32(ord)
+		if err != nil {
+			bad = err
+			return false
+		}
+		bm.Add(o)
+		if _, ok := s.keys[o]; !ok {
+			s.keys[o] = append([]byte(nil), key...)
+		}
+		if scoring && l.Scored {
+			dl, ps, err := decodeText(payload)
+			if err != nil {
+				bad = err
+				return false
+			}
+			scored = append(scored, tfdl{o, uint32(len(ps)), dl})
+		}
+		return true
+	})
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(scored) > 0 {
+		n, avg, err := s.fieldStats(l.Field)
+		if err != nil {
+			return nil, err
+		}
+		idf := idf(n, len(scored))
+		for _, d := range scored {
+			s.scores[d.ord] += bm25(idf, d.tf, d.dl, avg)
+		}
+	}
+	return bm, nil
+}
+
+func (s *Search) fieldStats(field string) (n uint64, avg float64, err error) {
+	docs, total, err := s.R.Stats(s.Table, field, s.Coll)
+	if err != nil || docs == 0 {
+		return docs, 1, err
+	}
+	return docs, float64(total) / float64(docs), nil
+}
+
+func idf(n uint64, df int) float64 {
+	return math.Log(1 + (float64(n)-float64(df)+0.5)/(float64(df)+0.5))
+}
+
+func bm25(idf float64, tf, dl uint32, avg float64) float64 {
+	t := float64(tf)
+	return idf * t * (bm25K1 + 1) / (t + bm25K1*(1-bm25B+bm25B*float64(dl)/avg))
+}
+
+// phrase matches documents holding the words at consecutive positions.
+func (s *Search) phrase(l *Leaf, scoring bool) (*roaring.Bitmap, error) {
+	var acc *roaring.Bitmap
+	for _, w := range l.Words {
+		bm, err := s.leaf(&Leaf{Field: l.Field, Term: w, Lo: w, Hi: append(w[:len(w):len(w)], 0xFF)}, false)
+		if err != nil {
+			return nil, err
+		}
+		if acc == nil {
+			acc = bm
+		} else {
+			acc.And(bm)
+		}
+	}
+	out := roaring.New()
+	n, avg, err := s.fieldStats(l.Field)
+	if err != nil {
+		return nil, err
+	}
+	it := acc.Iterator()
+	for it.HasNext() {
+		o := it.Next()
+		key, err := s.key(o)
+		if err != nil {
+			return nil, err
+		}
+		var starts []uint32
+		var dl uint32
+		for i, w := range l.Words {
+			_, payload, ok, err := s.R.Posting(s.Table, l.Field, w, key)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				starts = nil
+				break
+			}
+			var ps []uint32
+			if dl, ps, err = decodeText(payload); err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				starts = ps
+				continue
+			}
+			starts = slices.DeleteFunc(starts, func(st uint32) bool {
+				_, found := slices.BinarySearch(ps, st+uint32(i))
+				return !found
+			})
+			if len(starts) == 0 {
+				break
+			}
+		}
+		if len(starts) > 0 {
+			out.Add(o)
+			if scoring {
+				// A phrase scores as one term occurring len(starts)
+				// times, as rare as its rarest word.
+				s.scores[o] += bm25(idf(n, max(1, l.Estimate)), uint32(len(starts)), dl, avg)
+			}
+		}
+	}
+	return out, nil
+}
+
+// probe keeps the candidates in acc that have l's term.
+func (s *Search) probe(acc *roaring.Bitmap, l *Leaf) error {
+	var drop []uint32
+	it := acc.Iterator()
+	for it.HasNext() {
+		o := it.Next()
+		key, err := s.key(o)
+		if err != nil {
+			return err
+		}
+		if _, _, ok, err := s.R.Posting(s.Table, l.Field, l.Term, key); err != nil {
+			return err
+		} else if !ok {
+			drop = append(drop, o)
+		}
+	}
+	for _, o := range drop {
+		acc.Remove(o)
+	}
+	return nil
+}
+
+func (s *Search) key(o uint32) ([]byte, error) {
+	if k, ok := s.keys[o]; ok {
+		return k, nil
+	}
+	k, ok, err := s.R.Key(s.Table, s.Coll, uint64(o))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("index: ordinal %d has no document", o)
+	}
+	s.keys[o] = k
+	return k, nil
+}
+
+// universe is every indexed document of the collection.
+func (s *Search) universe() (*roaring.Bitmap, error) {
+	all := roaring.New()
+	var bad error
+	err := s.R.Ordinals(s.Table, s.Coll, func(ord uint64, key []byte) bool {
+		o, err := ord32(ord)
+		if err != nil {
+			bad = err
+			return false
+		}
+		all.Add(o)
+		if _, ok := s.keys[o]; !ok {
+			s.keys[o] = append([]byte(nil), key...)
+		}
+		return true
+	})
+	if err == nil {
+		err = bad
+	}
+	return all, err
+}
+
+// hits turns the matching ordinals into hits with what their order needs.
+func (s *Search) hits(bm *roaring.Bitmap, o Order) ([]Hit, error) {
+	out := make([]Hit, 0, bm.GetCardinality())
+	if bm.IsEmpty() {
+		return out, nil
+	}
+	// Keys: one scan of the collection's ordinals when many are
+	// missing, else point reads.
+	missing := 0
+	it := bm.Iterator()
+	for it.HasNext() {
+		if _, ok := s.keys[it.Next()]; !ok {
+			missing++
+		}
+	}
+	if missing > 64 {
+		if _, err := s.universe(); err != nil {
+			return nil, err
+		}
+	}
+	idx := map[uint32]int{}
+	it = bm.Iterator()
+	for it.HasNext() {
+		ord := it.Next()
+		k, err := s.key(ord)
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.HasPrefix(k, s.Prefix) {
+			continue
+		}
+		idx[ord] = len(out)
+		out = append(out, Hit{Key: k, Score: s.scores[ord], Missing: o.Field != ""})
+	}
+	if o.Field != "" {
+		var bad error
+		err := s.R.Postings(s.Table, o.Field, nil, nil, s.Coll, func(term, _ []byte, ord uint64, _ []byte) bool {
+			o, err := ord32(ord)
+			if err != nil {
+				bad = err
+				return false
+			}
+			if i, ok := idx[o]; ok {
+				out[i].Term, out[i].Missing = append([]byte(nil), term...), false
+			}
+			return true
+		})
+		if err == nil {
+			err = bad
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// compare orders hits as o says; the key breaks ties, so the order is
+// total and a token resumes exactly after its hit.
+func compare(o Order) func(a, b Hit) int {
+	return func(a, b Hit) int {
+		switch {
+		case o.Field != "":
+			if a.Missing != b.Missing {
+				if a.Missing {
+					return 1
+				}
+				return -1
+			}
+			if c := bytes.Compare(a.Term, b.Term); c != 0 {
+				if o.Desc {
+					return -c
+				}
+				return c
+			}
+		case o.Relevance:
+			if a.Score != b.Score {
+				if a.Score > b.Score {
+					return -1
+				}
+				return 1
+			}
+		}
+		return bytes.Compare(a.Key, b.Key)
+	}
+}
+
+// A token is the last hit of a page: missing flag, term, score, key.
+func encodeToken(h Hit) []byte {
+	b := []byte{0}
+	if h.Missing {
+		b[0] = 1
+	}
+	b = binary.AppendUvarint(b, uint64(len(h.Term)))
+	b = append(b, h.Term...)
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(h.Score))
+	return append(b, h.Key...)
+}
+
+// ErrBadToken is a continuation token this index did not give.
+var ErrBadToken = fmt.Errorf("index: bad continuation token")
+
+func decodeToken(b []byte) (Hit, error) {
+	if len(b) < 1 || b[0] > 1 {
+		return Hit{}, ErrBadToken
+	}
+	h := Hit{Missing: b[0] == 1}
+	n, w := binary.Uvarint(b[1:])
+	if w <= 0 || n > uint64(len(b)) {
+		return Hit{}, ErrBadToken
+	}
+	b = b[1+w:]
+	if uint64(len(b)) < n+8 {
+		return Hit{}, ErrBadToken
+	}
+	h.Term, b = b[:n], b[n:]
+	h.Score, h.Key = math.Float64frombits(binary.BigEndian.Uint64(b)), b[8:]
+	if math.IsNaN(h.Score) {
+		return Hit{}, ErrBadToken
+	}
+	return h, nil
+}

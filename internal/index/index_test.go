@@ -1,0 +1,112 @@
+package index
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// testdata/parse: a query in, its parse (or the error) out.
+func TestParse(t *testing.T) {
+	datadriven.RunTest(t, "testdata/parse", func(t *testing.T, d *datadriven.TestData) string {
+		e, err := Parse(strings.TrimSuffix(d.Input, "\n"))
+		if err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+		return e.String() + "\n"
+	})
+}
+
+// testdata/plan: a query over a mailbox table, with posting counts given
+// as est=field:value=count,…, in; the plan (or the error) out.
+func TestPlan(t *testing.T) {
+	v1, err := schema.NewVersion(1, `{"type":"record","name":"M","fields":[
+		{"name":"subject","type":"string","index":"text"},
+		{"name":"body","type":"string","index":"text"},
+		{"name":"createdOn","type":"long","index":"attribute"},
+		{"name":"isInbox","type":"boolean","index":"attribute"},
+		{"name":"labels","type":{"type":"array","items":"string"},"index":"attribute"},
+		{"name":"score","type":"double","index":"attribute"},
+		{"name":"from","type":"string","index":"attribute"},
+		{"name":"size","type":"long"}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := schema.NewVersion(2, strings.Replace(v1.Text, `{"name":"size","type":"long"}`, `{"name":"size","type":"long","index":"attribute"}`, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &schema.Table{Name: "M", Versions: []*schema.Version{v1, v2}}
+	datadriven.RunTest(t, "testdata/plan", func(t *testing.T, d *datadriven.TestData) string {
+		counts := map[string]int{}
+		for _, a := range d.CmdArgs {
+			if a.Key != "est" {
+				continue
+			}
+			for _, v := range strings.Split(strings.Join(a.Vals, ","), ",") {
+				i := strings.LastIndex(v, "=")
+				n, _ := strconv.Atoi(v[i+1:])
+				counts[v[:i]] = n
+			}
+		}
+		est := func(field string, lo, hi []byte) int {
+			if lo != nil && hi != nil && len(hi) == len(lo)+1 && string(hi[:len(lo)]) == string(lo) {
+				if n, ok := counts[field+":"+DecodeTerm(lo)]; ok {
+					return n
+				}
+			}
+			if n, ok := counts[field]; ok {
+				return n
+			}
+			return 10
+		}
+		q, err := Parse(strings.TrimSuffix(d.Input, "\n"))
+		if err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+		p, err := NewPlan(q, TableMetadata(tb), est)
+		if err != nil {
+			return fmt.Sprintf("error: %v\n", err)
+		}
+		return String(p) + "\n"
+	})
+}
+
+func TestWords(t *testing.T) {
+	got := strings.Join(Words("Hello, World! It's naïve-café 2024 ÜBER"), "|")
+	if want := "hello|world|it|s|naïve|café|2024|über"; got != want {
+		t.Fatalf("words %q, want %q", got, want)
+	}
+}
+
+func TestTermOrder(t *testing.T) {
+	for _, c := range []struct {
+		typ  schema.TermType
+		vals []string
+	}{
+		{schema.TermLong, []string{"-9223372036854775808", "-5", "0", "3", "9223372036854775807"}},
+		{schema.TermDouble, []string{"-1e300", "-2.5", "-0", "1e-300", "2.5", "1e300"}},
+		{schema.TermString, []string{"", "a", "a\x00", "ab", "b"}},
+		{schema.TermBool, []string{"false", "true"}},
+	} {
+		var prev []byte
+		for _, v := range c.vals {
+			term, ok := ParseTerm(c.typ, v)
+			if !ok {
+				t.Fatalf("%s %q: not a term", c.typ, v)
+			}
+			if prev != nil && string(prev) >= string(term) {
+				t.Fatalf("%s: %q does not sort after the value before it", c.typ, v)
+			}
+			if n, err := TermLength(append(term, 0x10, 'x')); err != nil || n != len(term) {
+				t.Fatalf("%s %q: term length %d, %v", c.typ, v, n, err)
+			}
+			prev = term
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package index
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// Tables finds a table with at least a given schema version (the
+// registry).
+type Tables interface {
+	TableAtLeast(ctx context.Context, db, table string, version int) (*schema.Table, error)
+}
+
+// Indexer is the storage.Indexer of a storage node: a document is indexed
+// as the schema version it was written with annotates it, so every
+// replica derives the same entries from the same commit.
+type Indexer struct {
+	Tables Tables
+	Plans  *schema.Plans
+}
+
+var _ storage.Indexer = (*Indexer)(nil)
+
+// Index implements storage.Indexer.
+func (ix *Indexer) Index(db, table string, version int, value []byte) ([]storage.IndexEntry, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := ix.Tables.TableAtLeast(ctx, db, table, version)
+	if err != nil {
+		return nil, false, err
+	}
+	v := t.Version(version)
+	if v == nil || len(v.Indexes) == 0 {
+		return nil, false, nil
+	}
+	fields := v.IndexedFields()
+	plan, err := ix.Plans.Plan(t, version, version, fields)
+	if err != nil {
+		return nil, false, err
+	}
+	rd, err := ix.Plans.Reader(t, version, fields)
+	if err != nil {
+		return nil, false, err
+	}
+	projected, err := plan.Apply(nil, value)
+	if err != nil {
+		return nil, false, err
+	}
+	js, err := rd.JSON.Append(nil, projected)
+	if err != nil {
+		return nil, false, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, false, fmt.Errorf("index: document as JSON: %w", err)
+	}
+	return Entries(v.Indexes, doc), true, nil
+}
+
+// Entries returns the index entries of a document (decoded from JSON with
+// UseNumber) for the given indexes: one per distinct term and field.
+func Entries(indexes []schema.Index, doc map[string]any) []storage.IndexEntry {
+	var out []storage.IndexEntry
+	for _, ix := range indexes {
+		vals := []any{doc[ix.Field]}
+		if ix.Array {
+			vals, _ = doc[ix.Field].([]any)
+		}
+		if ix.Kind == schema.IndexText {
+			out = append(out, textEntries(ix.Field, vals)...)
+			continue
+		}
+		seen := map[string]bool{}
+		for _, v := range vals {
+			term, ok := EncodeTerm(ix.Type, v)
+			if !ok || seen[string(term)] {
+				continue
+			}
+			seen[string(term)] = true
+			out = append(out, storage.IndexEntry{Field: ix.Field, Term: term})
+		}
+	}
+	return out
+}
+
+// textEntries indexes the words of strings: each distinct word with its
+// positions (array elements continue the numbering, with a gap so a
+// phrase never spans two elements).
+func textEntries(field string, vals []any) []storage.IndexEntry {
+	positions := map[string][]uint32{}
+	var order []string
+	pos := uint32(0)
+	for _, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		for _, w := range Words(s) {
+			if _, ok := positions[w]; !ok {
+				order = append(order, w)
+			}
+			positions[w] = append(positions[w], pos)
+			pos++
+		}
+		pos += 8
+	}
+	length := uint32(0)
+	for _, w := range order {
+		length += uint32(len(positions[w]))
+	}
+	out := make([]storage.IndexEntry, 0, len(order))
+	for _, w := range order {
+		pl := binary.AppendUvarint(nil, uint64(length))
+		out = append(out, storage.IndexEntry{Field: field, Term: mustTerm(w), Payload: append(pl, encodePositions(positions[w])...), Length: length})
+	}
+	return out
+}
+
+func mustTerm(w string) []byte {
+	t, _ := ParseTerm(schema.TermString, w)
+	return t
+}
+
+// encodePositions is the payload of a text posting: the count, then the
+// positions as deltas, all uvarints.
+func encodePositions(ps []uint32) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(ps)))
+	last := uint32(0)
+	for _, p := range ps {
+		b = binary.AppendUvarint(b, uint64(p-last))
+		last = p
+	}
+	return b
+}
+
+// decodeText reads a text posting's payload: the field's length in
+// words, then the word's positions.
+func decodeText(b []byte) (length uint32, positions []uint32, err error) {
+	l, w := binary.Uvarint(b)
+	if w <= 0 {
+		return 0, nil, fmt.Errorf("index: bad text posting")
+	}
+	positions, err = decodePositions(b[w:])
+	return uint32(l), positions, err
+}
+
+func decodePositions(b []byte) ([]uint32, error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)) {
+		return nil, fmt.Errorf("index: bad positions")
+	}
+	b = b[w:]
+	out := make([]uint32, 0, n)
+	last := uint64(0)
+	for range n {
+		d, w := binary.Uvarint(b)
+		if w <= 0 {
+			return nil, fmt.Errorf("index: bad positions")
+		}
+		b = b[w:]
+		last += d
+		out = append(out, uint32(last))
+	}
+	return out, nil
+}

@@ -1,0 +1,370 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// The planner is pure: a parsed query, the table's index metadata and
+// posting-count estimates in; a plan out. It resolves every clause to
+// the posting lists it reads, orders an AND's lists from the most
+// selective, and marks a list much larger than the candidates it must
+// meet to be probed per candidate rather than read whole.
+
+// Plan is a query plan: *Leaf, *PlanAnd, *PlanOr or *PlanNot.
+type Plan interface{ planString(b *strings.Builder) }
+
+// Leaf reads the postings of one field: a term, a range of terms, or
+// a phrase (Words, in order, at consecutive positions).
+type Leaf struct {
+	Field string
+	// Lo and Hi bound the terms read, Hi excluded (nil: unbounded).
+	Lo, Hi []byte
+	// Term is set for an exact term (Lo = Term, Hi just after it).
+	Term []byte
+	// Words are a phrase's terms; the leaf then matches documents with
+	// every word, at consecutive positions.
+	Words [][]byte
+	// Scored leaves (words and phrases of text fields) add BM25 scores.
+	Scored bool
+	// Estimate is the planner's idea of how many documents match.
+	Estimate int
+	// Probe: check each candidate's posting instead of reading the list.
+	Probe bool
+}
+
+// PlanAnd is the documents every Items plan matches and no Not plan does.
+type PlanAnd struct {
+	Items []Plan
+	Not   []Plan
+}
+
+// PlanOr is the documents any item matches.
+type PlanOr struct{ Items []Plan }
+
+// PlanNot is the collection's documents its item does not match.
+type PlanNot struct{ Item Plan }
+
+// QueryError is a query naming a field it cannot use, or a value that
+// does not fit the field; Pos is where it is in the query.
+type QueryError struct {
+	Pos   int
+	Field string
+	Msg   string
+}
+
+func (e *QueryError) Error() string {
+	return fmt.Sprintf("query at position %d: %s", e.Pos, e.Msg)
+}
+
+// BuildingError is a query on a field whose index does not hold every
+// document yet.
+type BuildingError struct{ Field string }
+
+func (e *BuildingError) Error() string {
+	return fmt.Sprintf("the index on %s does not cover documents written before a schema version that added it (building an index for existing documents is not available yet: rewrite them, or query another field)", e.Field)
+}
+
+// Metadata is what the planner knows of the table: the index on a field
+// (an error for an unindexed field, building for one that does not hold
+// every document), and the text-indexed fields bare words search.
+type Metadata struct {
+	Index      func(field string) (ix *schema.Index, building bool, err error)
+	TextFields []string
+}
+
+// TableMetadata is the Metadata of a table's latest version.
+func TableMetadata(t *schema.Table) Metadata {
+	m := Metadata{Index: t.IndexState}
+	for _, ix := range t.Latest().Indexes {
+		if ix.Kind == schema.IndexText {
+			m.TextFields = append(m.TextFields, ix.Field)
+		}
+	}
+	return m
+}
+
+// Estimator returns about how many documents have a term of field in
+// [lo, hi); it may stop counting at a cap.
+type Estimator func(field string, lo, hi []byte) int
+
+// probeRatio: a list this many times larger than the candidates it is
+// intersected with is probed per candidate instead.
+const probeRatio = 8
+
+// NewPlan plans q.
+func NewPlan(q Expr, m Metadata, est Estimator) (Plan, error) {
+	p, err := planExpr(q, m, est)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func planExpr(q Expr, m Metadata, est Estimator) (Plan, error) {
+	switch q := q.(type) {
+	case *And:
+		and := &PlanAnd{}
+		for _, it := range q.Items {
+			if n, ok := it.(*Not); ok {
+				p, err := planExpr(n.Item, m, est)
+				if err != nil {
+					return nil, err
+				}
+				and.Not = append(and.Not, p)
+				continue
+			}
+			p, err := planExpr(it, m, est)
+			if err != nil {
+				return nil, err
+			}
+			and.Items = append(and.Items, p)
+		}
+		if len(and.Items) == 0 {
+			// Only negations: of the whole collection.
+			return &PlanNot{Item: &PlanOr{Items: and.Not}}, nil
+		}
+		slices.SortStableFunc(and.Items, func(a, b Plan) int { return estimate(a) - estimate(b) })
+		first := estimate(and.Items[0])
+		for _, it := range and.Items[1:] {
+			if l, ok := it.(*Leaf); ok && l.Term != nil && !l.Scored && l.Estimate > probeRatio*first {
+				l.Probe = true
+			}
+		}
+		if len(and.Items) == 1 && len(and.Not) == 0 {
+			return and.Items[0], nil
+		}
+		return and, nil
+	case *Or:
+		or := &PlanOr{}
+		for _, it := range q.Items {
+			p, err := planExpr(it, m, est)
+			if err != nil {
+				return nil, err
+			}
+			or.Items = append(or.Items, p)
+		}
+		return or, nil
+	case *Not:
+		p, err := planExpr(q.Item, m, est)
+		if err != nil {
+			return nil, err
+		}
+		return &PlanNot{Item: p}, nil
+	case *Match:
+		if q.Field == "" {
+			if len(m.TextFields) == 0 {
+				return nil, &QueryError{Pos: q.Pos, Msg: fmt.Sprintf("%s names no field, and the table has no text-indexed field to search", q)}
+			}
+			var or PlanOr
+			for _, f := range m.TextFields {
+				p, err := planMatch(&Match{Field: f, Value: q.Value, Quoted: q.Quoted, Pos: q.Pos}, m, est)
+				if err != nil {
+					return nil, err
+				}
+				or.Items = append(or.Items, p)
+			}
+			if len(or.Items) == 1 {
+				return or.Items[0], nil
+			}
+			return &or, nil
+		}
+		return planMatch(q, m, est)
+	case *Range:
+		ix, err := index(m, q.Field, q.Pos)
+		if err != nil {
+			return nil, err
+		}
+		if ix.Kind != schema.IndexAttribute {
+			return nil, &QueryError{Pos: q.Pos, Field: q.Field, Msg: fmt.Sprintf("a range needs an attribute index; %s has a text index", q.Field)}
+		}
+		l := &Leaf{Field: q.Field}
+		if q.Lo != nil {
+			t, ok := ParseTerm(ix.Type, *q.Lo)
+			if !ok {
+				return nil, badValue(q.Pos, q.Field, *q.Lo, ix.Type)
+			}
+			l.Lo = t
+			if !q.IncLo {
+				l.Lo = append(t, 0xFF)
+			}
+		}
+		if q.Hi != nil {
+			t, ok := ParseTerm(ix.Type, *q.Hi)
+			if !ok {
+				return nil, badValue(q.Pos, q.Field, *q.Hi, ix.Type)
+			}
+			l.Hi = t
+			if q.IncHi {
+				l.Hi = append(t, 0xFF)
+			}
+		}
+		l.Estimate = est(l.Field, l.Lo, l.Hi)
+		return l, nil
+	}
+	return nil, fmt.Errorf("index: cannot plan %T", q)
+}
+
+func index(m Metadata, field string, pos int) (*schema.Index, error) {
+	ix, building, err := m.Index(field)
+	if err != nil {
+		msg := err.Error()
+		var fe *schema.FieldError
+		if errors.As(err, &fe) {
+			msg = fe.Reason
+		}
+		return nil, &QueryError{Pos: pos, Field: field, Msg: msg}
+	}
+	if building {
+		return nil, &BuildingError{Field: field}
+	}
+	return ix, nil
+}
+
+func badValue(pos int, field, v string, t schema.TermType) error {
+	return &QueryError{Pos: pos, Field: field, Msg: fmt.Sprintf("%q is not a %s value, which field %s holds", v, t, field)}
+}
+
+func planMatch(q *Match, m Metadata, est Estimator) (Plan, error) {
+	ix, err := index(m, q.Field, q.Pos)
+	if err != nil {
+		return nil, err
+	}
+	if ix.Kind == schema.IndexAttribute {
+		t, ok := ParseTerm(ix.Type, q.Value)
+		if !ok {
+			return nil, badValue(q.Pos, q.Field, q.Value, ix.Type)
+		}
+		l := &Leaf{Field: q.Field, Term: t, Lo: t, Hi: append(t[:len(t):len(t)], 0xFF)}
+		l.Estimate = est(l.Field, l.Lo, l.Hi)
+		return l, nil
+	}
+	words := Words(q.Value)
+	if len(words) == 0 {
+		return nil, &QueryError{Pos: q.Pos, Field: q.Field, Msg: fmt.Sprintf("%q has no word to search for", q.Value)}
+	}
+	if len(words) == 1 {
+		t := mustTerm(words[0])
+		l := &Leaf{Field: q.Field, Term: t, Lo: t, Hi: append(t[:len(t):len(t)], 0xFF), Scored: true}
+		l.Estimate = est(l.Field, l.Lo, l.Hi)
+		return l, nil
+	}
+	l := &Leaf{Field: q.Field, Scored: true, Estimate: -1}
+	for _, w := range words {
+		t := mustTerm(w)
+		l.Words = append(l.Words, t)
+		if e := est(q.Field, t, append(t[:len(t):len(t)], 0xFF)); l.Estimate < 0 || e < l.Estimate {
+			l.Estimate = e
+		}
+	}
+	return l, nil
+}
+
+// estimate is a plan's expected size: a leaf's estimate; the smallest
+// item of an AND; the sum of an OR's (a NOT is taken as large).
+func estimate(p Plan) int {
+	switch p := p.(type) {
+	case *Leaf:
+		return p.Estimate
+	case *PlanAnd:
+		return estimate(p.Items[0])
+	case *PlanOr:
+		n := 0
+		for _, it := range p.Items {
+			n += estimate(it)
+		}
+		return n
+	}
+	return 1 << 30
+}
+
+// String renders a plan, for tests and EXPLAIN-like debugging.
+func String(p Plan) string {
+	var b strings.Builder
+	p.planString(&b)
+	return b.String()
+}
+
+func (l *Leaf) planString(b *strings.Builder) {
+	switch {
+	case l.Words != nil:
+		ws := make([]string, len(l.Words))
+		for i, w := range l.Words {
+			ws[i] = DecodeTerm(w)
+		}
+		fmt.Fprintf(b, "phrase(%s %q)", l.Field, strings.Join(ws, " "))
+	case l.Term != nil:
+		fmt.Fprintf(b, "term(%s=%s)", l.Field, DecodeTerm(l.Term))
+	default:
+		lo, hi := "*", "*"
+		if l.Lo != nil {
+			lo = boundString(l.Lo, "[", "{")
+		} else {
+			lo = "[*"
+		}
+		if l.Hi != nil {
+			hi = boundString(l.Hi, "]", "}")
+		} else {
+			hi = "*]"
+		}
+		if l.Lo != nil {
+			fmt.Fprintf(b, "range(%s %s TO ", l.Field, lo)
+		} else {
+			fmt.Fprintf(b, "range(%s %s TO ", l.Field, lo)
+		}
+		fmt.Fprintf(b, "%s)", hi)
+	}
+	fmt.Fprintf(b, "~%d", l.Estimate)
+	if l.Probe {
+		b.WriteString(" probe")
+	}
+}
+
+// boundString renders a range bound: a term followed by 0xFF is the
+// other side of that term.
+func boundString(t []byte, plain, after string) string {
+	if n, err := TermLength(t); err == nil && n == len(t)-1 && t[n] == 0xFF {
+		v := DecodeTerm(t[:len(t)-1])
+		if plain == "[" {
+			return after + v // lower bound after the term: excluded
+		}
+		return v + plain // upper bound after the term: included
+	}
+	v := DecodeTerm(t)
+	if plain == "[" {
+		return plain + v
+	}
+	return v + after
+}
+
+func (a *PlanAnd) planString(b *strings.Builder) {
+	b.WriteString("(and")
+	for _, it := range a.Items {
+		b.WriteByte(' ')
+		it.planString(b)
+	}
+	for _, it := range a.Not {
+		b.WriteString(" not ")
+		it.planString(b)
+	}
+	b.WriteByte(')')
+}
+
+func (o *PlanOr) planString(b *strings.Builder) {
+	b.WriteString("(or")
+	for _, it := range o.Items {
+		b.WriteByte(' ')
+		it.planString(b)
+	}
+	b.WriteByte(')')
+}
+
+func (n *PlanNot) planString(b *strings.Builder) {
+	b.WriteString("(not ")
+	n.Item.planString(b)
+	b.WriteByte(')')
+}

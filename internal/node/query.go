@@ -1,0 +1,102 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cortado-db/cortado/internal/index"
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// PlanQuery parses and plans a query over table t, with est for the
+// posting counts (nil: every list taken as small), and resolves its
+// order. Errors are ErrInvalidQuery or ErrIndexBuilding, with the
+// parser's or planner's error (position, field) inside.
+func PlanQuery(t *schema.Table, query, sort string, est index.Estimator) (index.Plan, index.Order, error) {
+	if est == nil {
+		est = func(string, []byte, []byte) int { return 1 }
+	}
+	q, err := index.Parse(query)
+	if err != nil {
+		return nil, index.Order{}, fmt.Errorf("%w: %w", ErrInvalidQuery, err)
+	}
+	plan, err := index.NewPlan(q, index.TableMetadata(t), est)
+	if err != nil {
+		var be *index.BuildingError
+		if errors.As(err, &be) {
+			return nil, index.Order{}, fmt.Errorf("%w: %w", ErrIndexBuilding, err)
+		}
+		return nil, index.Order{}, fmt.Errorf("%w: %w", ErrInvalidQuery, err)
+	}
+	var o index.Order
+	switch field := strings.TrimPrefix(sort, "-"); {
+	case sort == "":
+		o.Relevance = index.Scored(plan)
+	default:
+		ix, building, err := t.IndexState(field)
+		switch {
+		case err != nil:
+			return nil, o, fmt.Errorf("%w: sort: %w", ErrInvalidQuery, err)
+		case building:
+			return nil, o, fmt.Errorf("%w: sort: %w", ErrIndexBuilding, &index.BuildingError{Field: field})
+		case ix.Kind != schema.IndexAttribute || ix.Array:
+			return nil, o, fmt.Errorf("%w: sort: field %s: sorting needs an attribute index on a field that is not an array", ErrInvalidQuery, field)
+		}
+		o.Field, o.Desc = field, strings.HasPrefix(sort, "-")
+	}
+	return plan, o, nil
+}
+
+// query answers a Scan with a query: the matching documents of the
+// collection, in the query's order, one page.
+func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition, req ScanRequest) (*ScanResult, error) {
+	if len(req.Prefix) == 0 {
+		return nil, fmt.Errorf("%w: a query needs the partition key", ErrInvalidQuery)
+	}
+	r := p.IndexReader()
+	defer r.Close()
+	coll := keys.Encode(req.Prefix[:1])
+	plan, order, err := PlanQuery(t, req.Query, req.Sort, index.Estimate(r, t.Name, coll))
+	if err != nil {
+		return nil, err
+	}
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	s := &index.Search{R: r, Table: t.Name, Coll: coll, Prefix: keys.Encode(req.Prefix)}
+	hits, next, err := s.Run(plan, order, req.After, limit)
+	if errors.Is(err, index.ErrBadToken) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidQuery, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := &ScanResult{SCN: r.SCN, Next: next}
+	for _, h := range hits {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		d, ok, err := r.Doc(t.Name, h.Key)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("partition %s/%d: the index names %x, which has no document", p.DB, p.ID, h.Key)
+		}
+		parts, err := keys.Decode(h.Key)
+		if err != nil {
+			return nil, err
+		}
+		it, err := n.render(t, parts, &d, req.Read)
+		if err != nil {
+			return nil, err
+		}
+		res.Items = append(res.Items, it)
+	}
+	return res, nil
+}

@@ -1,0 +1,406 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// Indexer derives the index entries of documents. Storage asks it for the
+// entries of a document's pre-image and post-image on every change and
+// writes the difference in the batch of the commit itself — on a master
+// when it commits, on a slave when it applies the commit, when a commit is
+// truncated, and when a snapshot is installed — so a query sees exactly
+// the documents a read would.
+type Indexer interface {
+	// Index returns the entries of a document (Avro bytes of schema
+	// version) of table in db; indexed is false when that version
+	// indexes no field (the document then has no ordinal either).
+	Index(db, table string, version int, value []byte) (entries []IndexEntry, indexed bool, err error)
+}
+
+// IndexEntry is one posting of a document: its field, an encoded term
+// (order-preserving, self-delimiting), and a payload stored with it
+// (word positions of a text field). Length is the field's length in words
+// for a text field (the same on each of its entries), 0 otherwise.
+type IndexEntry struct {
+	Field   string
+	Term    []byte
+	Payload []byte
+	Length  uint32
+}
+
+// SetIndexer installs the indexer; before any partition is written.
+func (e *Engine) SetIndexer(ix Indexer) { e.indexer = ix }
+
+// The index's keys, all in the partition's index section, P|i|…:
+//
+//	P|i|p|table|field|term|key        → uvarint ordinal, payload  (a posting)
+//	P|i|o|table|key                   → uvarint ordinal            (the document's ordinal)
+//	P|i|k|table|collection|ordinal    → key                        (and back)
+//	P|i|c|table|collection            → the last ordinal handed out
+//	P|i|s|table|field|collection      → documents with the field, their total length
+//
+// The collection is the key's first part (the document group). Ordinals
+// number a collection's documents for the query's bitmaps; they are this
+// replica's own (a snapshot installs in key order, a truncation does not
+// hand an ordinal out again), never compared across replicas.
+const (
+	idxPosting = 'p'
+	idxOrdinal = 'o'
+	idxKey     = 'k'
+	idxCounter = 'c'
+	idxStats   = 's'
+)
+
+func idxPrefix(db string, id int, kind byte, table string) []byte {
+	b := append(keys.Partition(db, id), keys.SectionIdx, kind)
+	return keys.AppendPart(b, keys.S(table))
+}
+
+// PostingPrefix is the prefix of the postings of field's terms in table.
+func PostingPrefix(db string, id int, table, field string) []byte {
+	return keys.AppendPart(idxPrefix(db, id, idxPosting, table), keys.S(field))
+}
+
+func collectionOf(key []byte) ([]byte, error) {
+	_, n, err := keys.DecodePart(key)
+	if err != nil {
+		return nil, err
+	}
+	return key[:n], nil
+}
+
+// indexEvent writes to b (an indexed batch: reads see its writes) the
+// index changes of one event; undo applies the event backwards (a
+// truncation).
+func (p *Partition) indexEvent(b *pebble.Batch, e *Event, undo bool) error {
+	ix := p.e.indexer
+	if ix == nil || e.Op == OpAutoIncrement {
+		return nil
+	}
+	oldV, oldB, newV, newB := e.PrevVersion, e.PrevValue, e.Version, e.Value
+	hasOld, hasNew := e.Op != OpInsert, e.Op != OpDelete
+	if undo {
+		oldV, oldB, newV, newB = newV, newB, oldV, oldB
+		hasOld, hasNew = hasNew, hasOld
+	}
+	var olds, news []IndexEntry
+	var oldIndexed, newIndexed bool
+	var err error
+	if hasOld {
+		if olds, oldIndexed, err = ix.Index(p.DB, e.Table, oldV, oldB); err != nil {
+			return fmt.Errorf("partition %s/%d: index the pre-image of %s %x: %w", p.DB, p.ID, e.Table, e.Key, err)
+		}
+	}
+	if hasNew {
+		if news, newIndexed, err = ix.Index(p.DB, e.Table, newV, newB); err != nil {
+			return fmt.Errorf("partition %s/%d: index %s %x: %w", p.DB, p.ID, e.Table, e.Key, err)
+		}
+	}
+	if !oldIndexed && !newIndexed {
+		return nil
+	}
+	coll, err := collectionOf(e.Key)
+	if err != nil {
+		return err
+	}
+	ordKey := append(idxPrefix(p.DB, p.ID, idxOrdinal, e.Table), e.Key...)
+	ord, haveOrd, err := readUvarint(b, ordKey)
+	if err != nil {
+		return err
+	}
+	if newIndexed && !haveOrd {
+		ckey := append(idxPrefix(p.DB, p.ID, idxCounter, e.Table), coll...)
+		last, _, err := readUvarint(b, ckey)
+		if err != nil {
+			return err
+		}
+		ord = last + 1
+		if err := b.Set(ckey, binary.AppendUvarint(nil, ord), nil); err != nil {
+			return err
+		}
+		if err := b.Set(ordKey, binary.AppendUvarint(nil, ord), nil); err != nil {
+			return err
+		}
+		if err := b.Set(ordinalKey(p.DB, p.ID, e.Table, coll, ord), e.Key, nil); err != nil {
+			return err
+		}
+	}
+	// Postings: remove what the new image does not have, write what is
+	// new or changed.
+	type fieldTerm struct{ field, term string }
+	keep := make(map[fieldTerm][]byte, len(news))
+	for _, n := range news {
+		keep[fieldTerm{n.Field, string(n.Term)}] = n.Payload
+	}
+	for _, o := range olds {
+		pl, ok := keep[fieldTerm{o.Field, string(o.Term)}]
+		if ok && bytes.Equal(pl, o.Payload) {
+			delete(keep, fieldTerm{o.Field, string(o.Term)})
+			continue
+		}
+		if !ok {
+			if err := b.Delete(postingKey(p.DB, p.ID, e.Table, o.Field, o.Term, e.Key), nil); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range news {
+		pl, ok := keep[fieldTerm{n.Field, string(n.Term)}]
+		if !ok {
+			continue
+		}
+		v := append(binary.AppendUvarint(nil, ord), pl...)
+		if err := b.Set(postingKey(p.DB, p.ID, e.Table, n.Field, n.Term, e.Key), v, nil); err != nil {
+			return err
+		}
+	}
+	// Text statistics: documents having the field and their total length.
+	oldLen, newLen := lengths(olds), lengths(news)
+	for f, l := range oldLen {
+		if newLen[f] != l {
+			if err := p.addStats(b, e.Table, f, coll, -1, -int64(l)); err != nil {
+				return err
+			}
+		}
+	}
+	for f, l := range newLen {
+		if o, ok := oldLen[f]; !ok || o != l {
+			if err := p.addStats(b, e.Table, f, coll, 1, int64(l)); err != nil {
+				return err
+			}
+		}
+	}
+	if !newIndexed && haveOrd {
+		if err := b.Delete(ordKey, nil); err != nil {
+			return err
+		}
+		if err := b.Delete(ordinalKey(p.DB, p.ID, e.Table, coll, ord), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func lengths(es []IndexEntry) map[string]uint32 {
+	var m map[string]uint32
+	for _, e := range es {
+		if e.Length > 0 {
+			if m == nil {
+				m = map[string]uint32{}
+			}
+			m[e.Field] = e.Length
+		}
+	}
+	return m
+}
+
+func postingKey(db string, id int, table, field string, term, key []byte) []byte {
+	b := append(PostingPrefix(db, id, table, field), term...)
+	return append(b, key...)
+}
+
+func ordinalKey(db string, id int, table string, coll []byte, ord uint64) []byte {
+	b := append(idxPrefix(db, id, idxKey, table), coll...)
+	return binary.BigEndian.AppendUint64(b, ord)
+}
+
+func statsKey(db string, id int, table, field string, coll []byte) []byte {
+	b := keys.AppendPart(idxPrefix(db, id, idxStats, table), keys.S(field))
+	return append(b, coll...)
+}
+
+func (p *Partition) addStats(b *pebble.Batch, table, field string, coll []byte, docs, total int64) error {
+	k := statsKey(p.DB, p.ID, table, field, coll)
+	d, t, err := readStats(b, k)
+	if err != nil {
+		return err
+	}
+	d, t = uint64(int64(d)+docs), uint64(int64(t)+total)
+	if d == 0 {
+		return b.Delete(k, nil)
+	}
+	v := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, d), t)
+	return b.Set(k, v, nil)
+}
+
+type reader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+}
+
+func readStats(r reader, k []byte) (docs, total uint64, err error) {
+	v, c, err := r.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	if len(v) != 16 {
+		return 0, 0, fmt.Errorf("index statistics %x: %w", k, keys.ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:]), nil
+}
+
+func readUvarint(r reader, k []byte) (uint64, bool, error) {
+	v, c, err := r.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	defer c.Close()
+	n, w := binary.Uvarint(v)
+	if w <= 0 {
+		return 0, false, fmt.Errorf("index ordinal %x: %w", k, keys.ErrCorrupt)
+	}
+	return n, true, nil
+}
+
+// IndexReader reads one partition's index at one point in time (a Pebble
+// snapshot), with the documents it indexes. Close releases it.
+type IndexReader struct {
+	p    *Partition
+	snap *pebble.Snapshot
+	SCN  SCN
+}
+
+// IndexReader opens a reader of the partition's index and documents as
+// they are now; SCN is the last commit it sees (which may not be durable
+// yet: a master's reader waits for that before answering).
+func (p *Partition) IndexReader() *IndexReader {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &IndexReader{p: p, snap: p.e.db.NewSnapshot(), SCN: p.scn}
+}
+
+// Close releases the reader.
+func (r *IndexReader) Close() error { return r.snap.Close() }
+
+// Postings calls fn for each posting of field in table with a term in
+// [lo, hi) (nil: unbounded) and a key in collection coll (the encoded
+// first key part), in term then key order, until fn returns false.
+func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, fn func(term, key []byte, ord uint64, payload []byte) bool) error {
+	prefix := PostingPrefix(r.p.DB, r.p.ID, table, field)
+	lower, upper := append(append([]byte(nil), prefix...), lo...), keys.PrefixEnd(prefix)
+	if hi != nil {
+		upper = append(append([]byte(nil), prefix...), hi...)
+	}
+	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; {
+		rest := it.Key()[len(prefix):]
+		n, err := termLength(rest)
+		if err != nil {
+			return err
+		}
+		term, key := rest[:n], rest[n:]
+		if !bytes.HasPrefix(key, coll) {
+			// Another collection under this term: on to this
+			// collection's postings of the term, or of the next term.
+			next := append(append(append([]byte(nil), prefix...), term...), coll...)
+			if bytes.Compare(key, coll) > 0 {
+				next = keys.PrefixEnd(append(append([]byte(nil), prefix...), term...))
+			}
+			valid = it.SeekGE(next)
+			continue
+		}
+		v := it.Value()
+		ord, w := binary.Uvarint(v)
+		if w <= 0 {
+			return fmt.Errorf("posting %x: %w", it.Key(), keys.ErrCorrupt)
+		}
+		if !fn(term, key, ord, v[w:]) {
+			break
+		}
+		valid = it.Next()
+	}
+	return it.Error()
+}
+
+// Posting reads one posting: the ordinal and payload of key under term.
+func (r *IndexReader) Posting(table, field string, term, key []byte) (uint64, []byte, bool, error) {
+	v, c, err := r.snap.Get(postingKey(r.p.DB, r.p.ID, table, field, term, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil, false, nil
+	}
+	if err != nil {
+		return 0, nil, false, err
+	}
+	defer c.Close()
+	ord, w := binary.Uvarint(v)
+	if w <= 0 {
+		return 0, nil, false, keys.ErrCorrupt
+	}
+	return ord, append([]byte(nil), v[w:]...), true, nil
+}
+
+// Ordinals calls fn with every indexed document of collection coll in
+// table: its ordinal and key, in ordinal order.
+func (r *IndexReader) Ordinals(table string, coll []byte, fn func(ord uint64, key []byte) bool) error {
+	prefix := append(idxPrefix(r.p.DB, r.p.ID, idxKey, table), coll...)
+	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()[len(prefix):]
+		if len(k) != 8 {
+			return fmt.Errorf("ordinal key %x: %w", it.Key(), keys.ErrCorrupt)
+		}
+		if !fn(binary.BigEndian.Uint64(k), it.Value()) {
+			break
+		}
+	}
+	return it.Error()
+}
+
+// Key returns the key of the document with ordinal ord in coll.
+func (r *IndexReader) Key(table string, coll []byte, ord uint64) ([]byte, bool, error) {
+	v, c, err := r.snap.Get(ordinalKey(r.p.DB, r.p.ID, table, coll, ord))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer c.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// Stats returns how many documents of coll have text field, and their
+// total length in words.
+func (r *IndexReader) Stats(table, field string, coll []byte) (docs, total uint64, err error) {
+	return readStats(r.snap, statsKey(r.p.DB, r.p.ID, table, field, coll))
+}
+
+// Doc reads a document by encoded key.
+func (r *IndexReader) Doc(table string, key []byte) (Doc, bool, error) {
+	return getDoc(r.snap, append(keys.DataTablePrefix(r.p.DB, r.p.ID, table), key...))
+}
+
+// termLength is the length of the term at the start of b: a key part, or
+// a 9-byte double (tag 0x30).
+func termLength(b []byte) (int, error) {
+	if len(b) > 0 && b[0] == 0x30 {
+		if len(b) < 9 {
+			return 0, keys.ErrCorrupt
+		}
+		return 9, nil
+	}
+	_, n, err := keys.DecodePart(b)
+	return n, err
+}
