@@ -89,7 +89,9 @@ type SyntaxError struct {
 	Msg string
 }
 
-func (e *SyntaxError) Error() string { return fmt.Sprintf("query syntax error at position %d: %s", e.Pos, e.Msg) }
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("query syntax error at position %d: %s", e.Pos, e.Msg)
+}
 
 // Parse parses a query in the Lucene-like syntax of docs/api.md:
 // field:value, field:"phrase", field:[a TO b], field:{a TO b},
