@@ -11,7 +11,7 @@ import (
 const (
 	SectionData byte = 'd' // P|d|table|key… → document row
 	SectionLog  byte = 'l' // P|l|generation|sequence → one commit's events
-	SectionIdx  byte = 'i' // P|i|table|field|term|collection|doc → posting
+	SectionIdx  byte = 'i' // P|i|kind|table|… → index postings, ordinals, statistics (storage/index.go)
 	SectionMeta byte = 'm' // P|m|name… → partition metadata
 )
 

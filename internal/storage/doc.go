@@ -2,16 +2,22 @@
 // keyspace (every key starts with the partition, see package keys), document
 // rows with their header, the per-partition commit log and its retention
 // (with the timeline's generation history, which outlives trimmed
-// commits), SCN assignment, and partition snapshots and their install.
+// commits), SCN assignment, partition snapshots and their install, and the
+// keys of local secondary indexes (postings, document ordinals, text
+// statistics), whose entries an Indexer derives from documents.
 //
 // Invariants:
 //   - One commit of a partition is one Pebble batch that holds the document
-//     rows, the commit-log entry and the partition's new SCN, fsynced
-//     before Update returns; a crash leaves all of it or none of it.
+//     rows, their index entries, the commit-log entry and the partition's
+//     new SCN, fsynced before Update returns; a crash leaves all of it or
+//     none of it. A slave applies a commit the same way, deriving the index
+//     entries itself from the commit's images.
 //   - Commits of one partition are serialized (the partition's lock is
-//     held through the fsync) and take consecutive sequence numbers; all
-//     events of a commit share its SCN. Commits of different partitions
-//     share fsyncs in Pebble's commit pipeline.
+//     held while the SCN is assigned and the batch applied, and released
+//     for the fsync, which concurrent commits share) and take consecutive
+//     sequence numbers; all events of a commit share its SCN. Only durable
+//     commits are shipped, reported as the partition's SCN, or read from
+//     the log.
 //   - A document row is never read without checking its CRC.
 //   - A truncation never removes a commit at or below the partition's
 //     acknowledged watermark (ErrTruncateAcknowledged), nor does a trim
