@@ -229,7 +229,7 @@ func TestQueryProperty(t *testing.T) {
 					}
 				}
 				want := expected(model[box], q.match, sortField)
-				got, relevance := queryAll(t, c, qt.name, box, q.text, sortField, 1+rng.IntN(8))
+				got, relevance := queryAll(t, c, "q", qt.name, box, q.text, sortField, 1+rng.IntN(8))
 				if relevance {
 					slices.Sort(got)
 					slices.Sort(want)
@@ -321,12 +321,12 @@ func sortValue(m msg, field string) (string, bool) {
 
 // queryAll follows a query's pages to the end and returns the ids, and
 // whether the order is by relevance.
-func queryAll(t *testing.T, c *client.Client, table, box, q, sort string, limit int) ([]int64, bool) {
+func queryAll(t *testing.T, c *client.Client, db, table, box, q, sort string, limit int) ([]int64, bool) {
 	t.Helper()
 	out := []int64{}
 	next := ""
 	for pages := 0; ; pages++ {
-		p, err := c.Query(context.Background(), "q", table, client.Key{box}, client.Query{Where: q, Sort: sort, Limit: limit, Next: next}, nil)
+		p, err := c.Query(context.Background(), db, table, client.Key{box}, client.Query{Where: q, Sort: sort, Limit: limit, Next: next}, nil)
 		if err != nil {
 			t.Fatalf("query %q sort %q: %v", q, sort, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -403,4 +404,42 @@ func termLength(b []byte) (int, error) {
 	}
 	_, n, err := keys.DecodePart(b)
 	return n, err
+}
+
+// IndexChecksum is a digest of the partition's index as queries see it —
+// postings (field, term, key, payload) and text statistics, without the
+// document ordinals, which are each replica's own — and how many entries
+// it covers. Replicas at the same SCN have the same digest.
+func (p *Partition) IndexChecksum() (uint32, int, error) {
+	snap := p.e.db.NewSnapshot()
+	defer snap.Close()
+	h := crc32.NewIEEE()
+	n := 0
+	for _, kind := range []byte{idxPosting, idxStats} {
+		prefix := append(keys.Partition(p.DB, p.ID), keys.SectionIdx, kind)
+		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+		if err != nil {
+			return 0, 0, err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			v := it.Value()
+			if kind == idxPosting {
+				_, w := binary.Uvarint(v)
+				if w <= 0 {
+					it.Close()
+					return 0, 0, fmt.Errorf("posting %x: %w", it.Key(), keys.ErrCorrupt)
+				}
+				v = v[w:]
+			}
+			h.Write(binary.AppendUvarint(nil, uint64(len(it.Key()))))
+			h.Write(it.Key())
+			h.Write(binary.AppendUvarint(nil, uint64(len(v))))
+			h.Write(v)
+			n++
+		}
+		if err := it.Close(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return h.Sum32(), n, nil
 }

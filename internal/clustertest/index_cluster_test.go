@@ -1,0 +1,288 @@
+package clustertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// TestIndexOnReplicas writes, updates and deletes indexed documents
+// through the router of a three-node cluster, checks that every replica's
+// index equals its master's (slaves index what they apply, themselves),
+// kills the busiest master, and checks that queries through the router
+// answer the model on the promoted masters, before and after more writes.
+func TestIndexOnReplicas(t *testing.T) {
+	const partitions = 4
+	c := startCluster(t, 3, partitions, 3)
+	qt := qTable{name: "Q", indexed: map[string]bool{"from": true, "createdOn": true, "isInbox": true, "labels": true, "score": true}}
+	if _, _, err := c.reg.RegisterVersion(c.ctx, "d", "Q", []schema.KeyPart{{Name: "box"}, {Name: "id", Type: "long"}}, qt.schema()); err != nil {
+		t.Fatal(err)
+	}
+	cl := client.New(c.url)
+	defer cl.Close()
+	rng := rand.New(rand.NewPCG(11, 12))
+	boxes := []string{"b0", "b1", "b2", "b3", "b4", "b5"}
+	model := map[string]map[int64]msg{}
+	for _, b := range boxes {
+		model[b] = map[int64]msg{}
+	}
+	write := func(n int) {
+		for range n {
+			box, id := boxes[rng.IntN(len(boxes))], rng.Int64N(25)
+			for {
+				var err error
+				_, exists := model[box][id]
+				del := exists && rng.IntN(4) == 0
+				m := randMsg(rng, id)
+				if del {
+					_, err = cl.Delete(c.ctx, "d", "Q", client.Key{box, id}, nil)
+				} else {
+					_, err = cl.Put(c.ctx, "d", "Q", client.Key{box, id}, m, nil)
+				}
+				var ce *client.Error
+				if errors.As(err, &ce) && ce.Status == 503 {
+					time.Sleep(20 * time.Millisecond) // between masters
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if del {
+					delete(model[box], id)
+				} else {
+					model[box][id] = m
+				}
+				break
+			}
+		}
+	}
+	check := func(stage string) {
+		t.Helper()
+		for _, box := range boxes {
+			for range 8 {
+				q := genQ(rng, qt, 0)
+				want := expected(model[box], q.match, "createdOn")
+				var got []int64
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					var err error
+					got, err = tryQueryAll(cl, "d", "Q", box, q.text, "createdOn")
+					var ce *client.Error
+					if errors.As(err, &ce) && ce.Status == 503 && time.Now().Before(deadline) {
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
+					if err != nil {
+						t.Fatalf("%s: query %q: %v", stage, q.text, err)
+					}
+					break
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s: box %s query %q:\n got  %v\n want %v", stage, box, q.text, got, want)
+				}
+			}
+		}
+	}
+	write(300)
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+	indexed := compareIndexes(t, c, partitions)
+	if indexed == 0 {
+		t.Fatal("no index entries on any replica")
+	}
+	check("before the failover")
+
+	victim := busiestMaster(c.view.Table("d"))
+	c.nodes[victim].kill()
+	delete(c.nodes, victim)
+	check("during and after the failover")
+	write(100)
+	check("after writes to the new masters")
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+	compareIndexes(t, c, partitions)
+}
+
+// compareIndexes checks that every live replica of each partition has
+// its master's index; it returns how many entries the masters hold.
+func compareIndexes(t *testing.T, c *testCluster, partitions int) int {
+	t.Helper()
+	total := 0
+	for p := range partitions {
+		route := c.view.Table("d").Partitions[p]
+		var first string
+		var sum uint32
+		for _, id := range route.Replicas {
+			n, live := c.nodes[id]
+			if !live {
+				continue
+			}
+			part, err := n.eng.Partition("d", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, entries, err := part.IndexChecksum()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == "" {
+				first, sum = id, s
+				total += entries
+				continue
+			}
+			if s != sum {
+				t.Fatalf("partition %d: the index of %s differs from %s's (%08x vs %08x)", p, id, first, s, sum)
+			}
+		}
+	}
+	return total
+}
+
+// tryQueryAll is queryAll that returns errors.
+func tryQueryAll(c *client.Client, db, table, box, q, sort string) ([]int64, error) {
+	out := []int64{}
+	next := ""
+	for {
+		p, err := c.Query(context.Background(), db, table, client.Key{box}, client.Query{Where: q, Sort: sort, Limit: 5, Next: next}, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range p.Documents {
+			switch id := d.Key[1].(type) {
+			case int64:
+				out = append(out, id)
+			case float64:
+				out = append(out, int64(id))
+			default:
+				return nil, fmt.Errorf("key %v", d.Key)
+			}
+		}
+		if p.Next == "" {
+			return out, nil
+		}
+		next = p.Next
+	}
+}
+
+// TestQueryReadsItsWrites: writers each query for their document right
+// after the write is acknowledged, on one `cortado serve`; the document
+// must be there. Then the process is killed mid-write and restarted, and
+// every query equals a brute-force filter of the documents the process
+// holds (its index after the crash is the index of its documents).
+func TestQueryReadsItsWrites(t *testing.T) {
+	s := StartServe(t, ServeOptions{})
+	ctx := context.Background()
+	c := client.New(s.URL)
+	if err := c.CreateDatabase(ctx, "r", client.Database{Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	def := client.TableSchema{Key: []client.KeyPart{{Name: "box"}, {Name: "id", Type: "long"}},
+		Schema: json.RawMessage(`{"type":"record","name":"W","fields":[{"name":"seq","type":"long","index":"attribute"},{"name":"text","type":"string","index":"text"}]}`)}
+	if _, err := c.RegisterSchema(ctx, "r", "W", def); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	acked := 0
+	enough := make(chan struct{})
+	var once sync.Once
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			box := fmt.Sprintf("w%d", w%2) // two writers per document group
+			for i := int64(0); ; i++ {
+				id := int64(w)*1_000_000 + i
+				word := fmt.Sprintf("tok%dx%d", w, i)
+				if _, err := c.Put(ctx, "r", "W", client.Key{box, id}, map[string]any{"seq": id, "text": "hello " + word}, nil); err != nil {
+					return // the server is gone
+				}
+				for _, q := range []string{fmt.Sprintf("seq:%d", id), word} {
+					p, err := c.Query(ctx, "r", "W", client.Key{box}, client.Query{Where: q}, nil)
+					if err != nil {
+						return
+					}
+					if len(p.Documents) != 1 {
+						t.Errorf("query %q right after its write was acknowledged: %d documents", q, len(p.Documents))
+						return
+					}
+				}
+				mu.Lock()
+				acked++
+				if acked >= 300 {
+					once.Do(func() { close(enough) })
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	select {
+	case <-enough:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("writers too slow")
+	}
+	s.Kill()
+	wg.Wait()
+	c.Close()
+	if t.Failed() {
+		return
+	}
+	s.Restart()
+	c = client.New(s.URL)
+	defer c.Close()
+	for _, box := range []string{"w0", "w1"} {
+		// The documents, read in key order.
+		var docs []struct {
+			id  int64
+			seq int64
+		}
+		next := ""
+		for {
+			p, err := c.Collection(ctx, "r", "W", client.Key{box}, 500, next, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range p.Documents {
+				var v struct{ Seq int64 }
+				if err := d.Decode(&v); err != nil {
+					t.Fatal(err)
+				}
+				docs = append(docs, struct{ id, seq int64 }{d.Key[1].(int64), v.Seq})
+			}
+			if next = p.Next; next == "" {
+				break
+			}
+		}
+		all, err := tryQueryAll(c, "r", "W", box, "hello", "seq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != len(docs) {
+			t.Fatalf("%s after the crash: %d documents, the text index finds %d", box, len(docs), len(all))
+		}
+		for i, d := range docs {
+			if i%25 != 0 {
+				continue
+			}
+			got, err := tryQueryAll(c, "r", "W", box, fmt.Sprintf("seq:[%d TO %d]", d.seq, d.seq+1), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []int64{d.id}
+			if i+1 < len(docs) && docs[i+1].seq == d.seq+1 {
+				want = append(want, docs[i+1].id)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s after the crash: seq %d..%d finds %v, want %v", box, d.seq, d.seq+1, got, want)
+			}
+		}
+		t.Logf("%s: %d documents, all found by the index after kill -9 and restart", box, len(docs))
+	}
+}
