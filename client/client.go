@@ -180,6 +180,8 @@ type Error struct {
 	Detail    string `json:"detail,omitempty"`
 	Field     string `json:"field,omitempty"`
 	Operation *int   `json:"operation,omitempty"`
+	// Position is where in a query it went wrong (a byte offset).
+	Position *int `json:"position,omitempty"`
 }
 
 func (e *Error) Error() string {

@@ -100,7 +100,7 @@ func problemErr(err error) error {
 		return client.ErrNotModified
 	}
 	p := router.Problem(err)
-	return &client.Error{Status: p.Status, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field, Operation: p.Operation}
+	return &client.Error{Status: p.Status, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field, Operation: p.Operation, Position: p.Position}
 }
 
 func toConditions(c *client.Conditions) node.Preconditions {

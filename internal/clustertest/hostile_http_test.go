@@ -31,7 +31,10 @@ var (
 	hostileKeys    = []string{"1", "2", "-5", "+1", "01", "0", "99999999999999999999", "%FF", "%2E%2E", "a%2Fb", "alice",
 		"(1,2,3)", "(", "((1))", "(1,,2)", "%E2%80%A8", "%ED%A0%80", strings.Repeat("k", 2000), "x y", "1e3"}
 	hostileQueries = []string{"", "", "?fields=lastName", "?fields=positions.title,nosuch", "?fields=" + strings.Repeat("a.", 500),
-		"?limit=-1", "?limit=99999", "?limit=2&next=!!", "?next=" + strings.Repeat("A", 3000), "?query=a:b"}
+		"?limit=-1", "?limit=99999", "?limit=2&next=!!", "?next=" + strings.Repeat("A", 3000), "?query=a:b",
+		"?query=from:bob", "?query=hello%20AND%20isInbox:true&sort=-createdOn", "?query=%22big%20news%22&limit=2&next=AAAAAAAAAAAAAAAAAA",
+		"?query=createdOn:[1%20TO%20*]&sort=subject", "?query=" + strings.Repeat("(", 40) + "a", "?query=" + strings.Repeat("a%20OR%20", 200) + "b",
+		"?query=labels:%FF", "?query=NOT%20NOT%20-x", "?query=createdOn:>=99999999999999999999", "?query=%22unterminated", "?query=&sort=-"}
 	// Change-stream parameters (a stream that starts is left at once).
 	hostileChangeQueries = []string{"", "?since=now", "?since=beginning", "?since=AQAAAAA", "?since=" + strings.Repeat("A", 200000), "?since=!!",
 		"?tables=Profile,Nope", "?partitions=0,64", "?partitions=-1", "?fields=lastName", "?fields=nosuch", "?version=99", "?before=maybe",

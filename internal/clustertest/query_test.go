@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -365,4 +366,70 @@ func hasWords(e index.Expr) bool {
 		return slices.ContainsFunc(e.Items, hasWords)
 	}
 	return false
+}
+
+// TestQueryErrors: a bad query is refused with a problem naming the
+// position or the field, on both transports, and changes nothing.
+func TestQueryErrors(t *testing.T) {
+	ctx := context.Background()
+	s := StartServe(t, ServeOptions{})
+	hc := client.New(s.URL)
+	defer hc.Close()
+	ec, err := embedded.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	for _, c := range []*client.Client{hc, ec} {
+		if err := c.CreateDatabase(ctx, "e", client.Database{Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+		v1 := `{"type":"record","name":"M","fields":[{"name":"subject","type":"string","index":"text"},{"name":"n","type":"long","index":"attribute"},{"name":"tags","type":{"type":"array","items":"string"},"index":"attribute"},{"name":"later","type":"string","default":""}]}`
+		if _, err := c.RegisterSchema(ctx, "e", "M", client.TableSchema{Key: []client.KeyPart{{Name: "box"}, {Name: "id", Type: "long"}}, Schema: json.RawMessage(v1)}); err != nil {
+			t.Fatal(err)
+		}
+		// Version 2 indexes a field version 1 did not.
+		v2 := strings.Replace(v1, `"default":""}`, `"default":"","index":"attribute"}`, 1)
+		if _, err := c.RegisterSchema(ctx, "e", "M", client.TableSchema{Schema: json.RawMessage(v2)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Put(ctx, "e", "M", client.Key{"b", 1}, map[string]any{"subject": "hi there", "n": 5, "tags": []string{"x"}, "later": "y"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			where, sort string
+			status     int
+			typ        string
+			field      string
+			position   int
+		}{
+			{where: "n:[1 TO", status: 400, typ: "invalid-query", position: 7},
+			{where: "n:1 OR (", status: 400, typ: "invalid-query", position: 8},
+			{where: "nope:1", status: 400, typ: "invalid-query", field: "nope", position: 0},
+			{where: "hi AND n:abc", status: 400, typ: "invalid-query", field: "n", position: 7},
+			{where: "subject:[a TO b]", status: 400, typ: "invalid-query", field: "subject", position: 0},
+			{where: "hi", sort: "subject", status: 400, typ: "invalid-query"},
+			{where: "hi", sort: "tags", status: 400, typ: "invalid-query"},
+			{where: "later:y", status: 409, typ: "index-building"},
+			{where: "hi", sort: "later", status: 409, typ: "index-building"},
+		} {
+			_, err := c.Query(ctx, "e", "M", client.Key{"b"}, client.Query{Where: tc.where, Sort: tc.sort}, nil)
+			var ce *client.Error
+			if !errors.As(err, &ce) || ce.Status != tc.status || ce.Type != "urn:cortado:problem:"+tc.typ || ce.Field != tc.field ||
+				tc.typ == "invalid-query" && tc.sort == "" && (ce.Position == nil || *ce.Position != tc.position) {
+				pos := -1
+				if ce != nil && ce.Position != nil {
+					pos = *ce.Position
+				}
+				t.Fatalf("query %q sort %q: %v (field %q position %d), want %d %s field %q position %d", tc.where, tc.sort, err, ce.Field, pos, tc.status, tc.typ, tc.field, tc.position)
+			}
+		}
+		p, err := c.Query(ctx, "e", "M", client.Key{"b"}, client.Query{Where: "n:>=5 AND tags:x AND hi"}, nil)
+		if err != nil || len(p.Documents) != 1 {
+			t.Fatalf("after the refused queries: %v %v", p, err)
+		}
+		if _, err := c.Query(ctx, "e", "M", client.Key{"b"}, client.Query{Where: "hi", Next: "AAAA"}, nil); err == nil {
+			t.Fatal("a made-up continuation token was accepted")
+		}
+	}
 }

@@ -440,12 +440,12 @@ func (s *Server) DemoDatabase(ctx context.Context) error {
 var demoTables = []struct{ name, def string }{
 	{"Message", `{"key":[{"name":"mailboxId","type":"string"},{"name":"messageId","type":"long","autoIncrement":true}],
 	 "schema":{"type":"record","name":"Message","namespace":"demo","fields":[
-	  {"name":"from","type":"string"},
-	  {"name":"subject","type":"string"},
-	  {"name":"body","type":"string","default":""},
-	  {"name":"isInbox","type":"boolean","default":true},
-	  {"name":"createdOn","type":"long","default":0},
-	  {"name":"labels","type":{"type":"array","items":"string"},"default":[]}]}}`},
+	  {"name":"from","type":"string","index":"attribute"},
+	  {"name":"subject","type":"string","index":"text"},
+	  {"name":"body","type":"string","default":"","index":"text"},
+	  {"name":"isInbox","type":"boolean","default":true,"index":"attribute"},
+	  {"name":"createdOn","type":"long","default":0,"index":"attribute"},
+	  {"name":"labels","type":{"type":"array","items":"string"},"default":[],"index":"attribute"}]}}`},
 	{"MailboxStats", `{"key":[{"name":"mailboxId","type":"string"}],
 	 "schema":{"type":"record","name":"MailboxStats","namespace":"demo","fields":[
 	  {"name":"total","type":"long","default":0},
