@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -69,8 +70,17 @@ type Hit struct {
 	Missing bool   // no value of the sort field
 }
 
+// MaxMatches bounds how many documents one query may match: its hits are
+// sorted in memory.
+const MaxMatches = 1 << 17
+
+// ErrTooBroad is a query matching more than MaxMatches documents.
+var ErrTooBroad = fmt.Errorf("index: the query matches more than %d documents of the collection; narrow it", MaxMatches)
+
 // Search is one query's execution over one collection.
 type Search struct {
+	// Ctx ends the search early (the caller went away).
+	Ctx   context.Context
 	R     Reader
 	Table string
 	Coll  []byte
@@ -96,9 +106,15 @@ func (s *Search) Run(p Plan, o Order, after []byte, limit int) ([]Hit, []byte, e
 	if o.Relevance {
 		s.scores = map[uint32]float64{}
 	}
+	if s.Ctx == nil {
+		s.Ctx = context.Background()
+	}
 	bm, err := s.eval(p, o.Relevance)
 	if err != nil {
 		return nil, nil, err
+	}
+	if bm.GetCardinality() > MaxMatches {
+		return nil, nil, ErrTooBroad
 	}
 	hits, err := s.hits(bm, o)
 	if err != nil {
@@ -203,16 +219,20 @@ func (s *Search) leaf(l *Leaf, scoring bool) (*roaring.Bitmap, error) {
 	}
 	var scored []tfdl
 	var bad error
+	n := 0
 	err := s.R.Postings(s.Table, l.Field, l.Lo, l.Hi, s.Coll, func(_, key []byte, ord uint64, payload []byte) bool {
+		if n++; n%1024 == 0 {
+			if bad = s.Ctx.Err(); bad != nil {
+				return false
+			}
+		}
 		o, err := ord32(ord)
 		if err != nil {
 			bad = err
 			return false
 		}
 		bm.Add(o)
-		if _, ok := s.keys[o]; !ok {
-			s.keys[o] = append([]byte(nil), key...)
-		}
+		s.remember(o, key)
 		if scoring && l.Scored {
 			dl, ps, err := decodeText(payload)
 			if err != nil {
@@ -346,6 +366,14 @@ func (s *Search) probe(acc *roaring.Bitmap, l *Leaf) error {
 	return nil
 }
 
+// remember caches a document's key while the cache is small: a list or
+// a collection larger than MaxMatches is read, not kept.
+func (s *Search) remember(o uint32, key []byte) {
+	if _, ok := s.keys[o]; !ok && len(s.keys) < MaxMatches {
+		s.keys[o] = append([]byte(nil), key...)
+	}
+}
+
 func (s *Search) key(o uint32) ([]byte, error) {
 	if k, ok := s.keys[o]; ok {
 		return k, nil
@@ -372,9 +400,7 @@ func (s *Search) universe() (*roaring.Bitmap, error) {
 			return false
 		}
 		all.Add(o)
-		if _, ok := s.keys[o]; !ok {
-			s.keys[o] = append([]byte(nil), key...)
-		}
+		s.remember(o, key)
 		return true
 	})
 	if err == nil {

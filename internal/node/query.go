@@ -68,9 +68,9 @@ func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition,
 	if limit <= 0 {
 		limit = 1 << 30
 	}
-	s := &index.Search{R: r, Table: t.Name, Coll: coll, Prefix: keys.Encode(req.Prefix)}
+	s := &index.Search{Ctx: ctx, R: r, Table: t.Name, Coll: coll, Prefix: keys.Encode(req.Prefix)}
 	hits, next, err := s.Run(plan, order, req.After, limit)
-	if errors.Is(err, index.ErrBadToken) {
+	if errors.Is(err, index.ErrBadToken) || errors.Is(err, index.ErrTooBroad) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidQuery, err)
 	}
 	if err != nil {
