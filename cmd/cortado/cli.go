@@ -229,16 +229,28 @@ func runQuery(args []string) error {
 	fields := fs.String("fields", "", "comma-separated dot paths to project")
 	limit := fs.Int("limit", 100, "page size")
 	all := fs.Bool("all", false, "follow continuation tokens to the end of the collection")
+	where := fs.String("where", "", `select by indexed fields: 'from:bob AND isInbox:true', 'createdOn:[1 TO 9]', words, "phrases", OR, NOT, ( )`)
+	sort := fs.String("sort", "", "with --where: order by an attribute-indexed field (field, or -field descending); default relevance for words, else key order")
+	first := fs.String("next", "", "continue from a page's continuation token")
 	parseArgs(fs, args)
 	db, table, key, err := parsePath(fs, 3)
 	if err != nil {
 		return err
 	}
+	if *sort != "" && *where == "" {
+		return fmt.Errorf("--sort needs --where")
+	}
 	cl, ctx, cancel := c.client()
 	defer cancel()
-	next := ""
+	next := *first
 	for {
-		p, err := cl.Collection(ctx, db, table, key, *limit, next, &client.ReadOptions{Fields: fieldsOf(*fields)})
+		var p *client.Page
+		ro := &client.ReadOptions{Fields: fieldsOf(*fields)}
+		if *where != "" {
+			p, err = cl.Query(ctx, db, table, key, client.Query{Where: *where, Sort: *sort, Limit: *limit, Next: next}, ro)
+		} else {
+			p, err = cl.Collection(ctx, db, table, key, *limit, next, ro)
+		}
 		if err != nil {
 			return err
 		}

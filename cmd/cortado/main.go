@@ -23,7 +23,7 @@ var commands = []struct {
 	{"insert", "insert with an auto-increment key: insert db/table/prefix… -d JSON", runInsert},
 	{"patch", "partially update a document: patch db/table/key… -d PATCH", runPatch},
 	{"delete", "delete a document or a collection: delete db/table/key…", runDelete},
-	{"query", "list a collection, following pages: query db/table/prefix…", runQuery},
+	{"query", "list a collection, or select from a document group by indexed fields: query db/table/prefix… [--where Q] [--sort F]", runQuery},
 	{"tail", "follow a database's change stream: tail db [--tables T] [--since TOKEN|now|beginning]", runTail},
 	{"schema", "manage schemas: schema create-db|register|show …", runSchema},
 	{"bench", "measure GET/PUT throughput and latency against a server", runBench},

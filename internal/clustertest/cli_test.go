@@ -61,10 +61,16 @@ func TestCLI(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("query --all printed %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
+	run("insert", "-d", `{"from":"b","subject":"Big news today","createdOn":7}`, "demo/Message/box")
+	run("insert", "-d", `{"from":"b","subject":"old news","createdOn":9}`, "demo/Message/box")
+	lines = strings.Split(strings.TrimSpace(run("query", "--where", "from:b AND news", "--sort", "-createdOn", "demo/Message/box")), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "old news") || !strings.Contains(lines[1], "Big news") {
+		t.Fatalf("query --where --sort printed:\n%s", strings.Join(lines, "\n"))
+	}
 	if tbl := jsonOf(run("schema", "show", "demo/Message")); tbl["latest"].(float64) != 1 {
 		t.Fatalf("schema show %v", tbl)
 	}
-	if del := jsonOf(run("delete", "demo/Message/box")); del["deleted"] != float64(3) {
+	if del := jsonOf(run("delete", "demo/Message/box")); del["deleted"] != float64(5) {
 		t.Fatalf("delete printed %v", del)
 	}
 	// A failing command exits non-zero with the problem on stderr.
