@@ -67,10 +67,15 @@ func TestIndexOnReplicas(t *testing.T) {
 	}
 	check := func(stage string) {
 		t.Helper()
-		for _, box := range boxes {
+		for _, box := range append(boxes, "") { // "": every box, across the partitions
 			for range 8 {
 				q := genQ(rng, qt, 0)
-				want := expected(model[box], q.match, "createdOn")
+				var want []int64
+				if box == "" {
+					want = expectedAll(model, boxes, q.match, "createdOn")
+				} else {
+					want = expected(model[box], q.match, "createdOn")
+				}
 				var got []int64
 				deadline := time.Now().Add(20 * time.Second)
 				for {
@@ -149,20 +154,24 @@ func compareIndexes(t *testing.T, c *testCluster, partitions int) int {
 func tryQueryAll(c *client.Client, db, table, box, q, sort string) ([]int64, error) {
 	out := []int64{}
 	next := ""
+	prefix := client.Key{box}
+	if box == "" {
+		prefix = nil // every box
+	}
 	for {
-		p, err := c.Query(context.Background(), db, table, client.Key{box}, client.Query{Where: q, Sort: sort, Limit: 5, Next: next}, nil)
+		p, err := c.Query(context.Background(), db, table, prefix, client.Query{Where: q, Sort: sort, Limit: 5, Next: next}, nil)
 		if err != nil {
 			return nil, err
 		}
 		for _, d := range p.Documents {
-			switch id := d.Key[1].(type) {
-			case int64:
-				out = append(out, id)
-			case float64:
-				out = append(out, int64(id))
-			default:
+			id, ok := d.Key[1].(int64)
+			if !ok {
 				return nil, fmt.Errorf("key %v", d.Key)
 			}
+			if box == "" {
+				id += boxNumber(d.Key[0].(string)) * 1000
+			}
+			out = append(out, id)
 		}
 		if p.Next == "" {
 			return out, nil

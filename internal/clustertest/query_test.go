@@ -231,6 +231,13 @@ func TestQueryProperty(t *testing.T) {
 				}
 				want := expected(model[box], q.match, sortField)
 				got, relevance := queryAll(t, c, "q", qt.name, box, q.text, sortField, 1+rng.IntN(8))
+				if rng.IntN(3) == 0 {
+					// Without a partition key: every box, merged across
+					// the partitions; ids are box*1000+id.
+					box = ""
+					want = expectedAll(model, boxes, q.match, sortField)
+					got, relevance = queryAll(t, c, "q", qt.name, box, q.text, sortField, 1+rng.IntN(8))
+				}
 				if relevance {
 					slices.Sort(got)
 					slices.Sort(want)
@@ -263,6 +270,58 @@ func TestQueryProperty(t *testing.T) {
 			}
 		}
 	}
+}
+
+// expectedAll is expected over every box: documents of one box keep
+// their order, boxes merge by the sort field, then by key (box, id).
+func expectedAll(model map[string]map[int64]msg, boxes []string, match func(msg) bool, sort string) []int64 {
+	type boxed struct {
+		box int
+		m   msg
+	}
+	var all []boxed
+	for bi, b := range boxes {
+		for _, m := range model[b] {
+			if match(m) {
+				all = append(all, boxed{bi, m})
+			}
+		}
+	}
+	field, desc := strings.TrimPrefix(sort, "-"), strings.HasPrefix(sort, "-")
+	slices.SortFunc(all, func(a, b boxed) int {
+		if field != "" {
+			va, oka := sortValue(a.m, field)
+			vb, okb := sortValue(b.m, field)
+			if oka != okb {
+				if oka {
+					return -1
+				}
+				return 1
+			}
+			if c := cmp.Compare(va, vb); c != 0 {
+				if desc {
+					return -c
+				}
+				return c
+			}
+		}
+		if c := cmp.Compare(a.box, b.box); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.m.ID, b.m.ID)
+	})
+	out := []int64{}
+	for _, b := range all {
+		out = append(out, boxNumber(boxes[b.box])*1000+b.m.ID)
+	}
+	return out
+}
+
+// boxNumber is N of box "bN": a document of a query over every box is
+// known by N*1000+id.
+func boxNumber(box string) int64 {
+	n, _ := strconv.ParseInt(strings.TrimPrefix(box, "b"), 10, 64)
+	return n
 }
 
 // expected filters and sorts the model as a query must.
@@ -327,15 +386,18 @@ func queryAll(t *testing.T, c *client.Client, db, table, box, q, sort string, li
 	out := []int64{}
 	next := ""
 	for pages := 0; ; pages++ {
-		p, err := c.Query(context.Background(), db, table, client.Key{box}, client.Query{Where: q, Sort: sort, Limit: limit, Next: next}, nil)
+		prefix := client.Key{box}
+		if box == "" {
+			prefix = nil
+		}
+		p, err := c.Query(context.Background(), db, table, prefix, client.Query{Where: q, Sort: sort, Limit: limit, Next: next}, nil)
 		if err != nil {
 			t.Fatalf("query %q sort %q: %v", q, sort, err)
 		}
 		for _, d := range p.Documents {
-			id, ok := d.Key[1].(int64)
-			if !ok {
-				f, _ := d.Key[1].(float64)
-				id = int64(f)
+			id := d.Key[1].(int64)
+			if box == "" {
+				id += boxNumber(d.Key[0].(string)) * 1000
 			}
 			out = append(out, id)
 		}

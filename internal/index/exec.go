@@ -496,6 +496,40 @@ func compare(o Order) func(a, b Hit) int {
 	}
 }
 
+// Position is a hit's place in its query's order, as a page token holds
+// it.
+func Position(h Hit) []byte { return encodeToken(h) }
+
+// ComparePositions orders two positions (from Position) as o orders their
+// hits; a position that does not decode sorts last.
+func ComparePositions(o Order, a, b []byte) int {
+	ha, erra := decodeToken(a)
+	hb, errb := decodeToken(b)
+	switch {
+	case erra != nil && errb != nil:
+		return bytes.Compare(a, b)
+	case erra != nil:
+		return 1
+	case errb != nil:
+		return -1
+	}
+	return compare(o)(ha, hb)
+}
+
+// Merge merges hit lists sorted in o's order into the first limit hits;
+// more reports whether any hit was left out.
+func Merge(o Order, lists [][]Hit, limit int) (hits []Hit, more bool) {
+	cmp := compare(o)
+	for _, l := range lists {
+		hits = append(hits, l...)
+	}
+	slices.SortFunc(hits, cmp)
+	if len(hits) > limit {
+		return hits[:limit], true
+	}
+	return hits, false
+}
+
 // A token is the last hit of a page: missing flag, term, score, key.
 func encodeToken(h Hit) []byte {
 	b := []byte{0}

@@ -72,6 +72,9 @@ type Item struct {
 	// Stale, set when a slave answered, bounds how far behind its master
 	// it may be: the time since it last heard from the master.
 	Stale time.Duration `json:",omitempty"`
+	// Position is a query hit's place in the query's order (a token
+	// index.ComparePositions orders), for merging partitions' hits.
+	Position []byte `json:",omitempty"`
 }
 
 // GetRequest reads one document.

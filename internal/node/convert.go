@@ -67,7 +67,7 @@ func itemTo(it *Item) *wire.Item {
 		return nil
 	}
 	return &wire.Item{Key: keys.Encode(it.Key), Scn: scnTo(it.SCN), Modified: timeTo(it.Modified), Etag: it.ETag,
-		Body: it.Body, BodyVersion: int32(it.BodyVersion), StaleNanos: int64(it.Stale)}
+		Body: it.Body, BodyVersion: int32(it.BodyVersion), StaleNanos: int64(it.Stale), Position: it.Position}
 }
 
 func itemFrom(w *wire.Item) (*Item, error) {
@@ -79,7 +79,7 @@ func itemFrom(w *wire.Item) (*Item, error) {
 		return nil, err
 	}
 	return &Item{Key: k, SCN: scnFrom(w.Scn), Modified: timeFrom(w.Modified), ETag: w.Etag,
-		Body: w.Body, BodyVersion: int(w.BodyVersion), Stale: time.Duration(w.StaleNanos)}, nil
+		Body: w.Body, BodyVersion: int(w.BodyVersion), Stale: time.Duration(w.StaleNanos), Position: w.Position}, nil
 }
 
 func itemsTo(items []*Item) []*wire.Item {

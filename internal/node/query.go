@@ -52,31 +52,40 @@ func PlanQuery(t *schema.Table, query, sort string, est index.Estimator) (index.
 }
 
 // query answers a Scan with a query: the matching documents of the
-// collection, in the query's order, one page.
+// collection (the prefix's first part), or with no prefix of every
+// collection of the partition, in the query's order, one page.
 func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition, req ScanRequest) (*ScanResult, error) {
-	if len(req.Prefix) == 0 {
-		return nil, fmt.Errorf("%w: a query needs the partition key", ErrInvalidQuery)
-	}
 	r := p.IndexReader()
 	defer r.Close()
-	coll := keys.Encode(req.Prefix[:1])
+	var coll []byte
+	if len(req.Prefix) > 0 {
+		coll = keys.Encode(req.Prefix[:1])
+	}
 	plan, order, err := PlanQuery(t, req.Query, req.Sort, index.Estimate(r, t.Name, coll))
 	if err != nil {
 		return nil, err
 	}
 	limit := req.Limit
 	if limit <= 0 {
-		limit = 1 << 30
+		limit = 1 << 20
 	}
-	s := &index.Search{Ctx: ctx, R: r, Table: t.Name, Coll: coll, Prefix: keys.Encode(req.Prefix)}
-	hits, next, err := s.Run(plan, order, req.After, limit)
+	var hits []index.Hit
+	var more bool
+	if coll != nil {
+		s := &index.Search{Ctx: ctx, R: r, Table: t.Name, Coll: coll, Prefix: keys.Encode(req.Prefix)}
+		var next []byte
+		hits, next, err = s.Run(plan, order, req.After, limit)
+		more = next != nil
+	} else {
+		hits, more, err = queryPartition(ctx, r, t.Name, plan, order, req.After, limit)
+	}
 	if errors.Is(err, index.ErrBadToken) || errors.Is(err, index.ErrTooBroad) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidQuery, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	res := &ScanResult{SCN: r.SCN, Next: next}
+	res := &ScanResult{SCN: r.SCN}
 	for _, h := range hits {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -96,7 +105,40 @@ func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition,
 		if err != nil {
 			return nil, err
 		}
+		it.Position = index.Position(h)
 		res.Items = append(res.Items, it)
 	}
+	if more && len(hits) > 0 {
+		res.Next = index.Position(hits[len(hits)-1])
+	}
 	return res, nil
+}
+
+// queryPartition runs a query over every collection of a partition and
+// keeps the first limit hits after the token in the query's order (each
+// collection's own, merged: relevance is scored per collection, as the
+// index is local to it).
+func queryPartition(ctx context.Context, r *storage.IndexReader, table string, plan index.Plan, order index.Order, after []byte, limit int) ([]index.Hit, bool, error) {
+	var hits []index.Hit
+	more := false
+	var runErr error
+	err := r.Collections(table, func(coll []byte) bool {
+		if runErr = ctx.Err(); runErr != nil {
+			return false
+		}
+		s := &index.Search{Ctx: ctx, R: r, Table: table, Coll: coll, Prefix: coll}
+		h, next, err := s.Run(plan, order, after, limit)
+		if err != nil {
+			runErr = err
+			return false
+		}
+		var cut bool
+		hits, cut = index.Merge(order, [][]index.Hit{hits, h}, limit)
+		more = more || cut || next != nil
+		return true
+	})
+	if err == nil {
+		err = runErr
+	}
+	return hits, more, err
 }

@@ -139,13 +139,14 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			r.fail(w, Problem(err))
 			return
 		}
-		tg, err := r.resolve(db, table, key, false)
+		q := req.URL.Query()
+		// A query may leave out the partition key: all partitions.
+		tg, err := r.resolve(db, table, key, q.Has("query"))
 		if err != nil {
 			r.fail(w, Problem(err))
 			return
 		}
 		if !r.full(tg) {
-			q := req.URL.Query()
 			limit := 0
 			if s := q.Get("limit"); s != "" {
 				if limit, err = strconv.Atoi(s); err != nil || limit < 1 {

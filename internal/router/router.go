@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/changes"
+	"github.com/cortado-db/cortado/internal/index"
 
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
@@ -327,14 +330,15 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 // first, so a bad one is refused with its position before any node is
 // asked.
 func (r *Router) Query(ctx context.Context, db, table string, prefix []string, query, sort string, limit int, token string, f Format) (*Page, error) {
-	tg, err := r.resolve(db, table, prefix, false)
+	tg, err := r.resolve(db, table, prefix, true)
 	if err != nil {
 		return nil, err
 	}
 	if f.Avro {
 		return nil, errAvroMulti
 	}
-	if _, _, err := node.PlanQuery(tg.table, query, sort, nil); err != nil {
+	_, order, err := node.PlanQuery(tg.table, query, sort, nil)
+	if err != nil {
 		return nil, err
 	}
 	spec, err := r.readSpec(tg.table, f)
@@ -353,11 +357,16 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 			return nil, &keyError{fmt.Errorf("bad continuation token")}
 		}
 	}
-	n, err := r.nodeFor(tg)
-	if err != nil {
-		return nil, err
+	req := node.ScanRequest{DB: db, Table: table, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec, Query: query, Sort: sort}
+	var res *node.ScanResult
+	if len(tg.key) == 0 {
+		res, err = r.queryAll(ctx, tg, req, order)
+	} else {
+		var n node.Service
+		if n, err = r.nodeFor(tg); err == nil {
+			res, err = n.Scan(ctx, req)
+		}
 	}
-	res, err := n.Scan(ctx, node.ScanRequest{DB: db, Table: table, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec, Query: query, Sort: sort})
 	if err != nil {
 		return nil, err
 	}
@@ -371,6 +380,78 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	}
 	page.SCN = res.SCN
 	return page, nil
+}
+
+// fanOut calls fn for each partition of db in parts, in parallel, with
+// the partition's master; the first error cancels the others and is
+// returned once every call has ended.
+func (r *Router) fanOut(ctx context.Context, db string, parts []int, fn func(ctx context.Context, i int, n node.Service) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := r.backend.Node(db, p)
+			if err == nil {
+				err = fn(ctx, i, n)
+			}
+			if err != nil {
+				errs[i] = err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	// The first error that is not the cancellation it caused.
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queryAll runs a query without a partition key on every partition in
+// parallel and merges their pages: each partition answers its first
+// limit hits after the token, so the first limit of all of them, in the
+// query's order, are the page (at most partitions × limit items held).
+func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest, order index.Order) (*node.ScanResult, error) {
+	parts := make([]int, tg.db.Partitions)
+	for i := range parts {
+		parts[i] = i
+	}
+	results := make([]*node.ScanResult, len(parts))
+	err := r.fanOut(ctx, tg.db.Name, parts, func(ctx context.Context, i int, n node.Service) (err error) {
+		q := req
+		q.Partition = parts[i]
+		results[i], err = n.Scan(ctx, q)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &node.ScanResult{}
+	more := false
+	for _, res := range results {
+		out.Items = append(out.Items, res.Items...)
+		more = more || res.Next != nil
+	}
+	slices.SortStableFunc(out.Items, func(a, b *node.Item) int { return index.ComparePositions(order, a.Position, b.Position) })
+	if len(out.Items) > req.Limit {
+		out.Items, more = out.Items[:req.Limit], true
+	}
+	if more && len(out.Items) > 0 {
+		out.Next = out.Items[len(out.Items)-1].Position
+	}
+	return out, nil
 }
 
 // MultiGet reads documents by full keys, fanning out to their partitions in
@@ -418,29 +499,12 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	}
 	d, _ := r.reg.Database(db)
 	results := make([][]*node.Item, len(order))
-	errs := make([]error, len(order))
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan int, len(order))
-	for i, p := range order {
-		go func() {
-			defer func() { done <- i }()
-			n, err := r.backend.Node(d.Name, p)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			results[i], errs[i] = n.MultiGet(ctx, node.MultiGetRequest{DB: db, Table: table, Partition: p, Keys: groups[p].keys, Read: spec})
-		}()
-	}
-	for range order {
-		if i := <-done; errs[i] != nil {
-			cancel()
-			for range len(order) - 1 {
-				<-done
-			}
-			return nil, errs[i]
-		}
+	err = r.fanOut(ctx, d.Name, order, func(ctx context.Context, i int, n node.Service) (err error) {
+		results[i], err = n.MultiGet(ctx, node.MultiGetRequest{DB: db, Table: table, Partition: order[i], Keys: groups[order[i]].keys, Read: spec})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	found := map[string]*node.Item{}
 	for _, items := range results {

@@ -369,6 +369,24 @@ func (r *IndexReader) Ordinals(table string, coll []byte, fn func(ord uint64, ke
 	return it.Error()
 }
 
+// Collections calls fn with each collection of table that has indexed
+// documents (or had: a collection emptied keeps its counter), in key
+// order.
+func (r *IndexReader) Collections(table string, fn func(coll []byte) bool) error {
+	prefix := idxPrefix(r.p.DB, r.p.ID, idxCounter, table)
+	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		if !fn(append([]byte(nil), it.Key()[len(prefix):]...)) {
+			break
+		}
+	}
+	return it.Error()
+}
+
 // Key returns the key of the document with ordinal ord in coll.
 func (r *IndexReader) Key(table string, coll []byte, ord uint64) ([]byte, bool, error) {
 	v, c, err := r.snap.Get(ordinalKey(r.p.DB, r.p.ID, table, coll, ord))

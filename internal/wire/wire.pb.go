@@ -312,14 +312,16 @@ func (x *ReadSpec) GetFields() []string {
 }
 
 type Item struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Scn           *SCN                   `protobuf:"bytes,2,opt,name=scn,proto3" json:"scn,omitempty"`
-	Modified      int64                  `protobuf:"varint,3,opt,name=modified,proto3" json:"modified,omitempty"`
-	Etag          string                 `protobuf:"bytes,4,opt,name=etag,proto3" json:"etag,omitempty"`
-	Body          []byte                 `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
-	BodyVersion   int32                  `protobuf:"varint,6,opt,name=body_version,json=bodyVersion,proto3" json:"body_version,omitempty"`
-	StaleNanos    int64                  `protobuf:"varint,7,opt,name=stale_nanos,json=staleNanos,proto3" json:"stale_nanos,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Key         []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Scn         *SCN                   `protobuf:"bytes,2,opt,name=scn,proto3" json:"scn,omitempty"`
+	Modified    int64                  `protobuf:"varint,3,opt,name=modified,proto3" json:"modified,omitempty"`
+	Etag        string                 `protobuf:"bytes,4,opt,name=etag,proto3" json:"etag,omitempty"`
+	Body        []byte                 `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	BodyVersion int32                  `protobuf:"varint,6,opt,name=body_version,json=bodyVersion,proto3" json:"body_version,omitempty"`
+	StaleNanos  int64                  `protobuf:"varint,7,opt,name=stale_nanos,json=staleNanos,proto3" json:"stale_nanos,omitempty"`
+	// Protocol version 4: a query hit's sort position (an opaque token).
+	Position      []byte `protobuf:"bytes,8,opt,name=position,proto3" json:"position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +403,13 @@ func (x *Item) GetStaleNanos() int64 {
 		return x.StaleNanos
 	}
 	return 0
+}
+
+func (x *Item) GetPosition() []byte {
+	if x != nil {
+		return x.Position
+	}
+	return nil
 }
 
 type Items struct {
@@ -2243,7 +2252,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x13if_unmodified_since\x18\x04 \x01(\x03R\x11ifUnmodifiedSince\"<\n" +
 	"\bReadSpec\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x16\n" +
-	"\x06fields\x18\x02 \x03(\tR\x06fields\"\xc8\x01\n" +
+	"\x06fields\x18\x02 \x03(\tR\x06fields\"\xe4\x01\n" +
 	"\x04Item\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12&\n" +
 	"\x03scn\x18\x02 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x12\x1a\n" +
@@ -2252,7 +2261,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x04body\x18\x05 \x01(\fR\x04body\x12!\n" +
 	"\fbody_version\x18\x06 \x01(\x05R\vbodyVersion\x12\x1f\n" +
 	"\vstale_nanos\x18\a \x01(\x03R\n" +
-	"staleNanos\"4\n" +
+	"staleNanos\x12\x1a\n" +
+	"\bposition\x18\b \x01(\fR\bposition\"4\n" +
 	"\x05Items\x12+\n" +
 	"\x05items\x18\x01 \x03(\v2\x15.cortado.wire.v1.ItemR\x05items\"\xed\x01\n" +
 	"\n" +
