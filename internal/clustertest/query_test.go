@@ -460,10 +460,10 @@ func TestQueryErrors(t *testing.T) {
 		}
 		for _, tc := range []struct {
 			where, sort string
-			status     int
-			typ        string
-			field      string
-			position   int
+			status      int
+			typ         string
+			field       string
+			position    int
 		}{
 			{where: "n:[1 TO", status: 400, typ: "invalid-query", position: 7},
 			{where: "n:1 OR (", status: 400, typ: "invalid-query", position: 8},
