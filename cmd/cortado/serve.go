@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/agent"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
@@ -53,6 +54,11 @@ type roleFlags struct {
 	snapshotRate   *int64
 	protocol       *uint
 	cpuProfile     *string
+	// Admission (issue: peak load): the document API's and a storage
+	// node's internal API's bounds, and request deadlines.
+	maxInFlight, maxQueue         *int
+	queueTimeout, requestTimeout  *time.Duration
+	nodeMaxInFlight, nodeMaxQueue *int
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -72,7 +78,15 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.retainEvery = fs.Duration("retention-interval", node.DefaultRetentionInterval, "how often commit logs are trimmed by their databases' retention (0 disables)")
 		f.snapshotRate = fs.Int64("snapshot-rate", node.DefaultSnapshotRate, "bytes per second a partition snapshot streams at, at most (bootstrap of consumers and replicas)")
 	}
+	if name == "serve" || name == "storage" {
+		f.nodeMaxInFlight = fs.Int("node-max-in-flight", admission.DefaultMaxInFlight, "internal calls a storage node serves at once; more wait in its queue (-1: no limit)")
+		f.nodeMaxQueue = fs.Int("node-max-queue", admission.DefaultMaxQueue, "internal calls that may wait for a storage node; more are refused as overloaded")
+	}
 	if name == "serve" || name == "router" {
+		f.maxInFlight = fs.Int("max-in-flight", admission.DefaultMaxInFlight, "document API requests in progress at once; more wait in the queue (-1: no limit, admission off)")
+		f.maxQueue = fs.Int("max-queue", admission.DefaultMaxQueue, "requests that may wait for a slot; more are refused with 503 overloaded, the change stream and schema administration first")
+		f.queueTimeout = fs.Duration("queue-timeout", admission.DefaultQueueTimeout, "longest a request waits for a slot")
+		f.requestTimeout = fs.Duration("request-timeout", admission.DefaultRequestTimeout, "deadline of a document request that sends no Request-Timeout header (-1s: none)")
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
@@ -112,6 +126,11 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	}
 	if f.maxBody != nil {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout}
+		o.Admission = admission.Options{MaxInFlight: *f.maxInFlight, MaxQueue: *f.maxQueue, QueueTimeout: *f.queueTimeout}
+		o.Deadlines = admission.Deadlines{Default: *f.requestTimeout}
+	}
+	if f.nodeMaxInFlight != nil {
+		o.NodeAdmission = admission.Options{MaxInFlight: *f.nodeMaxInFlight, MaxQueue: *f.nodeMaxQueue}
 	}
 	if *f.etcdEndpoints != "" {
 		o.EtcdEndpoints = strings.Split(*f.etcdEndpoints, ",")

@@ -46,6 +46,8 @@ var (
 		"Content-Type":      {"application/json", "avro/binary; version=1", "avro/binary; version=0", "avro/binary", "text/plain", "application/json; charset=latin1"},
 		"Cache-Control":     {"max-stale", "max-stale=abc", "no-cache", "max-stale=-1"},
 		"If-Modified-Since": {"yesterday", "Mon, 01 Jan 3000 00:00:00 GMT"},
+		"Request-Timeout":   {"1", "0.001", "0", "-5", "1e9", "5ms", "never", "NaN"},
+		"Prefer":            {"partial-ok", "partial-ok, x", "garbage"},
 		"Last-Event-ID":     {"", "now", "AQAAAAA", "garbage", strings.Repeat("A", 100000)},
 	}
 	hostileBodies = []string{
@@ -130,7 +132,7 @@ func nextHostile(rng *rand.Rand) hostileRequest {
 }
 
 // The 503s the API documents; any other 5xx is a failure.
-var documented503 = []string{"unavailable", "not-replicated", "not-enough-replicas", "deadline-exceeded"}
+var documented503 = []string{"unavailable", "not-replicated", "not-enough-replicas", "deadline-exceeded", "overloaded"}
 
 // checkHostile sends r and returns what is wrong with the answer, if
 // anything: a 5xx other than a documented 503, an error that is not

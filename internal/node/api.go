@@ -25,6 +25,9 @@ var (
 	// ErrNotDelivered comes with ErrUnavailable when the request never
 	// reached the node (the connection was refused): nothing was done.
 	ErrNotDelivered = errors.New("request not delivered")
+	// ErrOverloaded is a call a storage node refused at its admission
+	// limit: nothing was done.
+	ErrOverloaded = errors.New("storage node overloaded")
 	// ErrInvalidQuery is a query that does not parse, or names a field
 	// it cannot use, or a bad continuation token.
 	ErrInvalidQuery = errors.New("invalid query")

@@ -195,6 +195,8 @@ func (r *Remote) fail(ctx context.Context, err error) error {
 		if strings.Contains(st.Message(), "while dialing") || strings.Contains(st.Message(), "client connection is closing") {
 			return fmt.Errorf("storage node %s: %w (%w): %s", r.base, ErrUnavailable, ErrNotDelivered, st.Message())
 		}
+	case codes.ResourceExhausted:
+		return fmt.Errorf("storage node %s: %w: %s", r.base, ErrOverloaded, st.Message())
 	case codes.Unimplemented:
 		r.version.Store(0) // the other side changed: agree again
 		return fmt.Errorf("storage node %s: %s: %s", r.base, st.Code(), st.Message())

@@ -40,6 +40,7 @@ const (
 	TypeInvalidToken       = "urn:cortado:problem:invalid-token"
 	TypeInvalidQuery       = "urn:cortado:problem:invalid-query"
 	TypeIndexBuilding      = "urn:cortado:problem:index-building"
+	TypeOverloaded         = "urn:cortado:problem:overloaded"
 )
 
 // Problem is an RFC 9457 problem detail, with Cortado's extension members.

@@ -159,6 +159,10 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusNotAcceptable, problem.TypeNotAcceptable, "Not acceptable", err.Error())
 	case errors.Is(err, ErrUnsupportedMedia):
 		return problem.New(http.StatusUnsupportedMediaType, problem.TypeUnsupportedMedia, "Unsupported media type", err.Error())
+	case errors.Is(err, node.ErrOverloaded):
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeOverloaded, "Storage overloaded", err.Error()+"; nothing was done: retry after a pause")
+		p.RetryAfter = 1
+		return p
 	case errors.Is(err, node.ErrNotDelivered):
 		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Storage unreachable", err.Error()+"; the request was not delivered, nothing was done")
 		p.RetryAfter = 1

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/problem"
@@ -53,6 +54,18 @@ func RouteOf(req *http.Request) string {
 		return RouteChanges
 	}
 	return RouteDocument
+}
+
+// ClassOf is a request's priority under overload: the change stream is
+// shed before document traffic, schema administration before both.
+func ClassOf(req *http.Request) admission.Class {
+	switch RouteOf(req) {
+	case RouteChanges:
+		return admission.Stream
+	case RouteSchemata:
+		return admission.Bulk
+	}
+	return admission.Interactive
 }
 
 // ServeHTTP serves the document API and the schema registry.

@@ -27,6 +27,7 @@ import (
 // member is one storage node in a cluster: its engine and node, its
 // membership lease, and the agent that carries out the routing tables.
 type member struct {
+	id     string
 	engine *storage.Engine
 	node   *node.Node
 	member *topo.Member
@@ -52,7 +53,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	if len(s.members) == 0 {
 		s.Metrics.RegisterPebble(eng.Metrics)
 	}
-	m := &member{engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
+	m := &member{id: id, engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
 		ReplicationLag:         func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
 		Retained:               s.retained,
 		SnapshotBytesPerSecond: s.opts.SnapshotBytesPerSecond,
@@ -152,7 +153,7 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 			ln.Close()
 			return err
 		}
-		rpc := wire.NewServer()
+		rpc := s.nodeRPC(m.id)
 		node.Register(rpc, m.node, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
 		s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	}

@@ -4,8 +4,10 @@
 // router, and the listener that serves HTTP (the API, /metrics, /healthz,
 // /_cluster) and a storage node's or relay's internal gRPC API on one
 // port. It owns their start order and shuts them down in reverse: roles
-// leave the cluster, listeners drain their handlers, then engines close. `cortado serve` (every role) and
-// the embedded client use Open; `cortado storage`, `cortado router` and
+// leave the cluster, listeners drain their handlers, then engines close.
+// It puts admission control in front of the document API and each storage
+// node's internal API. `cortado serve` (every role) and the embedded
+// client use Open; `cortado storage`, `cortado router` and
 // `cortado controller` use OpenStorage, OpenRouter and OpenController,
 // against an external etcd.
 package server
@@ -21,10 +23,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
+	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
@@ -95,6 +100,12 @@ type Options struct {
 	// SnapshotBytesPerSecond caps how fast storage nodes stream partition
 	// snapshots (default node.DefaultSnapshotRate).
 	SnapshotBytesPerSecond int64
+	// Admission bounds the document API's requests in progress and
+	// queued; NodeAdmission a storage node's internal calls
+	// (admission.Options: a negative MaxInFlight turns one off).
+	Admission, NodeAdmission admission.Options
+	// Deadlines are the document API's request deadlines.
+	Deadlines admission.Deadlines
 	// ProtocolVersion is the newest internal protocol version this
 	// process speaks (default wire.Version): an older one makes it
 	// behave as the previous release, for rolling-upgrade tests.
@@ -119,6 +130,8 @@ type Server struct {
 	members []*member        // storage nodes in a cluster
 	stop    []func()         // background roles (controller, routing view), stopped first
 	extra   []*wire.Listener // internal APIs of serve's storage nodes and relay
+
+	limiter *admission.Limiter // the document API's
 
 	mu        sync.Mutex // guards http, set by Serve
 	closeOnce sync.Once
@@ -205,7 +218,8 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	s := &Server{opts: opts, Metrics: metrics.New()}
+	s := &Server{opts: opts, Metrics: metrics.New(), limiter: admission.New(opts.Admission)}
+	s.Metrics.RegisterAdmission("http", s.limiter, nil)
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -245,7 +259,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		if err != nil {
 			return nil, err
 		}
-		s.rpc = wire.NewServer()
+		s.rpc = s.nodeRPC(m.id)
 		node.Register(s.rpc, m.node, node.ServeOptions{MaxVersion: opts.ProtocolVersion})
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
@@ -333,7 +347,13 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /_cluster", s.serveClusterStatus)
 	mux.HandleFunc("POST /_cluster/check", s.serveClusterCheck)
-	api := s.Metrics.Instrument(s.api, s.routeOf)
+	// Admission sits inside the metrics, so refused requests are counted
+	// (503), and before the API, which reads nothing of a refused one.
+	classOf := router.ClassOf
+	if s.Router == nil {
+		classOf = func(*http.Request) admission.Class { return admission.Bulk }
+	}
+	api := s.Metrics.Instrument(admission.Middleware(s.limiter, s.opts.Deadlines, classOf, s.api), s.routeOf)
 	// The document API sees every path as sent: ServeMux would answer a
 	// path with "//" or ".." with a redirect to its cleaned form, which
 	// may be another document.
@@ -457,4 +477,13 @@ var demoTables = []struct{ name, def string }{
 	  {"name":"headline","type":["null","string"],"default":null},
 	  {"name":"positions","type":{"type":"map","values":{"type":"record","name":"Position","fields":[
 	    {"name":"title","type":"string"},{"name":"company","type":"string"}]}},"default":{}}]}}`},
+}
+
+// nodeRPC returns a storage node's internal API server, its calls
+// admitted by their own limiter (exported under edge "rpc:" + id).
+func (s *Server) nodeRPC(id string) *wire.Server {
+	l := admission.New(s.opts.NodeAdmission)
+	expired := new(atomic.Uint64)
+	s.Metrics.RegisterAdmission("rpc:"+id, l, expired)
+	return wire.NewServer(grpc.UnaryInterceptor(admission.UnaryInterceptor(l, expired)))
 }

@@ -65,19 +65,17 @@ type Server struct {
 }
 
 // NewServer returns a server whose handlers have all returned when
-// Shutdown does.
-func NewServer() *Server {
-	return &Server{
-		GRPC: grpc.NewServer(
-			grpc.MaxRecvMsgSize(MaxMessageBytes),
-			grpc.MaxSendMsgSize(MaxMessageBytes),
-			grpc.InitialWindowSize(streamWindow),
-			grpc.InitialConnWindowSize(connWindow),
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-			grpc.WaitForHandlers(true),
-		),
-		stopping: make(chan struct{}),
-	}
+// Shutdown does; extra options (interceptors) are added to the defaults.
+func NewServer(extra ...grpc.ServerOption) *Server {
+	opts := append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WaitForHandlers(true),
+	}, extra...)
+	return &Server{GRPC: grpc.NewServer(opts...), stopping: make(chan struct{})}
 }
 
 // Stopping is closed when the server begins to shut down: streams end.

@@ -1,0 +1,168 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// waitQueued waits until n requests wait in l's queue.
+func waitQueued(t *testing.T, l *Limiter, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Stats().Queued != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d, want %d", l.Stats().Queued, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+func TestLimiterBoundsAndSheds(t *testing.T) {
+	l := New(Options{MaxInFlight: 2, MaxQueue: 4, QueueTimeout: time.Minute})
+	ctx := context.Background()
+	var held []func()
+	for range 2 {
+		r, err := l.Acquire(ctx, Interactive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, r)
+	}
+	// Two interactive requests wait: the queue is half full, so the
+	// change stream (half the queue) is shed and bulk (a quarter) too,
+	// while interactive requests still queue.
+	got := make(chan Class, 8)
+	var wg sync.WaitGroup
+	acquire := func(c Class) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := l.Acquire(ctx, c)
+			if err != nil {
+				t.Errorf("%s: %v", c, err)
+				return
+			}
+			got <- c
+			r()
+		}()
+	}
+	acquire(Interactive)
+	acquire(Interactive)
+	waitQueued(t, l, 2)
+	for _, c := range []Class{Stream, Bulk} {
+		if _, err := l.Acquire(ctx, c); !errors.Is(err, ErrOverloaded) {
+			t.Fatalf("%s with the queue half full: %v, want overloaded", c, err)
+		}
+	}
+	// A stream request queued before an interactive one is still served
+	// after it: a freed slot goes to the most important waiter.
+	l2 := New(Options{MaxInFlight: 1, MaxQueue: 8, QueueTimeout: time.Minute})
+	r, _ := l2.Acquire(ctx, Interactive)
+	order := make(chan Class, 2)
+	for i, c := range []Class{Stream, Interactive} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := l2.Acquire(ctx, c)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- c
+			r()
+		}()
+		waitQueued(t, l2, i+1)
+	}
+	r()
+	if first := <-order; first != Interactive {
+		t.Fatalf("a freed slot went to %s before interactive", first)
+	}
+	<-order
+
+	// Over the queue: refused at once.
+	acquire(Interactive)
+	acquire(Interactive)
+	waitQueued(t, l, 4)
+	start := time.Now()
+	if _, err := l.Acquire(ctx, Interactive); !errors.Is(err, ErrOverloaded) || time.Since(start) > time.Second {
+		t.Fatalf("with the queue full: %v after %v", err, time.Since(start))
+	}
+	for _, r := range held {
+		r()
+	}
+	wg.Wait()
+	close(got)
+	n := 0
+	for range got {
+		n++
+	}
+	s := l.Stats()
+	if n != 4 || s.InFlight != 0 || s.Queued != 0 || s.Rejected["stream"] != 1 || s.Rejected["bulk"] != 1 || s.Rejected["interactive"] != 1 {
+		t.Fatalf("served %d queued requests; stats %+v", n, s)
+	}
+}
+
+func TestLimiterQueueTimeoutAndDeadline(t *testing.T) {
+	l := New(Options{MaxInFlight: 1, MaxQueue: 4, QueueTimeout: 30 * time.Millisecond})
+	r, _ := l.Acquire(context.Background(), Interactive)
+	defer r()
+	if _, err := l.Acquire(context.Background(), Interactive); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("after the queue timeout: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Acquire(ctx, Interactive); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a request whose caller left: %v", err)
+	}
+	if s := l.Stats(); s.Queued != 0 || s.InFlight != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestLimiterOff(t *testing.T) {
+	l := New(Options{MaxInFlight: -1})
+	for range 10000 {
+		if _, err := l.Acquire(context.Background(), Bulk); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A call whose deadline passed before it started does no work.
+func TestInterceptorDropsExpiredCalls(t *testing.T) {
+	var expired atomic.Uint64
+	ic := UnaryInterceptor(New(Options{}), &expired)
+	ran := 0
+	handler := func(ctx context.Context, req any) (any, error) { ran++; return "ok", nil }
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	_, err := ic(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/x/Get"}, handler)
+	if status.Code(err) != codes.DeadlineExceeded || ran != 0 || expired.Load() != 1 {
+		t.Fatalf("expired call: %v, handler ran %d times, expired %d", err, ran, expired.Load())
+	}
+	if res, err := ic(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x/Get"}, handler); err != nil || res != "ok" || ran != 1 {
+		t.Fatalf("live call: %v %v", res, err)
+	}
+}
+
+func TestParseTimeout(t *testing.T) {
+	for in, want := range map[string]time.Duration{"2": 2 * time.Second, "0.25": 250 * time.Millisecond, "1500ms": 1500 * time.Millisecond} {
+		if d, err := ParseTimeout(in); err != nil || d != want {
+			t.Errorf("%q: %v %v", in, d, err)
+		}
+	}
+	for _, in := range []string{"", "0", "-1", "abc", "1e300", "NaN"} {
+		if _, err := ParseTimeout(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package clustertest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// metricValue reads one unlabelled sample from /metrics.
+func metricValue(t *testing.T, base, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestAdmissionUnderOverload holds every slot of a router with requests
+// whose bodies never arrive, fills its queue, and then sends five times
+// its capacity in requests for two seconds: they are refused at once with
+// 503 overloaded and Retry-After, the change stream before document
+// requests, the process's goroutines and heap stay flat, and once the
+// slots free up requests are served again.
+func TestAdmissionUnderOverload(t *testing.T) {
+	const inFlight, queue = 4, 8
+	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--max-in-flight", strconv.Itoa(inFlight), "--max-queue", strconv.Itoa(queue), "--queue-timeout", "20s", "--body-timeout", "30s"}})
+	base := s.URL
+	host := strings.TrimPrefix(base, "http://")
+	if r, err := http.Get(base + "/demo/MailboxStats/x"); err != nil || r.StatusCode != 404 {
+		t.Fatalf("before: %v %v", r, err)
+	}
+	// Slow writers: headers sent, body never.
+	var slow []net.Conn
+	defer func() {
+		for _, c := range slow {
+			c.Close()
+		}
+	}()
+	for i := range inFlight + queue {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow = append(slow, c)
+		fmt.Fprintf(c, "PUT /demo/MailboxStats/slow%d HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", i, host)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for metricValue(t, base, `cortado_admission_queued{edge="http"}`) != queue {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow writers did not fill the slots and the queue")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	goroutines0 := metricValue(t, base, "go_goroutines")
+	heap0 := metricValue(t, base, "go_memstats_heap_inuse_bytes")
+
+	// The change stream is shed first (the queue is over its share).
+	resp, err := http.Get(base + "/demo/_changes?since=now")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("change stream under overload: %d %v", resp.StatusCode, resp.Header)
+	}
+
+	// Five times the capacity, for two seconds.
+	var refused, other atomic.Int64
+	var maxGoroutines, maxHeap float64
+	stop := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}, Timeout: 5 * time.Second}
+	for range 5 * (inFlight + queue) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				r, err := hc.Get(base + "/demo/Message/alice/1")
+				if err != nil {
+					other.Add(1)
+					continue
+				}
+				body, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				if r.StatusCode == 503 && strings.Contains(string(body), "urn:cortado:problem:overloaded") && r.Header.Get("Retry-After") != "" {
+					refused.Add(1)
+				} else {
+					other.Add(1)
+				}
+			}
+		}()
+	}
+	for time.Now().Before(stop) {
+		maxGoroutines = max(maxGoroutines, metricValue(t, base, "go_goroutines"))
+		maxHeap = max(maxHeap, metricValue(t, base, "go_memstats_heap_inuse_bytes"))
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	t.Logf("%d refused, %d other; goroutines %.0f → max %.0f; heap %.1f → max %.1f MiB",
+		refused.Load(), other.Load(), goroutines0, maxGoroutines, heap0/(1<<20), maxHeap/(1<<20))
+	if refused.Load() < 100 || other.Load() != 0 {
+		t.Fatalf("under overload: %d refused as overloaded, %d answered otherwise", refused.Load(), other.Load())
+	}
+	// One goroutine or two per open connection of the load, no more.
+	if maxGoroutines > goroutines0+float64(3*5*(inFlight+queue))+20 || maxHeap > heap0+64<<20 {
+		t.Fatalf("the process grew under overload: goroutines %.0f → %.0f, heap %.0f → %.0f", goroutines0, maxGoroutines, heap0, maxHeap)
+	}
+
+	// The slow writers give up; the slots free; requests are served.
+	for _, c := range slow {
+		c.Close()
+	}
+	slow = nil
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		r, err := http.Get(base + "/demo/MailboxStats/x")
+		if err == nil {
+			r.Body.Close()
+			if r.StatusCode == 404 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not served again after the overload: %v %v", r, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRequestTimeout: a Request-Timeout that passes while the request
+// waits for a slot ends it with 503 deadline-exceeded; a malformed one is
+// 400.
+func TestRequestTimeout(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--max-in-flight", "1", "--max-queue", "4", "--queue-timeout", "20s"}})
+	host := strings.TrimPrefix(s.URL, "http://")
+	c, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "PUT /demo/MailboxStats/slow HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", host)
+	deadline := time.Now().Add(10 * time.Second)
+	for metricValue(t, s.URL, `cortado_admission_in_flight{edge="http"}`) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow writer did not take the slot")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	req, _ := http.NewRequest("GET", s.URL+"/demo/MailboxStats/x", nil)
+	req.Header.Set("Request-Timeout", "0.2")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "deadline-exceeded") || time.Since(start) > 5*time.Second {
+		t.Fatalf("a request whose deadline passed in the queue: %d %s after %v", resp.StatusCode, body, time.Since(start))
+	}
+	req.Header.Set("Request-Timeout", "soon")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("a malformed Request-Timeout: %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,50 @@
+package metrics
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cortado-db/cortado/internal/admission"
+)
+
+var (
+	descInFlight = prometheus.NewDesc("cortado_admission_in_flight", "Requests in progress, by edge (http: the document API; rpc: a storage node's internal API).", []string{"edge"}, nil)
+	descQueued   = prometheus.NewDesc("cortado_admission_queued", "Requests waiting for a slot, by edge.", []string{"edge"}, nil)
+	descAdmitted = prometheus.NewDesc("cortado_admission_admitted_total", "Requests admitted, by edge and priority class.", []string{"edge", "class"}, nil)
+	descRejected = prometheus.NewDesc("cortado_admission_rejected_total", "Requests refused as overloaded (503 overloaded), by edge and priority class.", []string{"edge", "class"}, nil)
+	descExpired  = prometheus.NewDesc("cortado_admission_expired_total", "Internal calls dropped because their deadline had passed before they started.", []string{"edge"}, nil)
+)
+
+// RegisterAdmission exports a limiter's state under edge; expired, if
+// set, counts calls dropped for their deadline.
+func (m *Metrics) RegisterAdmission(edge string, l *admission.Limiter, expired *atomic.Uint64) {
+	m.Registry.MustRegister(&admissionCollector{edge: edge, l: l, expired: expired})
+}
+
+type admissionCollector struct {
+	edge    string
+	l       *admission.Limiter
+	expired *atomic.Uint64
+}
+
+func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descAdmitted, descRejected, descExpired} {
+		ch <- d
+	}
+}
+
+func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.l.Stats()
+	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), c.edge)
+	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Queued), c.edge)
+	for class, n := range s.Admitted {
+		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(n), c.edge, class)
+	}
+	for class, n := range s.Rejected {
+		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), c.edge, class)
+	}
+	if c.expired != nil {
+		ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(c.expired.Load()), c.edge)
+	}
+}
