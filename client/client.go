@@ -105,6 +105,10 @@ type ReadOptions struct {
 	Fields []string
 	// Version asks for documents as this schema version (default latest).
 	Version int
+	// PartialOK lets a read of several partitions (a multi-get, a query
+	// without a partition key) answer without those that are
+	// unavailable: Page.MissingPartitions names them.
+	PartialOK bool
 	Conditions
 }
 
@@ -130,6 +134,9 @@ type Page struct {
 	// Next continues a collection; "" on the last page.
 	Next string
 	SCN  string
+	// MissingPartitions are the partitions a partial answer lacks
+	// (ReadOptions.PartialOK).
+	MissingPartitions []int
 }
 
 // WriteResult reports a committed write.
@@ -441,6 +448,7 @@ type pageJSON struct {
 	} `json:"documents"`
 	Missing []Key  `json:"missing"`
 	Next    string `json:"next"`
+	MissingPartitions []int `json:"missingPartitions"`
 }
 
 func parsePage(b []byte, scn string) (*Page, error) {
@@ -450,7 +458,7 @@ func parsePage(b []byte, scn string) (*Page, error) {
 	if err := dec.Decode(&pj); err != nil {
 		return nil, fmt.Errorf("cortado: bad page: %w", err)
 	}
-	p := &Page{Next: pj.Next, SCN: scn}
+	p := &Page{Next: pj.Next, SCN: scn, MissingPartitions: pj.MissingPartitions}
 	for _, k := range pj.Missing {
 		p.Missing = append(p.Missing, k.normalize())
 	}

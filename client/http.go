@@ -133,6 +133,9 @@ func readQuery(o *ReadOptions) (url.Values, http.Header) {
 	if o.Version > 0 {
 		h.Set("Accept", fmt.Sprintf("application/json; version=%d", o.Version))
 	}
+	if o.PartialOK {
+		h.Set("Prefer", "partial-ok")
+	}
 	condHeaders(h, &o.Conditions)
 	return q, h
 }

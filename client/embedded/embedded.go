@@ -122,7 +122,7 @@ func toConditions(c *client.Conditions) node.Preconditions {
 func format(o *client.ReadOptions, avro bool) router.Format {
 	f := router.Format{Avro: avro}
 	if o != nil {
-		f.Fields, f.Version = o.Fields, o.Version
+		f.Fields, f.Version, f.PartialOK = o.Fields, o.Version, o.PartialOK
 	}
 	return f
 }

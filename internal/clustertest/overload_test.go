@@ -2,8 +2,10 @@ package clustertest
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -12,6 +14,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/schema"
 )
 
 // metricValue reads one unlabelled sample from /metrics.
@@ -185,5 +191,106 @@ func TestRequestTimeout(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 {
 		t.Fatalf("a malformed Request-Timeout: %d", resp.StatusCode)
+	}
+}
+
+// TestPartialOK: with a partition that has no replica left, a multi-get
+// and a query without a partition key fail with 503, unless the caller
+// prefers a partial answer: then the answer lists the missing partitions
+// and holds everything the others have.
+func TestPartialOK(t *testing.T) {
+	const partitions = 4
+	c := startCluster(t, 3, partitions, 1) // one replica: a dead node's partitions have no master
+	qt := qTable{name: "Q", indexed: map[string]bool{"from": true}}
+	if _, _, err := c.reg.RegisterVersion(c.ctx, "d", "Q", []schema.KeyPart{{Name: "box"}, {Name: "id", Type: "long"}}, qt.schema()); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := c.reg.Database("d")
+	boxes := []string{}
+	for i := 0; len(boxes) < 12; i++ {
+		boxes = append(boxes, fmt.Sprintf("b%d", i))
+	}
+	cl := client.New(c.url)
+	defer cl.Close()
+	for _, b := range boxes {
+		c.put(b, "v") // table T, key b (waits for the partition's master)
+		if _, err := cl.Put(c.ctx, "d", "Q", client.Key{b, int64(1)}, randMsg(rand.New(rand.NewPCG(1, 2)), 1), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := busiestMaster(c.view.Table("d"))
+	dead := map[int]bool{}
+	for p, r := range c.view.Table("d").Partitions {
+		if r.Replicas[0] == victim {
+			dead[p] = true
+		}
+	}
+	c.nodes[victim].kill()
+	delete(c.nodes, victim)
+	var keysText []string
+	wantDocs := 0
+	for _, b := range boxes {
+		keysText = append(keysText, b)
+		if !dead[d.PartitionOf(keys.S(b))] {
+			wantDocs++
+		}
+	}
+	multiGet := c.url + "/d/T/(" + strings.Join(keysText, ",") + ")"
+	// Until the routers see the node gone, a call may still go to it:
+	// either way, whole answers are 503 and partial ones list the same
+	// partitions.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(multiGet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("multi-get over a dead partition without partial-ok: %d", resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var want []string
+	for p := range partitions {
+		if dead[p] {
+			want = append(want, strconv.Itoa(p))
+		}
+	}
+	req, _ := http.NewRequest("GET", multiGet, nil)
+	req.Header.Set("Prefer", "partial-ok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page struct {
+		Documents         []json.RawMessage
+		Missing           []json.RawMessage
+		MissingPartitions []int
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	json.Unmarshal(raw, &page)
+	if resp.StatusCode != 200 {
+		t.Logf("body %s", raw)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("X-Cortado-Missing-Partitions") != strings.Join(want, ",") ||
+		len(page.Documents) != wantDocs || len(page.Missing) != 0 || len(page.MissingPartitions) != len(want) {
+		t.Fatalf("partial multi-get: %d %v, %d documents (want %d), missing %d, missing partitions %v (want %v)",
+			resp.StatusCode, resp.Header, len(page.Documents), wantDocs, len(page.Missing), page.MissingPartitions, want)
+	}
+	// A query without a partition key, through the client.
+	if _, err := cl.Query(c.ctx, "d", "Q", nil, client.Query{Where: "NOT from:nobody"}, nil); err == nil {
+		t.Fatal("a query over a dead partition answered without partial-ok")
+	}
+	p, err := cl.Query(c.ctx, "d", "Q", nil, client.Query{Where: "NOT from:nobody", Limit: 100}, &client.ReadOptions{PartialOK: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Documents) != wantDocs || len(p.MissingPartitions) != len(want) {
+		t.Fatalf("partial query: %d documents (want %d), missing partitions %v (want %v)", len(p.Documents), wantDocs, p.MissingPartitions, want)
 	}
 }

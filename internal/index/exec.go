@@ -14,7 +14,8 @@ import (
 // Reader is one partition's index at one point in time
 // (storage.IndexReader).
 type Reader interface {
-	Postings(table, field string, lo, hi, coll []byte, fn func(term, key []byte, ord uint64, payload []byte) bool) error
+	Postings(table, field string, lo, hi, coll []byte, reverse bool, fn func(term, key []byte, ord uint64, payload []byte) bool) error
+	KeysInOrder(table string, coll, after []byte, fn func(ord uint64, key []byte) bool) error
 	Posting(table, field string, term, key []byte) (ord uint64, payload []byte, ok bool, err error)
 	Ordinals(table string, coll []byte, fn func(ord uint64, key []byte) bool) error
 	Key(table string, coll []byte, ord uint64) ([]byte, bool, error)
@@ -43,7 +44,7 @@ const EstimateCap = 4096
 func Estimate(r Reader, table string, coll []byte) Estimator {
 	return func(field string, lo, hi []byte) int {
 		n := 0
-		r.Postings(table, field, lo, hi, coll, func(_, _ []byte, _ uint64, _ []byte) bool {
+		r.Postings(table, field, lo, hi, coll, false, func(_, _ []byte, _ uint64, _ []byte) bool {
 			n++
 			return n < EstimateCap
 		})
@@ -109,29 +110,36 @@ func (s *Search) Run(p Plan, o Order, after []byte, limit int) ([]Hit, []byte, e
 	if s.Ctx == nil {
 		s.Ctx = context.Background()
 	}
+	var a *Hit
+	if after != nil {
+		h, err := decodeToken(after)
+		if err != nil {
+			return nil, nil, err
+		}
+		a = &h
+	}
 	bm, err := s.eval(p, o.Relevance)
 	if err != nil {
 		return nil, nil, err
 	}
-	if bm.GetCardinality() > MaxMatches {
-		return nil, nil, ErrTooBroad
-	}
-	hits, err := s.hits(bm, o)
-	if err != nil {
-		return nil, nil, err
-	}
-	cmp := compare(o)
-	slices.SortFunc(hits, cmp)
-	if after != nil {
-		a, err := decodeToken(after)
-		if err != nil {
+	var hits []Hit
+	switch {
+	case bm.IsEmpty():
+	case o.Relevance:
+		// Every hit's score is needed: they are all held and sorted.
+		if bm.GetCardinality() > MaxMatches {
+			return nil, nil, ErrTooBroad
+		}
+		if hits, err = s.scored(bm, o, a); err != nil {
 			return nil, nil, err
 		}
-		i, _ := slices.BinarySearchFunc(hits, a, cmp)
-		for i < len(hits) && cmp(hits[i], a) <= 0 {
-			i++
-		}
-		hits = hits[i:]
+	case o.Field != "":
+		hits, err = s.byField(bm, o, a, limit)
+	default:
+		hits, err = s.byKey(bm, a, limit)
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	var next []byte
 	if len(hits) > limit {
@@ -220,7 +228,7 @@ func (s *Search) leaf(l *Leaf, scoring bool) (*roaring.Bitmap, error) {
 	var scored []tfdl
 	var bad error
 	n := 0
-	err := s.R.Postings(s.Table, l.Field, l.Lo, l.Hi, s.Coll, func(_, key []byte, ord uint64, payload []byte) bool {
+	err := s.R.Postings(s.Table, l.Field, l.Lo, l.Hi, s.Coll, false, func(_, key []byte, ord uint64, payload []byte) bool {
 		if n++; n%1024 == 0 {
 			if bad = s.Ctx.Err(); bad != nil {
 				return false
@@ -409,27 +417,23 @@ func (s *Search) universe() (*roaring.Bitmap, error) {
 	return all, err
 }
 
-// hits turns the matching ordinals into hits with what their order needs.
-func (s *Search) hits(bm *roaring.Bitmap, o Order) ([]Hit, error) {
-	out := make([]Hit, 0, bm.GetCardinality())
-	if bm.IsEmpty() {
-		return out, nil
-	}
+// scored returns every hit with its score, sorted, after a.
+func (s *Search) scored(bm *roaring.Bitmap, o Order, a *Hit) ([]Hit, error) {
 	// Keys: one scan of the collection's ordinals when many are
-	// missing, else point reads.
-	missing := 0
+	// unknown, else point reads.
+	unknown := 0
 	it := bm.Iterator()
 	for it.HasNext() {
 		if _, ok := s.keys[it.Next()]; !ok {
-			missing++
+			unknown++
 		}
 	}
-	if missing > 64 {
+	if unknown > 64 {
 		if _, err := s.universe(); err != nil {
 			return nil, err
 		}
 	}
-	idx := map[uint32]int{}
+	out := make([]Hit, 0, bm.GetCardinality())
 	it = bm.Iterator()
 	for it.HasNext() {
 		ord := it.Next()
@@ -437,33 +441,144 @@ func (s *Search) hits(bm *roaring.Bitmap, o Order) ([]Hit, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !bytes.HasPrefix(k, s.Prefix) {
-			continue
+		if bytes.HasPrefix(k, s.Prefix) {
+			out = append(out, Hit{Key: k, Score: s.scores[ord]})
 		}
-		idx[ord] = len(out)
-		out = append(out, Hit{Key: k, Score: s.scores[ord], Missing: o.Field != ""})
 	}
-	if o.Field != "" {
-		var bad error
-		err := s.R.Postings(s.Table, o.Field, nil, nil, s.Coll, func(term, _ []byte, ord uint64, _ []byte) bool {
-			o, err := ord32(ord)
-			if err != nil {
-				bad = err
+	cmp := compare(o)
+	slices.SortFunc(out, cmp)
+	if a != nil {
+		i, _ := slices.BinarySearchFunc(out, *a, cmp)
+		for i < len(out) && cmp(out[i], *a) <= 0 {
+			i++
+		}
+		out = out[i:]
+	}
+	return out, nil
+}
+
+// byKey returns up to limit+1 hits after a in key order, reading the
+// collection's documents in key order and keeping those in bm.
+func (s *Search) byKey(bm *roaring.Bitmap, a *Hit, limit int) ([]Hit, error) {
+	var out []Hit
+	var after []byte
+	if a != nil {
+		after = a.Key
+	}
+	var bad error
+	n := 0
+	err := s.R.KeysInOrder(s.Table, s.Coll, after, func(ord uint64, key []byte) bool {
+		if n++; n%1024 == 0 {
+			if bad = s.Ctx.Err(); bad != nil {
 				return false
 			}
-			if i, ok := idx[o]; ok {
-				out[i].Term, out[i].Missing = append([]byte(nil), term...), false
+		}
+		if ord > math.MaxUint32 || !bm.Contains(uint32(ord)) || !bytes.HasPrefix(key, s.Prefix) {
+			return true
+		}
+		out = append(out, Hit{Key: append([]byte(nil), key...)})
+		return len(out) <= limit
+	})
+	if err == nil {
+		err = bad
+	}
+	return out, err
+}
+
+// byField returns up to limit+1 hits after a in the sort field's order:
+// it reads the collection's postings of the field in that order (ties of
+// a term in key order), keeps those in bm, and stops once it has enough;
+// documents without the field follow, in key order.
+func (s *Search) byField(bm *roaring.Bitmap, o Order, a *Hit, limit int) ([]Hit, error) {
+	cmp := compare(o)
+	var out, tie []Hit
+	keep := func(h Hit) bool { return a == nil || cmp(h, *a) > 0 }
+	flush := func() {
+		slices.SortFunc(tie, func(x, y Hit) int { return bytes.Compare(x.Key, y.Key) })
+		for _, h := range tie {
+			if keep(h) {
+				out = append(out, h)
+			}
+		}
+		tie = tie[:0]
+	}
+	seen := roaring.New()
+	// Start near the token: terms before (after, descending) it are done.
+	var lo, hi []byte
+	if a != nil && !a.Missing {
+		if o.Desc {
+			hi = append(append([]byte(nil), a.Term...), 0xFF)
+		} else {
+			lo = a.Term
+		}
+	}
+	complete := true
+	var bad error
+	n := 0
+	err := s.R.Postings(s.Table, o.Field, lo, hi, s.Coll, o.Desc, func(term, key []byte, ord uint64, _ []byte) bool {
+		if n++; n%1024 == 0 {
+			if bad = s.Ctx.Err(); bad != nil {
+				return false
+			}
+		}
+		if ord > math.MaxUint32 || !bm.Contains(uint32(ord)) || !bytes.HasPrefix(key, s.Prefix) {
+			return true
+		}
+		seen.Add(uint32(ord))
+		if a != nil && a.Missing {
+			return true // only which documents have the field matters
+		}
+		if len(tie) > 0 && !bytes.Equal(tie[0].Term, term) {
+			flush()
+			if len(out) > limit {
+				complete = false
+				return false
+			}
+		}
+		tie = append(tie, Hit{Key: append([]byte(nil), key...), Term: append([]byte(nil), term...)})
+		return true
+	})
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return nil, err
+	}
+	flush()
+	if !complete || len(out) > limit {
+		return out, nil
+	}
+	// Documents without a value of the field, after all others. A token
+	// past the start means the postings before it were skipped: those
+	// documents have the field too.
+	if lo != nil || hi != nil {
+		err := s.R.Postings(s.Table, o.Field, nil, nil, s.Coll, false, func(_, _ []byte, ord uint64, _ []byte) bool {
+			if ord <= math.MaxUint32 {
+				seen.Add(uint32(ord))
 			}
 			return true
 		})
-		if err == nil {
-			err = bad
-		}
 		if err != nil {
 			return nil, err
 		}
 	}
-	return out, nil
+	missing := roaring.AndNot(bm, seen)
+	if missing.GetCardinality() > MaxMatches {
+		return nil, ErrTooBroad
+	}
+	var rest []Hit
+	it := missing.Iterator()
+	for it.HasNext() {
+		k, err := s.key(it.Next())
+		if err != nil {
+			return nil, err
+		}
+		if h := (Hit{Key: k, Missing: true}); bytes.HasPrefix(k, s.Prefix) && keep(h) {
+			rest = append(rest, h)
+		}
+	}
+	slices.SortFunc(rest, func(x, y Hit) int { return bytes.Compare(x.Key, y.Key) })
+	return append(out, rest...), nil
 }
 
 // compare orders hits as o says; the key breaks ties, so the order is

@@ -48,3 +48,22 @@ func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(c.expired.Load()), c.edge)
 	}
 }
+
+var descFanOut = prometheus.NewDesc("cortado_fanout_reads_total", "Reads of several partitions (multi-gets, queries without a partition key) by quality of service: full (every partition answered), partial (some did; Prefer: partial-ok), failed.", []string{"qos"}, nil)
+
+// RegisterFanOut exports a router's multi-partition reads by quality of
+// service.
+func (m *Metrics) RegisterFanOut(stats func() (full, partial, failed uint64)) {
+	m.Registry.MustRegister(fanOutCollector(stats))
+}
+
+type fanOutCollector func() (full, partial, failed uint64)
+
+func (c fanOutCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descFanOut }
+
+func (c fanOutCollector) Collect(ch chan<- prometheus.Metric) {
+	full, partial, failed := c()
+	ch <- prometheus.MustNewConstMetric(descFanOut, prometheus.CounterValue, float64(full), "full")
+	ch <- prometheus.MustNewConstMetric(descFanOut, prometheus.CounterValue, float64(partial), "partial")
+	ch <- prometheus.MustNewConstMetric(descFanOut, prometheus.CounterValue, float64(failed), "failed")
+}

@@ -385,7 +385,7 @@ func unescapeAll(raw []string) ([]string, error) {
 
 // readFormat reads Accept and ?fields=.
 func readFormat(req *http.Request) (Format, error) {
-	f := Format{MaxStale: maxStale(req)}
+	f := Format{MaxStale: maxStale(req), PartialOK: preferPartial(req)}
 	if fields := req.URL.Query().Get("fields"); fields != "" {
 		for _, p := range strings.Split(fields, ",") {
 			if p = strings.TrimSpace(p); p != "" {
@@ -545,9 +545,35 @@ func maxStale(req *http.Request) time.Duration {
 	return 0
 }
 
+// HeaderMissingPartitions lists the partitions a partial answer lacks.
+const HeaderMissingPartitions = "X-Cortado-Missing-Partitions"
+
+// preferPartial reports whether the request says Prefer: partial-ok
+// (RFC 7240 preferences, comma-separated).
+func preferPartial(req *http.Request) bool {
+	for _, v := range req.Header.Values("Prefer") {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), "partial-ok") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
 	if p.SCN != (storage.SCN{}) {
 		w.Header().Set(HeaderSCN, p.SCN.String())
+	}
+	if preferPartial(req) {
+		w.Header().Set("Preference-Applied", "partial-ok")
+		if len(p.MissingPartitions) > 0 {
+			parts := make([]string, len(p.MissingPartitions))
+			for i, n := range p.MissingPartitions {
+				parts[i] = strconv.Itoa(n)
+			}
+			w.Header().Set(HeaderMissingPartitions, strings.Join(parts, ","))
+		}
 	}
 	etag := fmt.Sprintf(`W/"%08x"`, crc(p.Body))
 	w.Header().Set("ETag", etag)

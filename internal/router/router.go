@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/changes"
@@ -67,6 +70,8 @@ type Router struct {
 	opts    Options
 	log     *slog.Logger
 	changes *changes.Feed // GET /{db}/_changes; nil: not served
+	// Multi-partition reads by quality of service (FanOutStats).
+	fanFull, fanPartial, fanFailed atomic.Uint64
 }
 
 // New returns a router.
@@ -90,6 +95,10 @@ type Format struct {
 	// master cannot (Cache-Control: max-stale), if it heard from the
 	// master within that long.
 	MaxStale time.Duration
+	// PartialOK lets a multi-partition read (a multi-get, a query
+	// without a partition key) answer without the partitions that are
+	// unavailable, naming them (Prefer: partial-ok), instead of 503.
+	PartialOK bool
 }
 
 // Document is one rendered document.
@@ -115,6 +124,27 @@ type Page struct {
 	SCN storage.SCN
 	// Documents counts the documents in Body.
 	Documents int
+	// MissingPartitions are the partitions a partial answer lacks
+	// (Format.PartialOK).
+	MissingPartitions []int
+}
+
+// setMissingPartitions records the partitions a partial page lacks, in
+// the page's JSON ("missingPartitions") too.
+func (p *Page) setMissingPartitions(parts []int) {
+	if len(parts) == 0 {
+		return
+	}
+	slices.Sort(parts)
+	p.MissingPartitions = parts
+	b := append(p.Body[:len(p.Body)-1:len(p.Body)-1], `,"missingPartitions":[`...)
+	for i, n := range parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(n), 10)
+	}
+	p.Body = append(b, "]}"...)
 }
 
 // WriteResult reports a committed write.
@@ -359,8 +389,9 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	}
 	req := node.ScanRequest{DB: db, Table: table, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec, Query: query, Sort: sort}
 	var res *node.ScanResult
+	var missing []int
 	if len(tg.key) == 0 {
-		res, err = r.queryAll(ctx, tg, req, order)
+		res, missing, err = r.queryAll(ctx, tg, req, order, f.PartialOK)
 	} else {
 		var n node.Service
 		if n, err = r.nodeFor(tg); err == nil {
@@ -379,13 +410,16 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 		return nil, err
 	}
 	page.SCN = res.SCN
+	page.setMissingPartitions(missing)
 	return page, nil
 }
 
 // fanOut calls fn for each partition of db in parts, in parallel, with
 // the partition's master; the first error cancels the others and is
-// returned once every call has ended.
-func (r *Router) fanOut(ctx context.Context, db string, parts []int, fn func(ctx context.Context, i int, n node.Service) error) error {
+// returned once every call has ended. With partial, a partition that is
+// unavailable (an error answered as 503) is left out instead and its
+// index in parts returned in missing, unless every partition is.
+func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial bool, fn func(ctx context.Context, i int, n node.Service) error) (missing []int, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(parts))
@@ -400,47 +434,83 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, fn func(ctx
 			}
 			if err != nil {
 				errs[i] = err
-				cancel()
+				if !partial || Problem(err).Status != http.StatusServiceUnavailable {
+					cancel()
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	// The first error that is not the cancellation it caused.
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
+	defer func() { r.countFanOut(len(parts), len(missing), err) }()
+	var first error
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case partial && Problem(err).Status == http.StatusServiceUnavailable && !errors.Is(err, context.Canceled):
+			missing = append(missing, i)
+			if first == nil {
+				first = err
+			}
+		case !errors.Is(err, context.Canceled):
+			return nil, err // the first error that is not the cancellation it caused
 		}
 	}
 	for _, err := range errs {
-		if err != nil {
-			return err
+		if err != nil && errors.Is(err, context.Canceled) && !partial {
+			return nil, err
 		}
 	}
-	return nil
+	if len(missing) == len(parts) && len(parts) > 0 {
+		return nil, first
+	}
+	return missing, nil
+}
+
+// countFanOut counts a multi-partition read's quality of service: every
+// partition answered, some did, or it failed.
+func (r *Router) countFanOut(parts, missing int, err error) {
+	switch {
+	case err != nil:
+		r.fanFailed.Add(1)
+	case missing > 0:
+		r.fanPartial.Add(1)
+	default:
+		r.fanFull.Add(1)
+	}
+}
+
+// FanOutStats counts multi-partition reads (multi-gets, queries without a
+// partition key): all partitions answered, some did (Prefer:
+// partial-ok), or the read failed.
+func (r *Router) FanOutStats() (full, partial, failed uint64) {
+	return r.fanFull.Load(), r.fanPartial.Load(), r.fanFailed.Load()
 }
 
 // queryAll runs a query without a partition key on every partition in
 // parallel and merges their pages: each partition answers its first
 // limit hits after the token, so the first limit of all of them, in the
 // query's order, are the page (at most partitions × limit items held).
-func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest, order index.Order) (*node.ScanResult, error) {
+func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest, order index.Order, partial bool) (*node.ScanResult, []int, error) {
 	parts := make([]int, tg.db.Partitions)
 	for i := range parts {
 		parts[i] = i
 	}
 	results := make([]*node.ScanResult, len(parts))
-	err := r.fanOut(ctx, tg.db.Name, parts, func(ctx context.Context, i int, n node.Service) (err error) {
+	missing, err := r.fanOut(ctx, tg.db.Name, parts, partial, func(ctx context.Context, i int, n node.Service) (err error) {
 		q := req
 		q.Partition = parts[i]
 		results[i], err = n.Scan(ctx, q)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := &node.ScanResult{}
 	more := false
 	for _, res := range results {
+		if res == nil {
+			continue // a partition left out
+		}
 		out.Items = append(out.Items, res.Items...)
 		more = more || res.Next != nil
 	}
@@ -451,7 +521,7 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 	if more && len(out.Items) > 0 {
 		out.Next = out.Items[len(out.Items)-1].Position
 	}
-	return out, nil
+	return out, missing, nil
 }
 
 // MultiGet reads documents by full keys, fanning out to their partitions in
@@ -499,12 +569,18 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	}
 	d, _ := r.reg.Database(db)
 	results := make([][]*node.Item, len(order))
-	err = r.fanOut(ctx, d.Name, order, func(ctx context.Context, i int, n node.Service) (err error) {
+	missingParts, err := r.fanOut(ctx, d.Name, order, f.PartialOK, func(ctx context.Context, i int, n node.Service) (err error) {
 		results[i], err = n.MultiGet(ctx, node.MultiGetRequest{DB: db, Table: table, Partition: order[i], Keys: groups[order[i]].keys, Read: spec})
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	unanswered := map[int]bool{}
+	var lacking []int
+	for _, i := range missingParts {
+		unanswered[order[i]] = true
+		lacking = append(lacking, order[i])
 	}
 	found := map[string]*node.Item{}
 	for _, items := range results {
@@ -517,14 +593,15 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	for _, k := range all {
 		if it, ok := found[string(keys.Encode(k))]; ok {
 			items = append(items, it)
-		} else {
-			missing = append(missing, k)
+		} else if !unanswered[d.PartitionOf(k[0])] {
+			missing = append(missing, k) // not found; a key of an unanswered partition is neither
 		}
 	}
 	page, err := r.renderPage(t, items, missing, "", f)
 	if err != nil {
 		return nil, err
 	}
+	page.setMissingPartitions(lacking)
 	if len(order) == 1 {
 		// One partition: its SCNs are comparable; report the newest.
 		for _, it := range items {

@@ -297,6 +297,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger,
 			Sources: routing.NewChangeSources(view, relays, remotes)})
 	}
+	s.Metrics.RegisterFanOut(s.Router.FanOutStats)
 	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
 	return s, nil
 }

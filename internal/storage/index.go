@@ -42,13 +42,17 @@ func (e *Engine) SetIndexer(ix Indexer) { e.indexer = ix }
 
 // The index's keys, all in the partition's index section, P|i|…:
 //
-//	P|i|p|table|field|term|key        → uvarint ordinal, payload  (a posting)
+//	P|i|p|table|field|collection|term|rest → uvarint ordinal, payload  (a posting)
 //	P|i|o|table|key                   → uvarint ordinal            (the document's ordinal)
 //	P|i|k|table|collection|ordinal    → key                        (and back)
 //	P|i|c|table|collection            → the last ordinal handed out
 //	P|i|s|table|field|collection      → documents with the field, their total length
 //
-// The collection is the key's first part (the document group). Ordinals
+// The collection is the key's first part (the document group), rest the
+// key's other parts. Postings are grouped by collection before term, so
+// one collection's postings of a field are one contiguous range, read in
+// term order either way (a sorted page stops after its last hit) — the
+// queries run per collection. Ordinals
 // number a collection's documents for the query's bitmaps; they are this
 // replica's own (a snapshot installs in key order, a truncation does not
 // hand an ordinal out again), never compared across replicas.
@@ -203,9 +207,16 @@ func lengths(es []IndexEntry) map[string]uint32 {
 	return m
 }
 
+// postingKey is P|i|p|table|field|collection|term|rest; key is the whole
+// encoded key (collection, rest).
 func postingKey(db string, id int, table, field string, term, key []byte) []byte {
-	b := append(PostingPrefix(db, id, table, field), term...)
-	return append(b, key...)
+	coll, err := collectionOf(key)
+	if err != nil {
+		coll = nil // not a key: never written, never found
+	}
+	b := append(PostingPrefix(db, id, table, field), coll...)
+	b = append(b, term...)
+	return append(b, key[len(coll):]...)
 }
 
 func ordinalKey(db string, id int, table string, coll []byte, ord uint64) []byte {
@@ -289,9 +300,10 @@ func (r *IndexReader) Close() error { return r.snap.Close() }
 
 // Postings calls fn for each posting of field in table with a term in
 // [lo, hi) (nil: unbounded) and a key in collection coll (the encoded
-// first key part), in term then key order, until fn returns false.
-func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, fn func(term, key []byte, ord uint64, payload []byte) bool) error {
-	prefix := PostingPrefix(r.p.DB, r.p.ID, table, field)
+// first key part), in term then key order (reverse: both backwards),
+// until fn returns false.
+func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, reverse bool, fn func(term, key []byte, ord uint64, payload []byte) bool) error {
+	prefix := append(PostingPrefix(r.p.DB, r.p.ID, table, field), coll...)
 	lower, upper := append(append([]byte(nil), prefix...), lo...), keys.PrefixEnd(prefix)
 	if hi != nil {
 		upper = append(append([]byte(nil), prefix...), hi...)
@@ -301,23 +313,19 @@ func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, fn func
 		return err
 	}
 	defer it.Close()
-	for valid := it.First(); valid; {
+	valid, step := it.First, it.Next
+	if reverse {
+		valid, step = it.Last, it.Prev
+	}
+	key := append([]byte(nil), coll...)
+	for ok := valid(); ok; ok = step() {
 		rest := it.Key()[len(prefix):]
 		n, err := termLength(rest)
 		if err != nil {
 			return err
 		}
-		term, key := rest[:n], rest[n:]
-		if !bytes.HasPrefix(key, coll) {
-			// Another collection under this term: on to this
-			// collection's postings of the term, or of the next term.
-			next := append(append(append([]byte(nil), prefix...), term...), coll...)
-			if bytes.Compare(key, coll) > 0 {
-				next = keys.PrefixEnd(append(append([]byte(nil), prefix...), term...))
-			}
-			valid = it.SeekGE(next)
-			continue
-		}
+		term := rest[:n]
+		key = append(key[:len(coll)], rest[n:]...)
 		v := it.Value()
 		ord, w := binary.Uvarint(v)
 		if w <= 0 {
@@ -326,7 +334,32 @@ func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, fn func
 		if !fn(term, key, ord, v[w:]) {
 			break
 		}
-		valid = it.Next()
+	}
+	return it.Error()
+}
+
+// KeysInOrder calls fn with the indexed documents of collection coll in
+// key order (their ordinals and keys), from the first key after after
+// (nil: the start), until fn returns false.
+func (r *IndexReader) KeysInOrder(table string, coll, after []byte, fn func(ord uint64, key []byte) bool) error {
+	prefix := idxPrefix(r.p.DB, r.p.ID, idxOrdinal, table)
+	lower := append(append([]byte(nil), prefix...), coll...)
+	if after != nil && bytes.Compare(after, coll) > 0 {
+		lower = append(append(append([]byte(nil), prefix...), after...), 0)
+	}
+	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: keys.PrefixEnd(append(append([]byte(nil), prefix...), coll...))})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		ord, w := binary.Uvarint(it.Value())
+		if w <= 0 {
+			return fmt.Errorf("ordinal %x: %w", it.Key(), keys.ErrCorrupt)
+		}
+		if !fn(ord, it.Key()[len(prefix):]) {
+			break
+		}
 	}
 	return it.Error()
 }
