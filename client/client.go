@@ -446,9 +446,9 @@ type pageJSON struct {
 		LastModified time.Time       `json:"lastModified"`
 		Document     json.RawMessage `json:"document"`
 	} `json:"documents"`
-	Missing []Key  `json:"missing"`
-	Next    string `json:"next"`
-	MissingPartitions []int `json:"missingPartitions"`
+	Missing           []Key  `json:"missing"`
+	Next              string `json:"next"`
+	MissingPartitions []int  `json:"missingPartitions"`
 }
 
 func parsePage(b []byte, scn string) (*Page, error) {
