@@ -54,11 +54,12 @@ type roleFlags struct {
 	snapshotRate   *int64
 	protocol       *uint
 	cpuProfile     *string
-	// Admission (issue: peak load): the document API's and a storage
-	// node's internal API's bounds, and request deadlines.
+	// Overload protection: the document API's and a storage node's
+	// internal API's bounds, request deadlines, hedged reads.
 	maxInFlight, maxQueue         *int
 	queueTimeout, requestTimeout  *time.Duration
 	nodeMaxInFlight, nodeMaxQueue *int
+	hedge                         *bool
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -86,6 +87,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.maxInFlight = fs.Int("max-in-flight", admission.DefaultMaxInFlight, "document API requests in progress at once; more wait in the queue (-1: no limit, admission off)")
 		f.maxQueue = fs.Int("max-queue", admission.DefaultMaxQueue, "requests that may wait for a slot; more are refused with 503 overloaded, the change stream and schema administration first")
 		f.queueTimeout = fs.Duration("queue-timeout", admission.DefaultQueueTimeout, "longest a request waits for a slot")
+		f.hedge = fs.Bool("hedge", true, "hedge reads that accept a slave's answer (Cache-Control: max-stale): ask a slave too when the master is slower than its recent p95, within a per-host budget")
 		f.requestTimeout = fs.Duration("request-timeout", admission.DefaultRequestTimeout, "deadline of a document request that sends no Request-Timeout header (-1s: none)")
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
@@ -125,7 +127,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.EtcdClientURL, o.EtcdPeerURL = *f.etcdClient, *f.etcdPeer
 	}
 	if f.maxBody != nil {
-		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout}
+		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge}}
 		o.Admission = admission.Options{MaxInFlight: *f.maxInFlight, MaxQueue: *f.maxQueue, QueueTimeout: *f.queueTimeout}
 		o.Deadlines = admission.Deadlines{Default: *f.requestTimeout}
 	}

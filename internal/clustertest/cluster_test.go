@@ -38,9 +38,19 @@ type clusterNode struct {
 }
 
 func startClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string, opts node.Options) *clusterNode {
+	return startClusterNodeAt(t, ctx, cli, reg, id, opts, nil)
+}
+
+// startClusterNodeAt is startClusterNode for a node the others and the
+// router reach at advertise(its URL) (a proxy in front of it).
+func startClusterNodeAt(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string, opts node.Options, advertise func(url string) string) *clusterNode {
 	t.Helper()
 	sn := newStorageNodeWith(t, reg, opts)
-	m, err := topo.Join(ctx, cli, "/c", topo.NodeInfo{ID: id, URL: sn.url}, 2, nil)
+	url := sn.url
+	if advertise != nil {
+		url = advertise(url)
+	}
+	m, err := topo.Join(ctx, cli, "/c", topo.NodeInfo{ID: id, URL: url}, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +85,14 @@ func (n *clusterNode) cutOff() {
 // testCluster is storage nodes, an elected controller and a router, in
 // this process, on a real etcd.
 type testCluster struct {
-	t     testing.TB
-	ctx   context.Context
-	cli   *clientv3.Client
-	reg   *registry.Registry
-	nodes map[string]*clusterNode
-	view  *routing.RoutingView
-	url   string // the router
+	t      testing.TB
+	ctx    context.Context
+	cli    *clientv3.Client
+	reg    *registry.Registry
+	nodes  map[string]*clusterNode
+	view   *routing.RoutingView
+	url    string // the router
+	router *router.Router
 
 	nodeOpts node.Options
 	relay    *relay.Relay
@@ -99,6 +110,9 @@ type clusterOptions struct {
 	node                        node.Options
 	relayBuffer                 int // > 0 runs a relay keeping this many commits per partition
 	relayPulled, relayServed    func(int)
+	// advertiseLast, when set, is how the last node is reached (a proxy
+	// in front of it).
+	advertiseLast func(url string) string
 }
 
 func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
@@ -133,7 +147,12 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 			t.Fatal(err)
 		}
 	}
-	for range nodes {
+	for i := range nodes {
+		if i == nodes-1 && o.advertiseLast != nil {
+			id := fmt.Sprintf("n%d", i)
+			c.nodes[id] = startClusterNodeAt(t, c.ctx, c.cli, c.reg, id, c.nodeOpts, o.advertiseLast)
+			continue
+		}
 		c.addNode()
 	}
 	ctl := &controller.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
@@ -144,7 +163,8 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	if err := c.view.ReportSickNodes(ctx, cli, "/c", "router", 2, log); err != nil {
 		t.Fatal(err)
 	}
-	rt := httptest.NewServer(router.New(reg, schema.NewPlans(64), c.view, router.Options{}, log))
+	c.router = router.New(reg, schema.NewPlans(64), c.view, router.Options{}, log)
+	rt := httptest.NewServer(c.router)
 	t.Cleanup(rt.Close)
 	c.url = rt.URL
 	return c

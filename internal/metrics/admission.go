@@ -67,3 +67,21 @@ func (c fanOutCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFanOut, prometheus.CounterValue, float64(partial), "partial")
 	ch <- prometheus.MustNewConstMetric(descFanOut, prometheus.CounterValue, float64(failed), "failed")
 }
+
+var descHedges = prometheus.NewDesc("cortado_hedged_reads_total", "Hedged reads (reads that accept a slave's answer, sent to a slave too when the master is slow): sent, won (the slave answered first), denied (the destination's per-host budget was spent).", []string{"result"}, nil)
+
+// RegisterHedges exports a router's hedged reads.
+func (m *Metrics) RegisterHedges(stats func() (sent, won, denied uint64)) {
+	m.Registry.MustRegister(hedgeCollector(stats))
+}
+
+type hedgeCollector func() (sent, won, denied uint64)
+
+func (c hedgeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descHedges }
+
+func (c hedgeCollector) Collect(ch chan<- prometheus.Metric) {
+	sent, won, denied := c()
+	ch <- prometheus.MustNewConstMetric(descHedges, prometheus.CounterValue, float64(sent), "sent")
+	ch <- prometheus.MustNewConstMetric(descHedges, prometheus.CounterValue, float64(won), "won")
+	ch <- prometheus.MustNewConstMetric(descHedges, prometheus.CounterValue, float64(denied), "denied")
+}

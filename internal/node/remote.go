@@ -132,6 +132,9 @@ func newRemote(base string, maxVersion uint32) *Remote {
 	return r
 }
 
+// Addr is the node's URL.
+func (r *Remote) Addr() string { return r.base }
+
 // Close closes the connection.
 func (r *Remote) Close() error {
 	if r.conn == nil {

@@ -37,6 +37,8 @@ type Options struct {
 	// DefaultLimit is a collection page's size when the request sets none
 	// (default 100); MaxLimit caps it (default 1000).
 	DefaultLimit, MaxLimit int
+	// Hedge configures hedged reads (reads that accept a slave's answer).
+	Hedge HedgeOptions
 }
 
 func (o *Options) fill() {
@@ -72,12 +74,13 @@ type Router struct {
 	changes *changes.Feed // GET /{db}/_changes; nil: not served
 	// Multi-partition reads by quality of service (FanOutStats).
 	fanFull, fanPartial, fanFailed atomic.Uint64
+	hedges                         *hosts
 }
 
 // New returns a router.
 func New(reg *registry.Registry, plans *schema.Plans, backend Backend, opts Options, log *slog.Logger) *Router {
 	opts.fill()
-	return &Router{reg: reg, plans: plans, backend: backend, opts: opts, log: log}
+	return &Router{reg: reg, plans: plans, backend: backend, opts: opts, log: log, hedges: newHosts(opts.Hedge)}
 }
 
 // Options returns the router's effective options.
@@ -262,10 +265,12 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 		cond.IfMatch = forProjection(cond.IfMatch, suffix)
 	}
 	req := node.GetRequest{DB: db, Table: table, Partition: tg.part, Key: tg.key, Read: spec, Cond: cond}
-	it, err := n.Get(ctx, req)
-	fromSlave := false
-	if err != nil && f.MaxStale > 0 && (errors.Is(err, node.ErrUnavailable) || errors.Is(err, node.ErrNotMaster)) {
-		it, fromSlave, err = r.slaveGet(ctx, req, f.MaxStale, err)
+	var it *node.Item
+	var fromSlave bool
+	if f.MaxStale > 0 {
+		it, fromSlave, err = r.hedgedGet(ctx, n, req, f.MaxStale)
+	} else {
+		it, err = n.Get(ctx, req)
 	}
 	if err != nil {
 		if it != nil { // not modified: headers only

@@ -148,6 +148,9 @@ type reporting struct {
 	r   *reporter
 }
 
+// Addr names the node's host (for per-host budgets): its ID.
+func (s reporting) Addr() string { return s.id }
+
 func (s reporting) Get(ctx context.Context, req node.GetRequest) (*node.Item, error) {
 	start := time.Now()
 	it, err := s.Service.Get(ctx, req)

@@ -298,6 +298,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			Sources: routing.NewChangeSources(view, relays, remotes)})
 	}
 	s.Metrics.RegisterFanOut(s.Router.FanOutStats)
+	s.Metrics.RegisterHedges(s.Router.HedgeStats)
 	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
 	return s, nil
 }

@@ -1,0 +1,93 @@
+package clustertest
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// TestHedgedReads puts 300 ms of latency in front of one storage node
+// (toxiproxy) of a three-replica cluster. Reads of its partitions that
+// accept a slave's answer are hedged to a slave and answered quickly, as
+// long as the slaves' per-host budget lasts; the budget then bounds the
+// hedges (a tenth of each host's successes plus a floor), and writes are
+// never hedged.
+func TestHedgedReads(t *testing.T) {
+	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	var proxy *toxiproxy.Proxy
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: func(url string) string {
+		proxy = toxiproxy.NewProxy(tp, "slow", "127.0.0.1:0", strings.TrimPrefix(url, "http://"))
+		if err := proxy.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proxy.Stop)
+		return "http://" + proxy.Listen
+	}})
+	slow := "n2"
+	d, _ := c.reg.Database("d")
+	var onSlow []string
+	for i := 0; len(onSlow) < 4 && i < 1000; i++ {
+		k := "k" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
+		c.put(k, "v")
+		if c.view.Table("d").Partitions[d.PartitionOf(keys.S(k))].Replicas[0] == slow {
+			onSlow = append(onSlow, k)
+		}
+	}
+	if len(onSlow) == 0 {
+		t.Fatalf("%s masters no partition", slow)
+	}
+	// Slaves hold the writes (semi-sync), and have heard from the master.
+	awaitReplicasEqual(t, c.view, c.nodes, 4)
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"lag","type":"latency","stream":"downstream","attributes":{"latency":300}}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	read := func(k string) time.Duration {
+		req, _ := http.NewRequest("GET", c.url+"/d/T/"+k, nil)
+		req.Header.Set("Cache-Control", "max-stale=60")
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("read %s: %d", k, resp.StatusCode)
+		}
+		return time.Since(start)
+	}
+	start := time.Now()
+	fast := 0
+	const reads = 60
+	for i := range reads {
+		if read(onSlow[i%len(onSlow)]) < 150*time.Millisecond {
+			fast++
+		}
+	}
+	elapsed := time.Since(start)
+	sent, won, denied := c.router.HedgeStats()
+	t.Logf("%d reads in %v: %d fast; hedges sent %d, won %d, denied %d", reads, elapsed.Round(time.Millisecond), fast, sent, won, denied)
+	if won < 5 || fast < 5 {
+		t.Fatalf("reads of a slow master were not hedged: %d fast, %d hedges won", fast, won)
+	}
+	// The budget: a burst of 10 per slave host, 1/s per host, and a
+	// tenth of each host's successes (each won hedge is one).
+	hostsBudget := 2 * (10 + elapsed.Seconds()*1)
+	if float64(sent) > hostsBudget+0.1*float64(sent)+2 || denied == 0 {
+		t.Fatalf("hedges %d over the per-host budget (%.0f), or none denied (%d)", sent, hostsBudget, denied)
+	}
+	// Writes are never hedged.
+	for i := range 5 {
+		c.put(onSlow[i%len(onSlow)], "w")
+	}
+	if s, _, _ := c.router.HedgeStats(); s != sent {
+		t.Fatalf("writes were hedged: %d hedges after, %d before", s, sent)
+	}
+}

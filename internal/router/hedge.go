@@ -1,0 +1,237 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/node"
+)
+
+// Hedged reads: a document read that accepts a slave's answer
+// (Cache-Control: max-stale) goes to the master; if the master has not
+// answered within its usual time (its recent p95, within bounds), the
+// same read goes to a slave too, and the first answer wins (the other is
+// cancelled). Hedges are paid from a budget per destination host — a
+// tenth of that host's recent successful traffic plus a small floor —
+// never from a global one, so retries cannot pile onto a replica set
+// that is already slow. Writes are never hedged.
+
+// HedgeOptions configure hedged reads; zero values take the defaults.
+type HedgeOptions struct {
+	// Off disables hedging.
+	Off bool
+	// MinDelay and MaxDelay bound the wait before a hedge (defaults 2 ms
+	// and 50 ms); within them it is the master's recent p95.
+	MinDelay, MaxDelay time.Duration
+	// Ratio is the part of a host's successful requests it may receive
+	// as hedges (default 0.1); Floor is the hedges per second a host
+	// may receive whatever its traffic (default 1), up to Burst banked
+	// (default 10).
+	Ratio, Floor, Burst float64
+}
+
+func (o *HedgeOptions) defaults() {
+	if o.MinDelay == 0 {
+		o.MinDelay = 2 * time.Millisecond
+	}
+	if o.MaxDelay == 0 {
+		o.MaxDelay = 50 * time.Millisecond
+	}
+	if o.Ratio == 0 {
+		o.Ratio = 0.1
+	}
+	if o.Floor == 0 {
+		o.Floor = 1
+	}
+	if o.Burst == 0 {
+		o.Burst = 10
+	}
+}
+
+// hosts tracks each destination host's latency and hedge budget.
+type hosts struct {
+	opts HedgeOptions
+	mu   sync.Mutex
+	m    map[string]*host
+
+	sent, won, denied atomic.Uint64
+}
+
+type host struct {
+	lat    [128]time.Duration // recent successful latencies, a ring
+	n      int
+	p95    time.Duration
+	stale  int // samples since p95 was computed
+	tokens float64
+	last   time.Time // of the floor's last refill
+}
+
+func newHosts(o HedgeOptions) *hosts {
+	o.defaults()
+	return &hosts{opts: o, m: map[string]*host{}}
+}
+
+func (hs *hosts) get(addr string) *host {
+	h := hs.m[addr]
+	if h == nil {
+		h = &host{tokens: hs.opts.Burst, last: time.Now()}
+		hs.m[addr] = h
+	}
+	return h
+}
+
+// observe records a successful request to addr: its latency, and a
+// tenth of a token of hedge budget.
+func (hs *hosts) observe(addr string, d time.Duration) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	h := hs.get(addr)
+	h.lat[h.n%len(h.lat)] = d
+	h.n++
+	if h.stale++; h.stale >= 16 || h.p95 == 0 {
+		h.stale = 0
+		n := min(h.n, len(h.lat))
+		s := slices.Clone(h.lat[:n])
+		slices.Sort(s)
+		h.p95 = s[n*95/100]
+	}
+	h.tokens = min(hs.opts.Burst, h.tokens+hs.opts.Ratio)
+}
+
+// delay is how long to wait for addr before hedging.
+func (hs *hosts) delay(addr string) time.Duration {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	h := hs.get(addr)
+	if h.n < 16 {
+		return hs.opts.MaxDelay
+	}
+	return min(max(h.p95, hs.opts.MinDelay), hs.opts.MaxDelay)
+}
+
+// spend takes one hedge from addr's budget, if it has one.
+func (hs *hosts) spend(addr string) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	h := hs.get(addr)
+	now := time.Now()
+	h.tokens = min(hs.opts.Burst, h.tokens+now.Sub(h.last).Seconds()*hs.opts.Floor)
+	h.last = now
+	if h.tokens < 1 {
+		hs.denied.Add(1)
+		return false
+	}
+	h.tokens--
+	hs.sent.Add(1)
+	return true
+}
+
+// addrOf names a service's host, if it says.
+func addrOf(s node.Service) string {
+	if a, ok := s.(interface{ Addr() string }); ok {
+		return a.Addr()
+	}
+	return ""
+}
+
+type getResult struct {
+	it    *node.Item
+	err   error
+	slave bool
+}
+
+// hedgedGet reads from master, hedging to a slave as above. It returns
+// what slaveGet would on the master's failure.
+func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.GetRequest, maxStale time.Duration) (*node.Item, bool, error) {
+	rb, ok := r.backend.(replicaBackend)
+	maddr := addrOf(master)
+	if !ok || r.hedges.opts.Off || maddr == "" {
+		return r.plainGet(ctx, master, req, maxStale)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan getResult, 2)
+	start := time.Now()
+	go func() {
+		it, err := master.Get(ctx, req)
+		if err == nil {
+			r.hedges.observe(maddr, time.Since(start))
+		}
+		results <- getResult{it, err, false}
+	}()
+	timer := time.NewTimer(r.hedges.delay(maddr))
+	defer timer.Stop()
+	pending, hedged := 1, false
+	var masterRes *getResult
+	for pending > 0 {
+		select {
+		case res := <-results:
+			pending--
+			if !res.slave {
+				masterRes = &res
+			}
+			if res.err == nil || errors.Is(res.err, node.ErrNotFound) || errors.Is(res.err, node.ErrNotModified) {
+				if res.slave {
+					r.hedges.won.Add(1)
+				}
+				return res.it, res.slave, res.err
+			}
+			if res.slave {
+				continue // the master may still answer
+			}
+			if !errors.Is(res.err, node.ErrUnavailable) && !errors.Is(res.err, node.ErrNotMaster) {
+				return res.it, false, res.err // the master's answer stands
+			}
+			if !hedged {
+				// The master failed before the hedge: the slaves, in
+				// turn, as without hedging.
+				return r.slaveGet(ctx, req, maxStale, res.err)
+			}
+		case <-timer.C:
+			if hedged {
+				continue
+			}
+			slaves := rb.Slaves(req.DB, req.Partition)
+			for _, s := range slaves {
+				if a := addrOf(s); a != "" && r.hedges.spend(a) {
+					hedged, pending = true, pending+1
+					sreq := req
+					sreq.MaxStale = maxStale
+					go func() {
+						t0 := time.Now()
+						it, err := s.Get(ctx, sreq)
+						if err == nil {
+							r.hedges.observe(a, time.Since(t0))
+						}
+						results <- getResult{it, err, true}
+					}()
+					break
+				}
+			}
+		}
+	}
+	if masterRes != nil {
+		return masterRes.it, false, masterRes.err
+	}
+	return nil, false, ctx.Err()
+}
+
+// plainGet is a read without hedging: the master, then the slaves if it
+// is unavailable and staleness is allowed.
+func (r *Router) plainGet(ctx context.Context, master node.Service, req node.GetRequest, maxStale time.Duration) (*node.Item, bool, error) {
+	it, err := master.Get(ctx, req)
+	if err != nil && maxStale > 0 && (errors.Is(err, node.ErrUnavailable) || errors.Is(err, node.ErrNotMaster)) {
+		return r.slaveGet(ctx, req, maxStale, err)
+	}
+	return it, false, err
+}
+
+// HedgeStats counts hedged reads: hedges sent, hedges whose answer came
+// first, and hedges the destination's budget refused.
+func (r *Router) HedgeStats() (sent, won, denied uint64) {
+	return r.hedges.sent.Load(), r.hedges.won.Load(), r.hedges.denied.Load()
+}
