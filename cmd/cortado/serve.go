@@ -60,6 +60,7 @@ type roleFlags struct {
 	queueTimeout, requestTimeout  *time.Duration
 	nodeMaxInFlight, nodeMaxQueue *int
 	hedge                         *bool
+	quotaRate, quotaBurst         *float64
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -87,6 +88,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.maxInFlight = fs.Int("max-in-flight", admission.DefaultMaxInFlight, "document API requests in progress at once; more wait in the queue (-1: no limit, admission off)")
 		f.maxQueue = fs.Int("max-queue", admission.DefaultMaxQueue, "requests that may wait for a slot; more are refused with 503 overloaded, the change stream and schema administration first")
 		f.queueTimeout = fs.Duration("queue-timeout", admission.DefaultQueueTimeout, "longest a request waits for a slot")
+		f.quotaRate = fs.Float64("quota-rate", 0, "requests per second each client (X-Cortado-Client) may make; over it is 429 quota-exceeded (0: no quotas)")
+		f.quotaBurst = fs.Float64("quota-burst", 0, "requests a client may make at once (default: one second's worth)")
 		f.hedge = fs.Bool("hedge", true, "hedge reads that accept a slave's answer (Cache-Control: max-stale): ask a slave too when the master is slower than its recent p95, within a per-host budget")
 		f.requestTimeout = fs.Duration("request-timeout", admission.DefaultRequestTimeout, "deadline of a document request that sends no Request-Timeout header (-1s: none)")
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
@@ -130,6 +133,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge}}
 		o.Admission = admission.Options{MaxInFlight: *f.maxInFlight, MaxQueue: *f.maxQueue, QueueTimeout: *f.queueTimeout}
 		o.Deadlines = admission.Deadlines{Default: *f.requestTimeout}
+		o.Quotas = admission.QuotaOptions{Rate: *f.quotaRate, Burst: *f.quotaBurst}
 	}
 	if f.nodeMaxInFlight != nil {
 		o.NodeAdmission = admission.Options{MaxInFlight: *f.nodeMaxInFlight, MaxQueue: *f.nodeMaxQueue}

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -164,5 +165,36 @@ func TestParseTimeout(t *testing.T) {
 		if _, err := ParseTimeout(in); err == nil {
 			t.Errorf("%q accepted", in)
 		}
+	}
+}
+
+func TestQuotas(t *testing.T) {
+	q := NewQuotas(QuotaOptions{Rate: 10, Burst: 3, MaxClients: 2})
+	now := time.Unix(1000, 0)
+	for i := range 3 {
+		if ok, _ := q.Take("a", now); !ok {
+			t.Fatalf("request %d within the burst refused", i)
+		}
+	}
+	ok, wait := q.Take("a", now)
+	if ok || wait != 100*time.Millisecond {
+		t.Fatalf("over the burst: %v, retry after %v", ok, wait)
+	}
+	if ok, _ := q.Take("b", now); !ok {
+		t.Fatal("another client was refused for a's use")
+	}
+	if ok, _ := q.Take("a", now.Add(100*time.Millisecond)); !ok {
+		t.Fatal("not refilled after 100 ms at 10/s")
+	}
+	// A third client, with two tracked and none idle, shares the
+	// overflow bucket: clients cannot grow the map past MaxClients.
+	for i := range 3 {
+		q.Take(fmt.Sprintf("c%d", i), now)
+	}
+	if len(q.m) > 3 {
+		t.Fatalf("%d buckets for at most 2 clients and the overflow", len(q.m))
+	}
+	if NewQuotas(QuotaOptions{}) != nil {
+		t.Fatal("a zero rate is not off")
 	}
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,7 +51,10 @@ func ParseTimeout(v string) (time.Duration, error) {
 // there is none — before h reads anything of the request. A stream's slot
 // is given back once it is admitted (a stream lives long; its own
 // throttles bound it): admission only decides whether it may start.
-func Middleware(l *Limiter, d Deadlines, classify func(*http.Request) Class, h http.Handler) http.Handler {
+//
+// With quotas (nil: none), a client over its quota (X-Cortado-Client) is
+// answered 429 quota-exceeded with Retry-After, before it takes a slot.
+func Middleware(l *Limiter, d Deadlines, q *Quotas, classify func(*http.Request) Class, h http.Handler) http.Handler {
 	if d.Default == 0 {
 		d.Default = DefaultRequestTimeout
 	}
@@ -58,6 +62,19 @@ func Middleware(l *Limiter, d Deadlines, classify func(*http.Request) Class, h h
 		d.Max = 5 * time.Minute
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if q != nil {
+			client := req.Header.Get(HeaderClient)
+			if len(client) > MaxClientID {
+				problem.Write(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed "+HeaderClient, fmt.Sprintf("a client name is at most %d bytes", MaxClientID)))
+				return
+			}
+			if ok, wait := q.Take(client, time.Now()); !ok {
+				p := problem.New(http.StatusTooManyRequests, problem.TypeQuotaExceeded, "Quota exceeded", "this client's requests per second are over its quota; retry after Retry-After seconds")
+				p.RetryAfter = max(1, int(math.Ceil(wait.Seconds())))
+				problem.Write(w, p)
+				return
+			}
+		}
 		c := classify(req)
 		timeout := time.Duration(0)
 		if c == Interactive && d.Default > 0 {

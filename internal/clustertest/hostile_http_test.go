@@ -48,6 +48,7 @@ var (
 		"If-Modified-Since": {"yesterday", "Mon, 01 Jan 3000 00:00:00 GMT"},
 		"Request-Timeout":   {"1", "0.001", "0", "-5", "1e9", "5ms", "never", "NaN"},
 		"Prefer":            {"partial-ok", "partial-ok, x", "garbage"},
+		"X-Cortado-Client":  {"", "app", strings.Repeat("c", 300), "\x7f"},
 		"Last-Event-ID":     {"", "now", "AQAAAAA", "garbage", strings.Repeat("A", 100000)},
 	}
 	hostileBodies = []string{

@@ -294,3 +294,39 @@ func TestPartialOK(t *testing.T) {
 		t.Fatalf("partial query: %d documents (want %d), missing partitions %v (want %v)", len(p.Documents), wantDocs, p.MissingPartitions, want)
 	}
 }
+
+// TestClientQuotas: a client over its quota gets 429 with Retry-After;
+// another client is not held back by it.
+func TestClientQuotas(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--quota-rate", "2", "--quota-burst", "3"}})
+	get := func(client string) *http.Response {
+		req, _ := http.NewRequest("GET", s.URL+"/demo/MailboxStats/x", nil)
+		req.Header.Set("X-Cortado-Client", client)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	limited := 0
+	for range 8 {
+		if r := get("batch-job"); r.StatusCode == 429 {
+			if r.Header.Get("Retry-After") == "" {
+				t.Fatal("429 without Retry-After")
+			}
+			limited++
+		} else if r.StatusCode != 404 {
+			t.Fatalf("within the quota: %d", r.StatusCode)
+		}
+	}
+	if limited < 4 {
+		t.Fatalf("8 quick requests with a burst of 3 at 2/s: only %d refused", limited)
+	}
+	if r := get("web"); r.StatusCode != 404 {
+		t.Fatalf("another client: %d", r.StatusCode)
+	}
+	if r := get(strings.Repeat("x", 200)); r.StatusCode != 400 {
+		t.Fatalf("an over-long client name: %d", r.StatusCode)
+	}
+}

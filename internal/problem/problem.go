@@ -41,6 +41,7 @@ const (
 	TypeInvalidQuery       = "urn:cortado:problem:invalid-query"
 	TypeIndexBuilding      = "urn:cortado:problem:index-building"
 	TypeOverloaded         = "urn:cortado:problem:overloaded"
+	TypeQuotaExceeded      = "urn:cortado:problem:quota-exceeded"
 )
 
 // Problem is an RFC 9457 problem detail, with Cortado's extension members.

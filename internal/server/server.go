@@ -106,6 +106,9 @@ type Options struct {
 	Admission, NodeAdmission admission.Options
 	// Deadlines are the document API's request deadlines.
 	Deadlines admission.Deadlines
+	// Quotas are the document API's per-client request quotas (zero
+	// rate: none).
+	Quotas admission.QuotaOptions
 	// ProtocolVersion is the newest internal protocol version this
 	// process speaks (default wire.Version): an older one makes it
 	// behave as the previous release, for rolling-upgrade tests.
@@ -355,7 +358,7 @@ func (s *Server) Handler() http.Handler {
 	if s.Router == nil {
 		classOf = func(*http.Request) admission.Class { return admission.Bulk }
 	}
-	api := s.Metrics.Instrument(admission.Middleware(s.limiter, s.opts.Deadlines, classOf, s.api), s.routeOf)
+	api := s.Metrics.Instrument(admission.Middleware(s.limiter, s.opts.Deadlines, admission.NewQuotas(s.opts.Quotas), classOf, s.api), s.routeOf)
 	// The document API sees every path as sent: ServeMux would answer a
 	// path with "//" or ".." with a redirect to its cleaned form, which
 	// may be another document.
