@@ -59,7 +59,7 @@ type roleFlags struct {
 	maxInFlight, maxQueue         *int
 	queueTimeout, requestTimeout  *time.Duration
 	nodeMaxInFlight, nodeMaxQueue *int
-	hedge                         *bool
+	hedge, nodeAdaptive           *bool
 	quotaRate, quotaBurst         *float64
 }
 
@@ -82,6 +82,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 	}
 	if name == "serve" || name == "storage" {
 		f.nodeMaxInFlight = fs.Int("node-max-in-flight", admission.DefaultMaxInFlight, "internal calls a storage node serves at once; more wait in its queue (-1: no limit)")
+		f.nodeAdaptive = fs.Bool("node-adaptive", true, "let a storage node's limit of calls in progress follow latency (between 8 and --node-max-in-flight): it shrinks as calls queue")
 		f.nodeMaxQueue = fs.Int("node-max-queue", admission.DefaultMaxQueue, "internal calls that may wait for a storage node; more are refused as overloaded")
 	}
 	if name == "serve" || name == "router" {
@@ -136,7 +137,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.Quotas = admission.QuotaOptions{Rate: *f.quotaRate, Burst: *f.quotaBurst}
 	}
 	if f.nodeMaxInFlight != nil {
-		o.NodeAdmission = admission.Options{MaxInFlight: *f.nodeMaxInFlight, MaxQueue: *f.nodeMaxQueue}
+		o.NodeAdmission = admission.Options{MaxInFlight: *f.nodeMaxInFlight, MaxQueue: *f.nodeMaxQueue, Adaptive: *f.nodeAdaptive}
 	}
 	if *f.etcdEndpoints != "" {
 		o.EtcdEndpoints = strings.Split(*f.etcdEndpoints, ",")

@@ -13,6 +13,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 )
@@ -50,6 +51,12 @@ type Options struct {
 	// QueueTimeout is the longest a request waits for a slot (default
 	// 1s; less if its deadline is sooner).
 	QueueTimeout time.Duration
+	// Adaptive lets the limit follow latency (a gradient limiter in the
+	// style of Netflix's concurrency-limits): it shrinks when requests
+	// take longer than the fastest recently seen, grows while they do
+	// not, between MinInFlight (default 8) and MaxInFlight.
+	Adaptive    bool
+	MinInFlight int
 }
 
 // Defaults.
@@ -71,6 +78,7 @@ type Limiter struct {
 	inFlight int
 	waiting  [classes][]*waiter
 	queued   int
+	grad     gradient // the adaptive limit, when Options.Adaptive
 
 	// Counters, read by Stats.
 	admitted, rejected [classes]uint64
@@ -92,7 +100,20 @@ func New(o Options) *Limiter {
 	if o.QueueTimeout == 0 {
 		o.QueueTimeout = DefaultQueueTimeout
 	}
-	return &Limiter{opts: o}
+	if o.MinInFlight <= 0 {
+		o.MinInFlight = min(8, max(1, o.MaxInFlight))
+	}
+	l := &Limiter{opts: o}
+	l.grad.limit = float64(o.MaxInFlight)
+	return l
+}
+
+// limitLocked is how many requests may be in progress now.
+func (l *Limiter) limitLocked() int {
+	if !l.opts.Adaptive {
+		return l.opts.MaxInFlight
+	}
+	return int(l.grad.limit)
 }
 
 // Off reports whether the limiter admits everything.
@@ -106,11 +127,11 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (release func(), err err
 		return func() {}, nil
 	}
 	l.mu.Lock()
-	if l.inFlight < l.opts.MaxInFlight && l.queued == 0 {
+	if l.inFlight < l.limitLocked() && l.queued == 0 {
 		l.inFlight++
 		l.admitted[c]++
 		l.mu.Unlock()
-		return l.release, nil
+		return l.releaser(), nil
 	}
 	if float64(l.queued) >= float64(l.opts.MaxQueue)*queueShare[c] {
 		l.rejected[c]++
@@ -126,14 +147,14 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (release func(), err err
 	defer t.Stop()
 	select {
 	case <-w.ready:
-		return l.release, nil
+		return l.releaser(), nil
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w.done { // handed a slot just as it gave up: use it
-		return l.release, nil
+		return l.releaser(), nil
 	}
 	q := l.waiting[c]
 	for i, o := range q {
@@ -150,11 +171,30 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (release func(), err err
 	return nil, ErrOverloaded
 }
 
-// release frees a slot, handing it to the most important waiter.
+// releaser returns the release of a slot taken now: with an adaptive
+// limit, the request's time in progress feeds it.
+func (l *Limiter) releaser() func() {
+	if !l.opts.Adaptive {
+		return l.release
+	}
+	start := time.Now()
+	return func() {
+		l.mu.Lock()
+		l.grad.observe(time.Since(start), l.inFlight, float64(l.opts.MinInFlight), float64(l.opts.MaxInFlight))
+		l.mu.Unlock()
+		l.release()
+	}
+}
+
+// release frees a slot, handing it to the most important waiter (unless
+// the limit shrank below what is in progress).
 func (l *Limiter) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for c := range classes {
+		if l.inFlight > l.limitLocked() {
+			break
+		}
 		if q := l.waiting[c]; len(q) > 0 {
 			w := q[0]
 			l.waiting[c] = q[1:]
@@ -171,6 +211,7 @@ func (l *Limiter) release() {
 // Stats is a limiter's state and counters.
 type Stats struct {
 	InFlight, Queued   int
+	Limit              int
 	Admitted, Rejected map[string]uint64
 }
 
@@ -182,9 +223,60 @@ func (l *Limiter) Stats() Stats {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s.InFlight, s.Queued = l.inFlight, l.queued
+	s.InFlight, s.Queued, s.Limit = l.inFlight, l.queued, l.limitLocked()
 	for c := range classes {
 		s.Admitted[c.String()], s.Rejected[c.String()] = l.admitted[c], l.rejected[c]
 	}
 	return s
+}
+
+// gradient is an adaptive concurrency limit: every window of samples it
+// compares the window's average latency with the latency without
+// queueing (the shortest window average since the last probe). While the
+// average stays within twice that floor, the limit grows by √limit a
+// window (if it is being used); beyond, it shrinks in proportion (at most
+// halving, smoothed):
+//
+//	limit' = limit × clamp(2 × floor / average, 0.5, 1)
+//
+// Every gradientProbe windows the limit drops to its minimum for one
+// window, whose average is the new floor: a floor learned under load
+// would let the limit drift up with the queue it causes.
+type gradient struct {
+	limit   float64
+	floor   time.Duration
+	probing bool
+	windows int
+	sum     time.Duration
+	n       int
+}
+
+const (
+	gradientWindow  = 50   // samples per adjustment
+	gradientProbe   = 1000 // windows between probes of the floor
+	gradientSmoothe = 0.2
+)
+
+func (g *gradient) observe(d time.Duration, inFlight int, lo, hi float64) {
+	g.sum += max(d, time.Nanosecond)
+	g.n++
+	if g.n < gradientWindow {
+		return
+	}
+	avg := g.sum / time.Duration(g.n)
+	g.sum, g.n = 0, 0
+	if g.probing || g.floor == 0 || avg < g.floor {
+		g.floor, g.probing = avg, false
+	}
+	ratio := math.Min(1, math.Max(0.5, 2*float64(g.floor)/float64(avg)))
+	switch {
+	case ratio < 1:
+		g.limit = g.limit*(1-gradientSmoothe) + g.limit*ratio*gradientSmoothe
+	case float64(inFlight) >= g.limit/2: // growing is of use only to a limit in use
+		g.limit += math.Sqrt(g.limit)
+	}
+	g.limit = math.Min(hi, math.Max(lo, g.limit))
+	if g.windows++; g.windows >= gradientProbe {
+		g.windows, g.limit, g.probing = 0, lo, true
+	}
 }

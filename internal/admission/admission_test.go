@@ -153,6 +153,18 @@ func TestInterceptorDropsExpiredCalls(t *testing.T) {
 	if res, err := ic(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x/Get"}, handler); err != nil || res != "ok" || ran != 1 {
 		t.Fatalf("live call: %v %v", res, err)
 	}
+	// With every slot taken, document calls are refused; replication's
+	// acknowledgements are not.
+	full := New(Options{MaxInFlight: 1, MaxQueue: 1, QueueTimeout: time.Millisecond})
+	r, _ := full.Acquire(context.Background(), Interactive)
+	defer r()
+	ic = UnaryInterceptor(full, &expired)
+	if _, err := ic(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/cortado.wire.Node/Write"}, handler); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a write over the limit: %v", err)
+	}
+	if _, err := ic(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/cortado.wire.Node/Ack"}, handler); err != nil {
+		t.Fatalf("an acknowledgement over the limit: %v", err)
+	}
 }
 
 func TestParseTimeout(t *testing.T) {
@@ -197,4 +209,29 @@ func TestQuotas(t *testing.T) {
 	if NewQuotas(QuotaOptions{}) != nil {
 		t.Fatal("a zero rate is not off")
 	}
+}
+
+// The adaptive limit grows while latency stays at its floor and settles
+// near what the node serves without queueing once latency grows with
+// concurrency.
+func TestGradientLimit(t *testing.T) {
+	g := gradient{limit: 8}
+	for range 200 * gradientWindow {
+		g.observe(time.Millisecond, int(g.limit), 8, 512)
+	}
+	if g.limit != 512 {
+		t.Fatalf("with a flat latency the limit is %.0f, want the maximum", g.limit)
+	}
+	// A node that serves 20 at once: more queue, and latency grows in
+	// proportion.
+	const capacity = 20
+	g = gradient{limit: 512}
+	for range 3 * gradientProbe * gradientWindow / 2 {
+		in := int(g.limit)
+		g.observe(time.Duration(max(1, float64(in)/capacity)*float64(time.Millisecond)), in, 8, 512)
+	}
+	if g.limit < capacity || g.limit > 4*capacity {
+		t.Fatalf("with latency growing past %d in progress the limit settled at %.0f", capacity, g.limit)
+	}
+	t.Logf("settled at %.0f for a capacity of %d", g.limit, capacity)
 }

@@ -117,13 +117,19 @@ func Middleware(l *Limiter, d Deadlines, q *Quotas, classify func(*http.Request)
 
 // UnaryInterceptor guards a storage node's internal API: a call whose
 // deadline passed before it starts is dropped (counted in expired: its
-// caller has given up), and the others take a slot of l as interactive
-// requests, refused as codes.ResourceExhausted when there is none.
+// caller has given up), and document calls (reads, scans, writes) take a
+// slot of l as interactive requests, refused as codes.ResourceExhausted
+// when there is none. Replication's calls (acknowledgements, status,
+// checksums) are not admitted through l: holding them back would stall
+// the writes waiting for them.
 func UnaryInterceptor(l *Limiter, expired *atomic.Uint64) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if ctx.Err() != nil {
 			expired.Add(1)
 			return nil, status.Error(codes.DeadlineExceeded, "the call's deadline passed before it started: dropped")
+		}
+		if !admitted(info.FullMethod) {
+			return handler(ctx, req) // replication's own calls (acks, status) are never held back
 		}
 		release, err := l.Acquire(ctx, Interactive)
 		if err != nil {
@@ -136,4 +142,14 @@ func UnaryInterceptor(l *Limiter, expired *atomic.Uint64) grpc.UnaryServerInterc
 		defer release()
 		return handler(ctx, req)
 	}
+}
+
+// admitted reports whether an internal method is document traffic.
+func admitted(method string) bool {
+	i := strings.LastIndexByte(method, '/')
+	switch method[i+1:] {
+	case "Get", "MultiGet", "Scan", "Write":
+		return true
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 
 var (
 	descInFlight = prometheus.NewDesc("cortado_admission_in_flight", "Requests in progress, by edge (http: the document API; rpc: a storage node's internal API).", []string{"edge"}, nil)
+	descLimit    = prometheus.NewDesc("cortado_admission_limit", "Requests that may be in progress now, by edge (a storage node's follows latency).", []string{"edge"}, nil)
 	descQueued   = prometheus.NewDesc("cortado_admission_queued", "Requests waiting for a slot, by edge.", []string{"edge"}, nil)
 	descAdmitted = prometheus.NewDesc("cortado_admission_admitted_total", "Requests admitted, by edge and priority class.", []string{"edge", "class"}, nil)
 	descRejected = prometheus.NewDesc("cortado_admission_rejected_total", "Requests refused as overloaded (503 overloaded), by edge and priority class.", []string{"edge", "class"}, nil)
@@ -29,7 +30,7 @@ type admissionCollector struct {
 }
 
 func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descAdmitted, descRejected, descExpired} {
+	for _, d := range []*prometheus.Desc{descInFlight, descLimit, descQueued, descAdmitted, descRejected, descExpired} {
 		ch <- d
 	}
 }
@@ -38,6 +39,7 @@ func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.l.Stats()
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), c.edge)
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Queued), c.edge)
+	ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(s.Limit), c.edge)
 	for class, n := range s.Admitted {
 		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(n), c.edge, class)
 	}
