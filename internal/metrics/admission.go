@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,15 +19,33 @@ var (
 )
 
 // RegisterAdmission exports a limiter's state under edge; expired, if
-// set, counts calls dropped for their deadline.
+// set, counts calls dropped for their deadline. One collector serves
+// every limiter of the process (a serve process has one per storage node).
 func (m *Metrics) RegisterAdmission(edge string, l *admission.Limiter, expired *atomic.Uint64) {
-	m.Registry.MustRegister(&admissionCollector{edge: edge, l: l, expired: expired})
+	m.admMu.Lock()
+	defer m.admMu.Unlock()
+	if m.admission == nil {
+		m.admission = &admissionCollector{}
+		m.Registry.MustRegister(m.admission)
+	}
+	m.admission.add(admissionSource{edge: edge, l: l, expired: expired})
 }
 
-type admissionCollector struct {
+type admissionSource struct {
 	edge    string
 	l       *admission.Limiter
 	expired *atomic.Uint64
+}
+
+type admissionCollector struct {
+	mu      sync.Mutex
+	sources []admissionSource
+}
+
+func (c *admissionCollector) add(s admissionSource) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sources = append(c.sources, s)
 }
 
 func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -36,18 +55,23 @@ func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.l.Stats()
-	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), c.edge)
-	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Queued), c.edge)
-	ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(s.Limit), c.edge)
-	for class, n := range s.Admitted {
-		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(n), c.edge, class)
-	}
-	for class, n := range s.Rejected {
-		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), c.edge, class)
-	}
-	if c.expired != nil {
-		ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(c.expired.Load()), c.edge)
+	c.mu.Lock()
+	sources := append([]admissionSource(nil), c.sources...)
+	c.mu.Unlock()
+	for _, src := range sources {
+		s := src.l.Stats()
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), src.edge)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Queued), src.edge)
+		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(s.Limit), src.edge)
+		for class, n := range s.Admitted {
+			ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(n), src.edge, class)
+		}
+		for class, n := range s.Rejected {
+			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), src.edge, class)
+		}
+		if src.expired != nil {
+			ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(src.expired.Load()), src.edge)
+		}
 	}
 }
 
