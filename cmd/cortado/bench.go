@@ -7,11 +7,14 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/cortado-db/cortado/internal/bench"
 )
 
-// runBench is `cortado bench [load|floor|multiget|consume|insert]`: with
+// runBench is `cortado bench [load|floor|multiget|consume|insert|overload]`: with
 // no subcommand, a PUT phase and a GET phase against a router; the
 // subcommands are the pieces scripts/bench-peers and scripts/bench-changes
 // use.
@@ -38,6 +41,11 @@ func runBench(args []string) error {
 	since := fs.String("since", "beginning", "consume: where the stream starts")
 	wal2json := fs.Bool("wal2json", false, "consume: count wal2json lines (pg_recvlogical) from stdin instead")
 	first := fs.Int("first", 0, "insert: id of the first new document")
+	servers := fs.String("servers", "", "overload: servers to compare, name=URL,name=URL (each with the bench database loaded)")
+	multiples := fs.String("multiples", "", "overload: offered loads as multiples of the capacity (default 0.8,1,1.05,1.2,1.5,2,5)")
+	capacity := fs.Float64("capacity", 0, "overload: the capacity C in requests/s (default: measured on the first server)")
+	timeout := fs.Duration("timeout", 0, "overload: each request's client timeout (default 1s)")
+	out := fs.String("out", "", "overload: directory for the plots (PNG) and the table (overload.md)")
 	fs.Parse(args)
 	o.URL = *c.url
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -74,6 +82,38 @@ func runBench(args []string) error {
 		n, err := bench.Insert(ctx, o, *first, *rate, o.Duration)
 		fmt.Println("inserted", n)
 		return err
+	case "overload":
+		oo := bench.OverloadOptions{Options: o, Servers: map[string]string{}, Capacity: *capacity, Timeout: *timeout}
+		for _, kv := range strings.Split(*servers, ",") {
+			name, url, ok := strings.Cut(kv, "=")
+			if !ok {
+				return fmt.Errorf("--servers takes name=URL,…")
+			}
+			oo.Servers[name] = url
+		}
+		if *multiples != "" {
+			for _, m := range strings.Split(*multiples, ",") {
+				v, err := strconv.ParseFloat(m, 64)
+				if err != nil || v <= 0 {
+					return fmt.Errorf("--multiples: %q", m)
+				}
+				oo.Multiples = append(oo.Multiples, v)
+			}
+		}
+		c, steps, err := bench.Overload(ctx, oo, os.Stderr)
+		if err != nil {
+			return err
+		}
+		bench.OverloadTable(os.Stdout, c, steps)
+		if *out != "" {
+			f, err := os.Create(filepath.Join(*out, "overload.md"))
+			if err != nil {
+				return err
+			}
+			bench.OverloadTable(f, c, steps)
+			f.Close()
+			return bench.OverloadPlots(*out, c, steps)
+		}
 	case "multiget":
 		p, err := bench.OpenLoop(ctx, o, *rate, *multi)
 		if err != nil {
@@ -81,7 +121,7 @@ func runBench(args []string) error {
 		}
 		bench.Print(os.Stdout, o, []bench.Phase{p})
 	default:
-		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget, consume, insert)", sub)
+		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget, consume, insert, overload)", sub)
 	}
 	return nil
 }
