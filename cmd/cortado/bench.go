@@ -44,7 +44,7 @@ func runBench(args []string) error {
 	servers := fs.String("servers", "", "overload: servers to compare, name=URL,name=URL (each with the bench database loaded)")
 	multiples := fs.String("multiples", "", "overload: offered loads as multiples of the capacity (default 0.8,1,1.05,1.2,1.5,2,5)")
 	capacity := fs.Float64("capacity", 0, "overload: the capacity C in requests/s (default: measured on the first server)")
-	timeout := fs.Duration("timeout", 0, "overload: each request's client timeout (default 1s)")
+	clientTimeout := fs.Duration("client-timeout", 0, "overload: each request's client timeout (default 1s)")
 	out := fs.String("out", "", "overload: directory for the plots (PNG) and the table (overload.md)")
 	fs.Parse(args)
 	o.URL = *c.url
@@ -83,7 +83,7 @@ func runBench(args []string) error {
 		fmt.Println("inserted", n)
 		return err
 	case "overload":
-		oo := bench.OverloadOptions{Options: o, Servers: map[string]string{}, Capacity: *capacity, Timeout: *timeout}
+		oo := bench.OverloadOptions{Options: o, Servers: map[string]string{}, Capacity: *capacity, Timeout: *clientTimeout}
 		for _, kv := range strings.Split(*servers, ",") {
 			name, url, ok := strings.Cut(kv, "=")
 			if !ok {
