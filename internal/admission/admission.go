@@ -41,15 +41,16 @@ var queueShare = [classes]float64{Interactive: 1, Stream: 0.5, Bulk: 0.25}
 // Options bound a Limiter; zero values take the defaults.
 type Options struct {
 	// MaxInFlight is how many requests may be in progress at once
-	// (default 512; negative: no limit, the limiter is off).
+	// (default 64; negative: no limit, the limiter is off).
 	MaxInFlight int
-	// MaxQueue is how many requests may wait for a slot (default 2048):
-	// on two cores a storage node serves about 25,000 reads a second, so
-	// a full queue drains in under 100 ms, far inside any client's
-	// timeout, and its goroutines and buffers stay bounded.
-	MaxQueue int
-	// QueueTimeout is the longest a request waits for a slot (default
-	// 1s; less if its deadline is sooner).
+	// MaxQueue is how many requests may wait for a slot (default 256),
+	// for at most QueueTimeout (default 100 ms). The sizes come from the
+	// overload test (docs/performance.md): `serve --nodes 3` on two cores
+	// serves about 5,500 requests a second, so 64 in progress and 256
+	// waiting are about 60 ms of work — far inside a client's timeout —
+	// where the first sizes tried (512 and 2048, half a second of work)
+	// let queued requests outlive their clients and goodput collapse.
+	MaxQueue     int
 	QueueTimeout time.Duration
 	// Adaptive lets the limit follow latency (a gradient limiter in the
 	// style of Netflix's concurrency-limits): it shrinks when requests
@@ -61,9 +62,9 @@ type Options struct {
 
 // Defaults.
 const (
-	DefaultMaxInFlight  = 512
-	DefaultMaxQueue     = 2048
-	DefaultQueueTimeout = time.Second
+	DefaultMaxInFlight  = 64
+	DefaultMaxQueue     = 256
+	DefaultQueueTimeout = 100 * time.Millisecond
 )
 
 // ErrOverloaded is a request refused: no slot, and no room (or no time)

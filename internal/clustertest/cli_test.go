@@ -23,7 +23,7 @@ func TestCLI(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		words := 1
-		if args[0] == "schema" {
+		if args[0] == "schema" || args[0] == "bench" {
 			words = 2
 		}
 		full := append(append(append([]string{}, args[:words]...), "--url", s.URL), args[words:]...)
@@ -72,6 +72,13 @@ func TestCLI(t *testing.T) {
 	}
 	if del := jsonOf(run("delete", "demo/Message/box")); del["deleted"] != float64(5) {
 		t.Fatalf("delete printed %v", del)
+	}
+	// The bench subcommands parse their flags (a flag defined twice
+	// panics at start) and run: a tiny load and overload step.
+	run("bench", "load", "--keys", "20", "--workers", "2")
+	tbl := run("bench", "overload", "--servers", "self="+s.URL, "--keys", "20", "--capacity", "50", "--multiples", "1", "--duration", "300ms")
+	if !strings.Contains(tbl, "| 1.00C (50/s) | self |") {
+		t.Fatalf("bench overload printed:\n%s", tbl)
 	}
 	// A failing command exits non-zero with the problem on stderr.
 	out, err := exec.Command(Binary(t), "get", "--url", s.URL, "demo/Profile/99").CombinedOutput()
