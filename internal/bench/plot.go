@@ -97,7 +97,7 @@ func (c *chart) draw(path string) error {
 			}
 			prev = i
 		}
-		text(left+10, top+16+16*si, "— "+s.name, s.color)
+		text(left+10, top+16+16*si, "-- "+s.name, s.color)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
