@@ -316,36 +316,53 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 	if err != nil {
 		return nil, err
 	}
-	if f.Avro {
-		return nil, errAvroMulti
-	}
-	spec, err := r.readSpec(tg.table, f)
+	req, err := r.scanRequest(tg, f, limit, token)
 	if err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
-		limit = r.opts.DefaultLimit
-	}
-	if limit > r.opts.MaxLimit {
-		return nil, &keyError{fmt.Errorf("limit %d is over the maximum %d", limit, r.opts.MaxLimit)}
-	}
-	var after []byte
-	if token != "" {
-		if after, err = base64.RawURLEncoding.DecodeString(token); err != nil {
-			return nil, &keyError{fmt.Errorf("bad continuation token")}
-		}
-		if parts, err := keys.Decode(after); err != nil || len(parts) != len(tg.table.Key) {
-			return nil, &keyError{fmt.Errorf("bad continuation token")}
-		}
+	if parts, err := keys.Decode(req.After); req.After != nil && (err != nil || len(parts) != len(tg.table.Key)) {
+		return nil, &keyError{fmt.Errorf("bad continuation token")}
 	}
 	n, err := r.nodeFor(tg)
 	if err != nil {
 		return nil, err
 	}
-	res, err := n.Scan(ctx, node.ScanRequest{DB: db, Table: table, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec})
+	res, err := n.Scan(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	return r.scanPage(tg, res, nil, f)
+}
+
+// scanRequest is the node request of one page of a collection or query:
+// the read format, the page size within the router's bounds, and the
+// previous page's token (base64 of the position it ended at).
+func (r *Router) scanRequest(tg *target, f Format, limit int, token string) (node.ScanRequest, error) {
+	if f.Avro {
+		return node.ScanRequest{}, errAvroMulti
+	}
+	spec, err := r.readSpec(tg.table, f)
+	if err != nil {
+		return node.ScanRequest{}, err
+	}
+	if limit <= 0 {
+		limit = r.opts.DefaultLimit
+	}
+	if limit > r.opts.MaxLimit {
+		return node.ScanRequest{}, &keyError{fmt.Errorf("limit %d is over the maximum %d", limit, r.opts.MaxLimit)}
+	}
+	var after []byte
+	if token != "" {
+		if after, err = base64.RawURLEncoding.DecodeString(token); err != nil {
+			return node.ScanRequest{}, &keyError{fmt.Errorf("bad continuation token")}
+		}
+	}
+	return node.ScanRequest{DB: tg.db.Name, Table: tg.table.Name, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec}, nil
+}
+
+// scanPage renders a page of scan results, with its token and, for a
+// partial answer, the partitions it lacks.
+func (r *Router) scanPage(tg *target, res *node.ScanResult, missing []int, f Format) (*Page, error) {
 	next := ""
 	if res.Next != nil {
 		next = base64.RawURLEncoding.EncodeToString(res.Next)
@@ -355,6 +372,7 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 		return nil, err
 	}
 	page.SCN = res.SCN
+	page.setMissingPartitions(missing)
 	return page, nil
 }
 
@@ -363,7 +381,7 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 // "-field", or "": relevance for a text query, else key order). token is
 // the previous page's "next", or "". The query is parsed and planned here
 // first, so a bad one is refused with its position before any node is
-// asked.
+// asked. Without a partition key every partition is asked (queryAll).
 func (r *Router) Query(ctx context.Context, db, table string, prefix []string, query, sort string, limit int, token string, f Format) (*Page, error) {
 	tg, err := r.resolve(db, table, prefix, true)
 	if err != nil {
@@ -376,23 +394,11 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	if err != nil {
 		return nil, err
 	}
-	spec, err := r.readSpec(tg.table, f)
+	req, err := r.scanRequest(tg, f, limit, token)
 	if err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
-		limit = r.opts.DefaultLimit
-	}
-	if limit > r.opts.MaxLimit {
-		return nil, &keyError{fmt.Errorf("limit %d is over the maximum %d", limit, r.opts.MaxLimit)}
-	}
-	var after []byte
-	if token != "" {
-		if after, err = base64.RawURLEncoding.DecodeString(token); err != nil {
-			return nil, &keyError{fmt.Errorf("bad continuation token")}
-		}
-	}
-	req := node.ScanRequest{DB: db, Table: table, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec, Query: query, Sort: sort}
+	req.Query, req.Sort = query, sort
 	var res *node.ScanResult
 	var missing []int
 	if len(tg.key) == 0 {
@@ -406,17 +412,7 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	if err != nil {
 		return nil, err
 	}
-	next := ""
-	if res.Next != nil {
-		next = base64.RawURLEncoding.EncodeToString(res.Next)
-	}
-	page, err := r.renderPage(tg.table, res.Items, nil, next, f)
-	if err != nil {
-		return nil, err
-	}
-	page.SCN = res.SCN
-	page.setMissingPartitions(missing)
-	return page, nil
+	return r.scanPage(tg, res, missing, f)
 }
 
 // fanOut calls fn for each partition of db in parts, in parallel, with
