@@ -60,6 +60,7 @@ type roleFlags struct {
 	queueTimeout, requestTimeout  *time.Duration
 	nodeMaxInFlight, nodeMaxQueue *int
 	hedge, nodeAdaptive           *bool
+	indexBuildRate                *int
 	quotaRate, quotaBurst         *float64
 }
 
@@ -78,6 +79,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.dataDir = fs.String("data-dir", server.DefaultDataDir, "directory for storage (and, for serve, the embedded etcd)")
 		f.maxTransitions = fs.Int("max-transitions", agent.DefaultMaxTransitions, "partitions changing role at once on a storage node")
 		f.retainEvery = fs.Duration("retention-interval", node.DefaultRetentionInterval, "how often commit logs are trimmed by their databases' retention (0 disables)")
+		f.indexBuildRate = fs.Int("index-build-rate", node.DefaultIndexBuildRate, "documents a second a storage node rewrites in the latest schema version to build the indexes it adds (-1: never)")
 		f.snapshotRate = fs.Int64("snapshot-rate", node.DefaultSnapshotRate, "bytes per second a partition snapshot streams at, at most (bootstrap of consumers and replicas)")
 	}
 	if name == "serve" || name == "storage" {
@@ -150,7 +152,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	}
 	if f.maxTransitions != nil {
 		o.MaxTransitions = *f.maxTransitions
-		o.RetentionInterval, o.SnapshotBytesPerSecond = *f.retainEvery, *f.snapshotRate
+		o.RetentionInterval, o.SnapshotBytesPerSecond, o.IndexBuildRate = *f.retainEvery, *f.snapshotRate, *f.indexBuildRate
 		if o.RetentionInterval == 0 {
 			o.RetentionInterval = -1
 		}

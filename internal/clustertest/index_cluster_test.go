@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -293,5 +296,99 @@ func TestQueryReadsItsWrites(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d documents, all found by the index after kill -9 and restart", box, len(docs))
+	}
+}
+
+// TestIndexBuild adds an index to a table with documents (a new schema
+// version annotates a field): queries on it answer 409 index-building,
+// naming how many documents are left, while the master rewrites them in
+// the new version; the build survives a kill -9 and restart, and ends
+// with queries equal to a brute-force filter, every document in the new
+// version, and nothing else changed.
+func TestIndexBuild(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--index-build-rate", "40"}})
+	ctx := context.Background()
+	c := client.New(s.URL)
+	defer func() { c.Close() }()
+	if err := c.CreateDatabase(ctx, "b", client.Database{Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	v1 := `{"type":"record","name":"B","fields":[{"name":"color","type":"string"},{"name":"n","type":"long","index":"attribute"}]}`
+	if _, err := c.RegisterSchema(ctx, "b", "B", client.TableSchema{Key: []client.KeyPart{{Name: "box"}, {Name: "id", Type: "long"}}, Schema: json.RawMessage(v1)}); err != nil {
+		t.Fatal(err)
+	}
+	colors := []string{"red", "green", "blue"}
+	const docs = 240
+	for i := range docs {
+		box := fmt.Sprintf("b%d", i%4)
+		if _, err := c.Put(ctx, "b", "B", client.Key{box, int64(i)}, map[string]any{"color": colors[i%3], "n": i}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v2 := strings.Replace(v1, `"type":"string"}`, `"type":"string","index":"attribute"}`, 1)
+	if _, err := c.RegisterSchema(ctx, "b", "B", client.TableSchema{Schema: json.RawMessage(v2)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Query(ctx, "b", "B", client.Key{"b0"}, client.Query{Where: "color:red"}, nil)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 409 || !strings.Contains(ce.Detail, "still to be rewritten") {
+		t.Fatalf("a query on the new index before it is built: %v", err)
+	}
+	// The field that every version indexes answers meanwhile.
+	if p, err := c.Query(ctx, "b", "B", client.Key{"b0"}, client.Query{Where: "n:[0 TO 7]"}, nil); err != nil || len(p.Documents) != 2 {
+		t.Fatalf("the old index during the build: %v %v", p, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // let the build start: the point is to cut it midway
+	s.Kill()
+	c.Close()
+	s.Restart()
+	c = client.New(s.URL)
+	deadline := time.Now().Add(60 * time.Second)
+	for box := 0; box < 4; {
+		_, err := c.Query(ctx, "b", "B", client.Key{fmt.Sprintf("b%d", box)}, client.Query{Where: "color:red"}, nil)
+		if err == nil {
+			box++
+			continue
+		}
+		if !errors.As(err, &ce) || ce.Status != 409 || time.Now().After(deadline) {
+			t.Fatalf("waiting for the build: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for b := range 4 {
+		box := fmt.Sprintf("b%d", b)
+		for ci, color := range colors {
+			var want []int64
+			for i := b; i < docs; i += 4 {
+				if i%3 == ci {
+					want = append(want, int64(i))
+				}
+			}
+			got, err := tryQueryAll(c, "b", "B", box, "color:"+color, "")
+			if err != nil {
+				log, _ := os.ReadFile(filepath.Join(s.Dir, "serve.log"))
+				t.Fatalf("%v\n%s", err, log[max(0, len(log)-3000):])
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s color:%s after the build: %v, want %v", box, color, got, want)
+			}
+		}
+		p, err := c.Collection(ctx, "b", "B", client.Key{box}, 1000, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range p.Documents {
+			var v struct {
+				Color string
+				N     int64
+			}
+			d.Decode(&v)
+			if d.SchemaVersion != 0 && d.SchemaVersion != 2 || v.N != d.Key[1].(int64) || v.Color != colors[v.N%3] {
+				t.Fatalf("%v after the build: version %d, %+v", d.Key, d.SchemaVersion, v)
+			}
+		}
+	}
+	if v := metricValue(t, s.URL, `cortado_index_build_remaining_documents{db="b",table="B"}`); v != 0 {
+		t.Fatalf("build remaining %v after it ended", v)
 	}
 }

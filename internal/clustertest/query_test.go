@@ -472,8 +472,6 @@ func TestQueryErrors(t *testing.T) {
 			{where: "subject:[a TO b]", status: 400, typ: "invalid-query", field: "subject", position: 0},
 			{where: "hi", sort: "subject", status: 400, typ: "invalid-query"},
 			{where: "hi", sort: "tags", status: 400, typ: "invalid-query"},
-			{where: "later:y", status: 409, typ: "index-building"},
-			{where: "hi", sort: "later", status: 409, typ: "index-building"},
 		} {
 			_, err := c.Query(ctx, "e", "M", client.Key{"b"}, client.Query{Where: tc.where, Sort: tc.sort}, nil)
 			var ce *client.Error

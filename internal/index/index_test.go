@@ -44,7 +44,18 @@ func TestPlan(t *testing.T) {
 	tb := &schema.Table{Name: "M", Versions: []*schema.Version{v1, v2}}
 	datadriven.RunTest(t, "testdata/plan", func(t *testing.T, d *datadriven.TestData) string {
 		counts := map[string]int{}
+		var docs map[int]uint64 // documents per schema version (counts=1:5,2:3)
 		for _, a := range d.CmdArgs {
+			if a.Key == "counts" {
+				docs = map[int]uint64{}
+				for _, v := range strings.Split(strings.Join(a.Vals, ","), ",") {
+					ver, n, _ := strings.Cut(v, ":")
+					vi, _ := strconv.Atoi(ver)
+					ni, _ := strconv.Atoi(n)
+					docs[vi] = uint64(ni)
+				}
+				continue
+			}
 			if a.Key != "est" {
 				continue
 			}
@@ -69,7 +80,7 @@ func TestPlan(t *testing.T) {
 		if err != nil {
 			return "error: " + err.Error() + "\n"
 		}
-		p, err := NewPlan(q, TableMetadata(tb), est)
+		p, err := NewPlan(q, TableMetadata(tb, docs), est)
 		if err != nil {
 			return fmt.Sprintf("error: %v\n", err)
 		}

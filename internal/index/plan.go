@@ -62,24 +62,35 @@ func (e *QueryError) Error() string {
 }
 
 // BuildingError is a query on a field whose index does not hold every
-// document yet.
-type BuildingError struct{ Field string }
+// document yet; Remaining is how many it lacks (0: unknown).
+type BuildingError struct {
+	Field     string
+	Remaining uint64
+}
 
 func (e *BuildingError) Error() string {
-	return fmt.Sprintf("the index on %s does not cover documents written before a schema version that added it (building an index for existing documents is not available yet: rewrite them, or query another field)", e.Field)
+	if e.Remaining > 0 {
+		return fmt.Sprintf("the index on %s is being built: %d document(s) written with a schema version that does not index it are still to be rewritten in the latest version", e.Field, e.Remaining)
+	}
+	return fmt.Sprintf("the index on %s does not cover documents written with a schema version that does not index it; they are being rewritten in the latest version", e.Field)
 }
 
 // Metadata is what the planner knows of the table: the index on a field
-// (an error for an unindexed field, building for one that does not hold
-// every document), and the text-indexed fields bare words search.
+// (an error for an unindexed field; how many documents it lacks), and the
+// text-indexed fields bare words search.
 type Metadata struct {
-	Index      func(field string) (ix *schema.Index, building bool, err error)
+	Index      func(field string) (ix *schema.Index, remaining uint64, err error)
 	TextFields []string
+	// Counted: remaining counts documents (else it only says "some").
+	Counted bool
 }
 
-// TableMetadata is the Metadata of a table's latest version.
-func TableMetadata(t *schema.Table) Metadata {
-	m := Metadata{Index: t.IndexState}
+// TableMetadata is the Metadata of a table's latest version in a
+// partition holding counts[v] documents of each version v (nil: any
+// version may have some, so a field some version does not index is
+// building).
+func TableMetadata(t *schema.Table, counts map[int]uint64) Metadata {
+	m := Metadata{Index: func(f string) (*schema.Index, uint64, error) { return t.IndexStateFor(f, counts) }, Counted: counts != nil}
 	for _, ix := range t.Latest().Indexes {
 		if ix.Kind == schema.IndexText {
 			m.TextFields = append(m.TextFields, ix.Field)
@@ -210,7 +221,7 @@ func planExpr(q Expr, m Metadata, est Estimator) (Plan, error) {
 }
 
 func index(m Metadata, field string, pos int) (*schema.Index, error) {
-	ix, building, err := m.Index(field)
+	ix, remaining, err := m.Index(field)
 	if err != nil {
 		msg := err.Error()
 		var fe *schema.FieldError
@@ -219,8 +230,11 @@ func index(m Metadata, field string, pos int) (*schema.Index, error) {
 		}
 		return nil, &QueryError{Pos: pos, Field: field, Msg: msg}
 	}
-	if building {
-		return nil, &BuildingError{Field: field}
+	if remaining > 0 {
+		if !m.Counted {
+			remaining = 0
+		}
+		return nil, &BuildingError{Field: field, Remaining: remaining}
 	}
 	return ix, nil
 }

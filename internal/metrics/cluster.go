@@ -15,12 +15,16 @@ type Cluster struct {
 	RelayPulled, RelayServed prometheus.Counter
 	// LogTrimmed and LogBytes are commit-log retention, per database;
 	// Rebuilt counts replicas rebuilt from a snapshot.
-	LogTrimmed  *prometheus.CounterVec
-	LogBytes    *prometheus.GaugeVec
-	Rebuilt     prometheus.Counter
-	checks      *prometheus.GaugeVec
-	lastCheck   prometheus.Gauge
-	divergences prometheus.Counter
+	LogTrimmed *prometheus.CounterVec
+	LogBytes   *prometheus.GaugeVec
+	Rebuilt    prometheus.Counter
+	// IndexBuildRemaining is, per database and table, how many documents
+	// the indexes of the latest schema version still lack on the
+	// partitions this process masters (0 once built).
+	IndexBuildRemaining *prometheus.GaugeVec
+	checks              *prometheus.GaugeVec
+	lastCheck           prometheus.Gauge
+	divergences         prometheus.Counter
 }
 
 // Cluster registers the cluster metrics.
@@ -59,6 +63,10 @@ func (m *Metrics) Cluster() *Cluster {
 			Name: "cortado_replica_rebuilt_total",
 			Help: "Replicas rebuilt from a snapshot of their master because their position was behind its retained log.",
 		}),
+		IndexBuildRemaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cortado_index_build_remaining_documents",
+			Help: "Documents the indexes of a table's latest schema version still lack on the partitions this process masters (they are being rewritten in that version).",
+		}, []string{"db", "table"}),
 		checks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortado_consistency_check_replicas",
 			Help: "Slave replicas by result of the latest consistency check (equal, differs, unsettled, unreachable).",
@@ -72,7 +80,7 @@ func (m *Metrics) Cluster() *Cluster {
 			Help: "Replicas found to differ from their master at the same SCN, over all checks.",
 		}),
 	}
-	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.RelayPulled, c.RelayServed, c.LogTrimmed, c.LogBytes, c.Rebuilt, c.checks, c.lastCheck, c.divergences)
+	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.RelayPulled, c.RelayServed, c.LogTrimmed, c.LogBytes, c.Rebuilt, c.IndexBuildRemaining, c.checks, c.lastCheck, c.divergences)
 	return c
 }
 

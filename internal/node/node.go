@@ -44,6 +44,10 @@ type Options struct {
 	// database, how many log bytes it trimmed and how many the hosted
 	// partitions' logs still take.
 	Retained func(db string, trimmed, logBytes int64)
+	// IndexBuilding, when set, is told after each index-build pass how
+	// many documents of a table the indexes of its latest version still
+	// lack on the partitions this node masters.
+	IndexBuilding func(db, table string, remaining uint64)
 }
 
 // New returns a node over an open engine and registry. plans may be shared

@@ -12,11 +12,13 @@ import (
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
-// PlanQuery parses and plans a query over table t, with est for the
+// PlanQuery parses and plans a query over table t, in a partition holding
+// counts[v] documents of each schema version v (nil: unknown, so an index
+// some version lacks is building; empty: none is), with est for the
 // posting counts (nil: every list taken as small), and resolves its
 // order. Errors are ErrInvalidQuery or ErrIndexBuilding, with the
 // parser's or planner's error (position, field) inside.
-func PlanQuery(t *schema.Table, query, sort string, est index.Estimator) (index.Plan, index.Order, error) {
+func PlanQuery(t *schema.Table, query, sort string, counts map[int]uint64, est index.Estimator) (index.Plan, index.Order, error) {
 	if est == nil {
 		est = func(string, []byte, []byte) int { return 1 }
 	}
@@ -24,7 +26,7 @@ func PlanQuery(t *schema.Table, query, sort string, est index.Estimator) (index.
 	if err != nil {
 		return nil, index.Order{}, fmt.Errorf("%w: %w", ErrInvalidQuery, err)
 	}
-	plan, err := index.NewPlan(q, index.TableMetadata(t), est)
+	plan, err := index.NewPlan(q, index.TableMetadata(t, counts), est)
 	if err != nil {
 		var be *index.BuildingError
 		if errors.As(err, &be) {
@@ -37,12 +39,15 @@ func PlanQuery(t *schema.Table, query, sort string, est index.Estimator) (index.
 	case sort == "":
 		o.Relevance = index.Scored(plan)
 	default:
-		ix, building, err := t.IndexState(field)
+		ix, remaining, err := t.IndexStateFor(field, counts)
 		switch {
 		case err != nil:
 			return nil, o, fmt.Errorf("%w: sort: %w", ErrInvalidQuery, err)
-		case building:
-			return nil, o, fmt.Errorf("%w: sort: %w", ErrIndexBuilding, &index.BuildingError{Field: field})
+		case remaining > 0:
+			if counts == nil {
+				remaining = 0
+			}
+			return nil, o, fmt.Errorf("%w: sort: %w", ErrIndexBuilding, &index.BuildingError{Field: field, Remaining: remaining})
 		case ix.Kind != schema.IndexAttribute || ix.Array:
 			return nil, o, fmt.Errorf("%w: sort: field %s: sorting needs an attribute index on a field that is not an array", ErrInvalidQuery, field)
 		}
@@ -61,7 +66,11 @@ func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition,
 	if len(req.Prefix) > 0 {
 		coll = keys.Encode(req.Prefix[:1])
 	}
-	plan, order, err := PlanQuery(t, req.Query, req.Sort, index.Estimate(r, t.Name, coll))
+	counts, err := r.VersionCounts(t.Name)
+	if err != nil {
+		return nil, err
+	}
+	plan, order, err := PlanQuery(t, req.Query, req.Sort, counts, index.Estimate(r, t.Name, coll))
 	if err != nil {
 		return nil, err
 	}

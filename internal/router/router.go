@@ -390,7 +390,9 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	if f.Avro {
 		return nil, errAvroMulti
 	}
-	_, order, err := node.PlanQuery(tg.table, query, sort, nil)
+	// Whether an index is complete is each partition's to say (it knows
+	// which schema versions its documents have): none is building here.
+	_, order, err := node.PlanQuery(tg.table, query, sort, map[int]uint64{}, nil)
 	if err != nil {
 		return nil, err
 	}

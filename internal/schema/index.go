@@ -150,16 +150,29 @@ func (v *Version) Index(field string) *Index {
 // yet): building is true. A field the latest version does not index is an
 // error naming it.
 func (t *Table) IndexState(field string) (ix *Index, building bool, err error) {
+	ix, remaining, err := t.IndexStateFor(field, nil)
+	return ix, remaining > 0, err
+}
+
+// IndexStateFor is IndexState for a partition that holds counts[v]
+// documents of each version v (nil: every version may have documents):
+// remaining is how many documents are not in the field's index — those
+// written with a version that does not index it the latest's way.
+func (t *Table) IndexStateFor(field string, counts map[int]uint64) (ix *Index, remaining uint64, err error) {
 	ix = t.Latest().Index(field)
 	if ix == nil {
-		return nil, false, fieldErr(field, "field %s of table %s is not indexed (annotate it with \"index\": \"attribute\" or \"text\")", field, t.Name)
+		return nil, 0, fieldErr(field, "field %s of table %s is not indexed (annotate it with \"index\": \"attribute\" or \"text\")", field, t.Name)
 	}
 	for _, v := range t.Versions {
 		if o := v.Index(field); o == nil || *o != *ix {
-			return ix, true, nil
+			if counts == nil {
+				remaining++
+			} else {
+				remaining += counts[v.Number]
+			}
 		}
 	}
-	return ix, false, nil
+	return ix, remaining, nil
 }
 
 // IndexedFields returns the fields version v indexes, in field order.

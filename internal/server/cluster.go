@@ -56,6 +56,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	m := &member{id: id, engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
 		ReplicationLag:         func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
 		Retained:               s.retained,
+		IndexBuilding:          s.indexBuilding,
 		SnapshotBytesPerSecond: s.opts.SnapshotBytesPerSecond,
 	})}
 	s.members = append(s.members, m)
@@ -81,6 +82,9 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		var wg sync.WaitGroup
 		if s.opts.RetentionInterval >= 0 {
 			wg.Go(func() { m.node.RunRetention(actx, s.opts.RetentionInterval) })
+		}
+		if s.opts.IndexBuildRate >= 0 {
+			wg.Go(func() { m.node.RunIndexBuilds(actx, s.opts.IndexBuildRate) })
 		}
 		a.Run(actx)
 		wg.Wait()

@@ -97,6 +97,10 @@ type Options struct {
 	// logs by their databases' retention (default
 	// node.DefaultRetentionInterval; negative: never).
 	RetentionInterval time.Duration
+	// IndexBuildRate is how many documents a second a storage node
+	// rewrites to build the indexes a new schema version adds (default
+	// node.DefaultIndexBuildRate; negative: never).
+	IndexBuildRate int
 	// SnapshotBytesPerSecond caps how fast storage nodes stream partition
 	// snapshots (default node.DefaultSnapshotRate).
 	SnapshotBytesPerSecond int64
@@ -272,7 +276,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 		s.Metrics.RegisterPebble(s.engine.Metrics)
-		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
+		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding, SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
 		s.retain(n)
 		s.Router = router.New(s.reg, plans, localBackend{n}, opts.Router, opts.Logger)
 		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger})
@@ -312,11 +316,20 @@ func (s *Server) retained(db string, trimmed, logBytes int64) {
 	s.cluster.LogBytes.WithLabelValues(db).Set(float64(logBytes))
 }
 
-// retain runs n's retention in the background until Close.
+// retain runs n's retention and index builds in the background until
+// Close.
 func (s *Server) retain(n *node.Node) {
 	if s.opts.RetentionInterval >= 0 {
 		s.background(func(ctx context.Context) { n.RunRetention(ctx, s.opts.RetentionInterval) })
 	}
+	if s.opts.IndexBuildRate >= 0 {
+		s.background(func(ctx context.Context) { n.RunIndexBuilds(ctx, s.opts.IndexBuildRate) })
+	}
+}
+
+// indexBuilding records an index-build pass in the metrics.
+func (s *Server) indexBuilding(db, table string, remaining uint64) {
+	s.cluster.IndexBuildRemaining.WithLabelValues(db, table).Set(float64(remaining))
 }
 
 // storageFailed returns the first failure of this process's storage

@@ -57,12 +57,62 @@ func (e *Engine) SetIndexer(ix Indexer) { e.indexer = ix }
 // replica's own (a snapshot installs in key order, a truncation does not
 // hand an ordinal out again), never compared across replicas.
 const (
-	idxPosting = 'p'
-	idxOrdinal = 'o'
-	idxKey     = 'k'
-	idxCounter = 'c'
-	idxStats   = 's'
+	idxPosting  = 'p'
+	idxOrdinal  = 'o'
+	idxKey      = 'k'
+	idxCounter  = 'c'
+	idxStats    = 's'
+	idxVersions = 'v' // P|i|v|table|version → documents of that schema version
 )
+
+func versionCountKey(db string, id int, table string, version int) []byte {
+	return binary.BigEndian.AppendUint32(idxPrefix(db, id, idxVersions, table), uint32(version))
+}
+
+func (p *Partition) addVersionCount(b *pebble.Batch, table string, version int, delta int64) error {
+	k := versionCountKey(p.DB, p.ID, table, version)
+	n, _, err := readUvarint(b, k)
+	if err != nil {
+		return err
+	}
+	n = uint64(int64(n) + delta)
+	if n == 0 || int64(n) < 0 {
+		return b.Delete(k, nil)
+	}
+	return b.Set(k, binary.AppendUvarint(nil, n), nil)
+}
+
+// VersionCounts returns how many documents of each schema version table
+// holds in this partition (as of now).
+func (p *Partition) VersionCounts(table string) (map[int]uint64, error) {
+	return versionCounts(p.e.db, p.DB, p.ID, table)
+}
+
+// VersionCounts is Partition.VersionCounts as the reader sees it.
+func (r *IndexReader) VersionCounts(table string) (map[int]uint64, error) {
+	return versionCounts(r.snap, r.p.DB, r.p.ID, table)
+}
+
+func versionCounts(r interface {
+	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
+}, db string, id int, table string) (map[int]uint64, error) {
+	prefix := idxPrefix(db, id, idxVersions, table)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := map[int]uint64{}
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()[len(prefix):]
+		n, w := binary.Uvarint(it.Value())
+		if len(k) != 4 || w <= 0 {
+			return nil, fmt.Errorf("version count %x: %w", it.Key(), keys.ErrCorrupt)
+		}
+		out[int(binary.BigEndian.Uint32(k))] = n
+	}
+	return out, it.Error()
+}
 
 func idxPrefix(db string, id int, kind byte, table string) []byte {
 	b := append(keys.Partition(db, id), keys.SectionIdx, kind)
@@ -107,6 +157,18 @@ func (p *Partition) indexEvent(b *pebble.Batch, e *Event, undo bool) error {
 	if hasNew {
 		if news, newIndexed, err = ix.Index(p.DB, e.Table, newV, newB); err != nil {
 			return fmt.Errorf("partition %s/%d: index %s %x: %w", p.DB, p.ID, e.Table, e.Key, err)
+		}
+	}
+	// How many documents of each schema version the table holds: a query
+	// may use an index only if no document's version lacks it.
+	if hasOld && (!hasNew || oldV != newV) {
+		if err := p.addVersionCount(b, e.Table, oldV, -1); err != nil {
+			return err
+		}
+	}
+	if hasNew && (!hasOld || oldV != newV) {
+		if err := p.addVersionCount(b, e.Table, newV, 1); err != nil {
+			return err
 		}
 	}
 	if !oldIndexed && !newIndexed {
