@@ -287,23 +287,9 @@ func expectedAll(model map[string]map[int64]msg, boxes []string, match func(msg)
 			}
 		}
 	}
-	field, desc := strings.TrimPrefix(sort, "-"), strings.HasPrefix(sort, "-")
 	slices.SortFunc(all, func(a, b boxed) int {
-		if field != "" {
-			va, oka := sortValue(a.m, field)
-			vb, okb := sortValue(b.m, field)
-			if oka != okb {
-				if oka {
-					return -1
-				}
-				return 1
-			}
-			if c := cmp.Compare(va, vb); c != 0 {
-				if desc {
-					return -c
-				}
-				return c
-			}
+		if c := bySortField(a.m, b.m, sort); c != 0 {
+			return c
 		}
 		if c := cmp.Compare(a.box, b.box); c != 0 {
 			return c
@@ -332,23 +318,9 @@ func expected(docs map[int64]msg, match func(msg) bool, sort string) []int64 {
 			ms = append(ms, m)
 		}
 	}
-	field, desc := strings.TrimPrefix(sort, "-"), strings.HasPrefix(sort, "-")
 	slices.SortFunc(ms, func(a, b msg) int {
-		if field != "" {
-			va, oka := sortValue(a, field)
-			vb, okb := sortValue(b, field)
-			if oka != okb {
-				if oka {
-					return -1
-				}
-				return 1
-			}
-			if c := cmp.Compare(va, vb); c != 0 {
-				if desc {
-					return -c
-				}
-				return c
-			}
+		if c := bySortField(a, b, sort); c != 0 {
+			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
@@ -357,6 +329,27 @@ func expected(docs map[int64]msg, match func(msg) bool, sort string) []int64 {
 		out = append(out, m.ID)
 	}
 	return out
+}
+
+// bySortField orders two documents as sort (field, -field or "") does,
+// documents without a value last; 0 when it does not tell them apart.
+func bySortField(a, b msg, sort string) int {
+	field, desc := strings.TrimPrefix(sort, "-"), strings.HasPrefix(sort, "-")
+	if field == "" {
+		return 0
+	}
+	va, oka := sortValue(a, field)
+	vb, okb := sortValue(b, field)
+	if oka != okb {
+		if oka {
+			return -1
+		}
+		return 1
+	}
+	if desc {
+		return cmp.Compare(vb, va)
+	}
+	return cmp.Compare(va, vb)
 }
 
 // sortValue is a comparable form of a field (false: the document has

@@ -53,7 +53,7 @@ func indexes(s avro.Schema) ([]Index, error) {
 	for _, f := range rec.Fields() {
 		raw := f.Prop("index")
 		if raw == nil {
-			if err := noNestedIndex(f.Type(), f.Name(), map[string]bool{}); err != nil {
+			if err := noNestedIndex(f.Type(), f.Name()); err != nil {
 				return nil, err
 			}
 			continue
@@ -82,7 +82,7 @@ func indexes(s avro.Schema) ([]Index, error) {
 		if ix.Kind == IndexText && t.Type() != avro.String {
 			return nil, fieldErr(f.Name(), `a "text" index needs a string field (or an array of strings), not %s`, t.Type())
 		}
-		if err := noNestedIndex(f.Type(), f.Name(), map[string]bool{}); err != nil {
+		if err := noNestedIndex(f.Type(), f.Name()); err != nil {
 			return nil, err
 		}
 		out = append(out, ix)
@@ -101,35 +101,15 @@ func nonNull(s avro.Schema) avro.Schema {
 	return s
 }
 
-// noNestedIndex refuses an "index" annotation below the top level.
-func noNestedIndex(s avro.Schema, path string, seen map[string]bool) error {
-	switch s := deref(s).(type) {
-	case *avro.RecordSchema:
-		if seen[s.FullName()] {
-			return nil
+// noNestedIndex refuses an "index" annotation below the top level (the
+// fields inside a top-level field's type).
+func noNestedIndex(s avro.Schema, path string) error {
+	return eachField(s, path, func(f *avro.Field, p string) error {
+		if f.Prop("index") != nil {
+			return fieldErr(p, "only top-level fields can be indexed")
 		}
-		seen[s.FullName()] = true
-		for _, f := range s.Fields() {
-			p := join(path, f.Name())
-			if f.Prop("index") != nil {
-				return fieldErr(p, "only top-level fields can be indexed")
-			}
-			if err := noNestedIndex(f.Type(), p, seen); err != nil {
-				return err
-			}
-		}
-	case *avro.ArraySchema:
-		return noNestedIndex(s.Items(), path, seen)
-	case *avro.MapSchema:
-		return noNestedIndex(s.Values(), path, seen)
-	case *avro.UnionSchema:
-		for _, b := range s.Types() {
-			if err := noNestedIndex(b, path, seen); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Index returns the index on field of this version, or nil.

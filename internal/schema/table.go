@@ -287,6 +287,19 @@ func LoadVersion(number int, text string) (*Version, error) {
 // checkDefaults makes sure every default encodes, so that resolution never
 // fails at read time on a bad default.
 func checkDefaults(s avro.Schema, path string) error {
+	return eachField(s, path, func(f *avro.Field, p string) error {
+		if f.HasDefault() {
+			if _, err := encodeDefault(f); err != nil {
+				return fieldErr(p, "default does not match the field type: %v", err)
+			}
+		}
+		return nil
+	})
+}
+
+// eachField calls fn with every field of every record in s (named records
+// once: it ends on recursive types), with its dot path, until fn fails.
+func eachField(s avro.Schema, path string, fn func(f *avro.Field, path string) error) error {
 	seen := map[string]bool{}
 	var walk func(s avro.Schema, path string) error
 	walk = func(s avro.Schema, path string) error {
@@ -298,10 +311,8 @@ func checkDefaults(s avro.Schema, path string) error {
 			seen[s.FullName()] = true
 			for _, f := range s.Fields() {
 				p := join(path, f.Name())
-				if f.HasDefault() {
-					if _, err := encodeDefault(f); err != nil {
-						return fieldErr(p, "default does not match the field type: %v", err)
-					}
+				if err := fn(f, p); err != nil {
+					return err
 				}
 				if err := walk(f.Type(), p); err != nil {
 					return err
