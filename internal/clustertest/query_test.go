@@ -486,3 +486,53 @@ func TestQueryErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestStopWords: a text field with "stopWords": true leaves common words
+// out of its index; a phrase skips them where the document had them, and
+// a query of stop words only is refused.
+func TestStopWords(t *testing.T) {
+	ctx := context.Background()
+	c, err := embedded.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateDatabase(ctx, "s", client.Database{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	schema := `{"type":"record","name":"N","fields":[{"name":"notes","type":"string","index":"text","stopWords":true}]}`
+	if _, err := c.RegisterSchema(ctx, "s", "N", client.TableSchema{Key: []client.KeyPart{{Name: "box"}, {Name: "id", Type: "long"}}, Schema: json.RawMessage(schema)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, text := range []string{"The state of the art", "state art", "art of the state"} {
+		if _, err := c.Put(ctx, "s", "N", client.Key{"b", int64(i)}, map[string]any{"notes": text}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for q, want := range map[string][]int64{
+		`"state of the art"`: {0},    // the phrase, its stop words skipped where they were
+		`"state art"`:        {1},    // adjacent only in document 1
+		`state AND art`:      nil,    // all three: checked as a set below
+		`notes:"the state"`:  {0, 1, 2}, // "the" left out: the phrase is the word "state"
+	} {
+		got, _ := queryAll(t, c, "s", "N", "b", q, "", 10)
+		if want == nil {
+			if len(got) != 3 {
+				t.Fatalf("%s: %v", q, got)
+			}
+			continue
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: %v, want %v", q, got, want)
+		}
+	}
+	_, err = c.Query(ctx, "s", "N", client.Key{"b"}, client.Query{Where: `notes:"of the"`}, nil)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 400 || !strings.Contains(ce.Detail, "only stop words") {
+		t.Fatalf("a query of stop words only: %v", err)
+	}
+	if _, err := c.RegisterSchema(ctx, "s", "M", client.TableSchema{Key: []client.KeyPart{{Name: "k"}}, Schema: json.RawMessage(`{"type":"record","name":"M","fields":[{"name":"n","type":"string","index":"attribute","stopWords":true}]}`)}); err == nil {
+		t.Fatal("stopWords on an attribute index was accepted")
+	}
+}

@@ -333,7 +333,7 @@ func (s *Search) phrase(l *Leaf, scoring bool) (*roaring.Bitmap, error) {
 				continue
 			}
 			starts = slices.DeleteFunc(starts, func(st uint32) bool {
-				_, found := slices.BinarySearch(ps, st+uint32(i))
+				_, found := slices.BinarySearch(ps, st+l.Offsets[i])
 				return !found
 			})
 			if len(starts) == 0 {

@@ -76,7 +76,7 @@ func Entries(indexes []schema.Index, doc map[string]any) []storage.IndexEntry {
 			vals, _ = doc[ix.Field].([]any)
 		}
 		if ix.Kind == schema.IndexText {
-			out = append(out, textEntries(ix.Field, vals)...)
+			out = append(out, textEntries(ix.Field, vals, ix.StopWords)...)
 			continue
 		}
 		seen := map[string]bool{}
@@ -95,7 +95,10 @@ func Entries(indexes []schema.Index, doc map[string]any) []storage.IndexEntry {
 // textEntries indexes the words of strings: each distinct word with its
 // positions (array elements continue the numbering, with a gap so a
 // phrase never spans two elements).
-func textEntries(field string, vals []any) []storage.IndexEntry {
+//
+// With stopWords, common English words are left out; the others keep
+// their positions, so a phrase query skips the same words.
+func textEntries(field string, vals []any, stopWords bool) []storage.IndexEntry {
 	positions := map[string][]uint32{}
 	var order []string
 	pos := uint32(0)
@@ -105,6 +108,10 @@ func textEntries(field string, vals []any) []storage.IndexEntry {
 			continue
 		}
 		for _, w := range Words(s) {
+			if stopWords && IsStopWord(w) {
+				pos++
+				continue
+			}
 			if _, ok := positions[w]; !ok {
 				order = append(order, w)
 			}

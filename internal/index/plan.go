@@ -27,8 +27,10 @@ type Leaf struct {
 	// Term is set for an exact term (Lo = Term, Hi just after it).
 	Term []byte
 	// Words are a phrase's terms; the leaf then matches documents with
-	// every word, at consecutive positions.
-	Words [][]byte
+	// every word, word i at Offsets[i] positions after the first
+	// (consecutive, unless stop words were left out between them).
+	Words   [][]byte
+	Offsets []uint32
 	// Scored leaves (words and phrases of text fields) add BM25 scores.
 	Scored bool
 	// Estimate is the planner's idea of how many documents match.
@@ -257,9 +259,21 @@ func planMatch(q *Match, m Metadata, est Estimator) (Plan, error) {
 		l.Estimate = est(l.Field, l.Lo, l.Hi)
 		return l, nil
 	}
-	words := Words(q.Value)
+	all := Words(q.Value)
+	var words []string
+	var offsets []uint32
+	for i, w := range all {
+		if ix.StopWords && IsStopWord(w) {
+			continue
+		}
+		words, offsets = append(words, w), append(offsets, uint32(i))
+	}
 	if len(words) == 0 {
-		return nil, &QueryError{Pos: q.Pos, Field: q.Field, Msg: fmt.Sprintf("%q has no word to search for", q.Value)}
+		msg := fmt.Sprintf("%q has no word to search for", q.Value)
+		if len(all) > 0 {
+			msg = fmt.Sprintf("%q has only stop words, which field %s does not index", q.Value, q.Field)
+		}
+		return nil, &QueryError{Pos: q.Pos, Field: q.Field, Msg: msg}
 	}
 	if len(words) == 1 {
 		t := mustTerm(words[0])
@@ -268,9 +282,10 @@ func planMatch(q *Match, m Metadata, est Estimator) (Plan, error) {
 		return l, nil
 	}
 	l := &Leaf{Field: q.Field, Scored: true, Estimate: -1}
-	for _, w := range words {
+	for i, w := range words {
 		t := mustTerm(w)
 		l.Words = append(l.Words, t)
+		l.Offsets = append(l.Offsets, offsets[i]-offsets[0])
 		if e := est(q.Field, t, append(t[:len(t):len(t)], 0xFF)); l.Estimate < 0 || e < l.Estimate {
 			l.Estimate = e
 		}

@@ -177,3 +177,16 @@ func Words(text string) []string {
 func validEnd(s string) bool {
 	return strings.ToValidUTF8(s, "\uFFFD") == s
 }
+
+// stopWords are the common English words a "stopWords" text index leaves
+// out (Lucene's English stop set).
+var stopWords = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields("a an and are as at be but by for if in into is it no not of on or such that the their then there these they this to was will with") {
+		stopWords[w] = true
+	}
+}
+
+// IsStopWord reports whether a lower-cased word is a stop word.
+func IsStopWord(w string) bool { return stopWords[w] }

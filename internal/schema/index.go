@@ -39,6 +39,9 @@ type Index struct {
 	Kind  IndexKind
 	Type  TermType
 	Array bool // the field is an array: each element is a term
+	// StopWords: a text index leaves out common English words
+	// ("stopWords": true on the field).
+	StopWords bool
 }
 
 // indexes reads the "index" annotations of a record schema's top-level
@@ -63,6 +66,16 @@ func indexes(s avro.Schema) ([]Index, error) {
 			return nil, fieldErr(f.Name(), `"index" must be "attribute" or "text", not %v`, raw)
 		}
 		ix := Index{Field: f.Name(), Kind: IndexKind(kind)}
+		switch sw := f.Prop("stopWords"); sw {
+		case nil, false:
+		case true:
+			if ix.Kind != IndexText {
+				return nil, fieldErr(f.Name(), `"stopWords" applies to a "text" index only`)
+			}
+			ix.StopWords = true
+		default:
+			return nil, fieldErr(f.Name(), `"stopWords" must be true or false, not %v`, sw)
+		}
 		t := nonNull(f.Type())
 		if a, ok := t.(*avro.ArraySchema); ok {
 			ix.Array, t = true, nonNull(a.Items())
