@@ -510,9 +510,9 @@ func TestStopWords(t *testing.T) {
 		}
 	}
 	for q, want := range map[string][]int64{
-		`"state of the art"`: {0},    // the phrase, its stop words skipped where they were
-		`"state art"`:        {1},    // adjacent only in document 1
-		`state AND art`:      nil,    // all three: checked as a set below
+		`"state of the art"`: {0},       // the phrase, its stop words skipped where they were
+		`"state art"`:        {1},       // adjacent only in document 1
+		`state AND art`:      nil,       // all three: checked as a set below
 		`notes:"the state"`:  {0, 1, 2}, // "the" left out: the phrase is the word "state"
 	} {
 		got, _ := queryAll(t, c, "s", "N", "b", q, "", 10)
