@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -107,6 +109,19 @@ func printStatus(st *controller.Status) {
 				master += " (" + strings.ToLower(m.Role) + ")"
 			}
 			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s %d\t%s\n", p.Partition, p.Generation, master, m.SCN, m.LogStart, m.LogBytes, strings.Join(slaves, ", "))
+		}
+		// Index builds: documents the latest indexes still lack, on the
+		// masters (which rewrite them).
+		building := map[string]uint64{}
+		for _, p := range d.Partitions {
+			if len(p.Replicas) > 0 {
+				for t, n := range p.Replicas[0].IndexBuilding {
+					building[t] += n
+				}
+			}
+		}
+		for _, t := range slices.Sorted(maps.Keys(building)) {
+			fmt.Fprintf(w, "index build: table %s, %d document(s) to rewrite in its latest schema version\n", t, building[t])
 		}
 	}
 	w.Flush()

@@ -62,6 +62,9 @@ type ReplicaStatus struct {
 	// after; LogBytes about what the log takes.
 	LogStart storage.SCN `json:"logStart"`
 	LogBytes int64       `json:"logBytes"`
+	// IndexBuilding is, per table, how many documents the latest
+	// version's indexes still lack on this replica (an index build).
+	IndexBuilding map[string]uint64 `json:"indexBuilding,omitempty"`
 }
 
 // ClusterStatus gathers the cluster's status from etcd and from each node.
@@ -100,7 +103,7 @@ func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*S
 			for i, id := range route.Replicas {
 				rs := ReplicaStatus{Node: id, Role: "UNKNOWN"}
 				if r, ok := reports[id][partKey{t.DB, p}]; ok {
-					rs.Role, rs.SCN, rs.LogStart, rs.LogBytes = r.Role.String(), r.SCN, r.LogStart, r.LogBytes
+					rs.Role, rs.SCN, rs.LogStart, rs.LogBytes, rs.IndexBuilding = r.Role.String(), r.SCN, r.LogStart, r.LogBytes, r.IndexBuilding
 					if i == 0 {
 						master = &r
 					} else if master != nil && master.SCN.Gen == r.SCN.Gen && r.SCN.Seq <= master.SCN.Seq {

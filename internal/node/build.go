@@ -178,3 +178,30 @@ func (n *Node) rewrite(ctx context.Context, p *storage.Partition, k partitionKey
 	}
 	return done, last
 }
+
+// indexBuildLeft is, per table of db, how many documents of partition p
+// the indexes of the latest schema version still lack (nil: none).
+func (n *Node) indexBuildLeft(db string, p *storage.Partition) map[string]uint64 {
+	var out map[string]uint64
+	for _, t := range n.reg.Tables(db) {
+		stale := staleVersions(t)
+		if len(stale) == 0 {
+			continue
+		}
+		counts, err := p.VersionCounts(t.Name)
+		if err != nil {
+			continue
+		}
+		left := uint64(0)
+		for _, v := range stale {
+			left += counts[v]
+		}
+		if left > 0 {
+			if out == nil {
+				out = map[string]uint64{}
+			}
+			out[t.Name] = left
+		}
+	}
+	return out
+}

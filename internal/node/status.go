@@ -22,6 +22,9 @@ type PartitionStatus struct {
 	// about what it takes.
 	LogStart storage.SCN `json:"logStart"`
 	LogBytes int64       `json:"logBytes"`
+	// IndexBuilding is, per table, how many documents the indexes of its
+	// latest schema version still lack here (an index being built).
+	IndexBuilding map[string]uint64 `json:"indexBuilding,omitempty"`
 }
 
 // StatusRequest asks for a node's partitions, of one database or all.
@@ -48,7 +51,8 @@ func (n *Node) Status(_ context.Context, req StatusRequest) ([]PartitionStatus, 
 		if err != nil {
 			continue // a database dropped meanwhile
 		}
-		out = append(out, PartitionStatus{DB: k.db, Partition: k.id, Role: n.Role(k.db, k.id), SCN: p.SCN(), Generation: p.Generation(), LogStart: p.LogStart(), LogBytes: p.LogBytes()})
+		out = append(out, PartitionStatus{DB: k.db, Partition: k.id, Role: n.Role(k.db, k.id), SCN: p.SCN(), Generation: p.Generation(), LogStart: p.LogStart(), LogBytes: p.LogBytes(),
+			IndexBuilding: n.indexBuildLeft(k.db, p)})
 	}
 	return out, nil
 }

@@ -56,7 +56,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	m := &member{id: id, engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
 		ReplicationLag:         func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
 		Retained:               s.retained,
-		IndexBuilding:          s.indexBuilding,
+		IndexBuilding:          s.indexBuilding(id),
 		SnapshotBytesPerSecond: s.opts.SnapshotBytesPerSecond,
 	})}
 	s.members = append(s.members, m)

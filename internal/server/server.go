@@ -140,6 +140,9 @@ type Server struct {
 
 	limiter *admission.Limiter // the document API's
 
+	buildMu   sync.Mutex
+	buildLeft map[[3]string]uint64 // node, db, table → documents an index build has left
+
 	mu        sync.Mutex // guards http, set by Serve
 	closeOnce sync.Once
 	closeErr  error
@@ -276,7 +279,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 		s.Metrics.RegisterPebble(s.engine.Metrics)
-		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding, SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
+		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding("node"), SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
 		s.retain(n)
 		s.Router = router.New(s.reg, plans, localBackend{n}, opts.Router, opts.Logger)
 		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger})
@@ -327,9 +330,24 @@ func (s *Server) retain(n *node.Node) {
 	}
 }
 
-// indexBuilding records an index-build pass in the metrics.
-func (s *Server) indexBuilding(db, table string, remaining uint64) {
-	s.cluster.IndexBuildRemaining.WithLabelValues(db, table).Set(float64(remaining))
+// indexBuilding returns what storage node id reports after its
+// index-build passes: the metric is the sum over this process's nodes.
+func (s *Server) indexBuilding(id string) func(db, table string, remaining uint64) {
+	return func(db, table string, remaining uint64) {
+		s.buildMu.Lock()
+		defer s.buildMu.Unlock()
+		if s.buildLeft == nil {
+			s.buildLeft = map[[3]string]uint64{}
+		}
+		s.buildLeft[[3]string{id, db, table}] = remaining
+		sum := uint64(0)
+		for k, v := range s.buildLeft {
+			if k[1] == db && k[2] == table {
+				sum += v
+			}
+		}
+		s.cluster.IndexBuildRemaining.WithLabelValues(db, table).Set(float64(sum))
+	}
 }
 
 // storageFailed returns the first failure of this process's storage

@@ -1618,14 +1618,16 @@ func (x *StatusRequest) GetDb() string {
 }
 
 type PartitionStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Db            string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Role          int32                  `protobuf:"varint,3,opt,name=role,proto3" json:"role,omitempty"`
-	Scn           *SCN                   `protobuf:"bytes,4,opt,name=scn,proto3" json:"scn,omitempty"`
-	Generation    uint32                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	LogStart      *SCN                   `protobuf:"bytes,6,opt,name=log_start,json=logStart,proto3" json:"log_start,omitempty"`
-	LogBytes      int64                  `protobuf:"varint,7,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Db         string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
+	Partition  int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Role       int32                  `protobuf:"varint,3,opt,name=role,proto3" json:"role,omitempty"`
+	Scn        *SCN                   `protobuf:"bytes,4,opt,name=scn,proto3" json:"scn,omitempty"`
+	Generation uint32                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	LogStart   *SCN                   `protobuf:"bytes,6,opt,name=log_start,json=logStart,proto3" json:"log_start,omitempty"`
+	LogBytes   int64                  `protobuf:"varint,7,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`
+	// Documents each table's latest indexes still lack (an index build).
+	IndexBuilding map[string]uint64 `protobuf:"bytes,8,rep,name=index_building,json=indexBuilding,proto3" json:"index_building,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1707,6 +1709,13 @@ func (x *PartitionStatus) GetLogBytes() int64 {
 		return x.LogBytes
 	}
 	return 0
+}
+
+func (x *PartitionStatus) GetIndexBuilding() map[string]uint64 {
+	if x != nil {
+		return x.IndexBuilding
+	}
+	return nil
 }
 
 type StatusResult struct {
@@ -2367,7 +2376,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12$\n" +
 	"\rauthoritative\x18\x02 \x01(\bR\rauthoritative\"\x1f\n" +
 	"\rStatusRequest\x12\x0e\n" +
-	"\x02db\x18\x01 \x01(\tR\x02db\"\xeb\x01\n" +
+	"\x02db\x18\x01 \x01(\tR\x02db\"\x89\x03\n" +
 	"\x0fPartitionStatus\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -2377,7 +2386,11 @@ const file_wire_proto_rawDesc = "" +
 	"generation\x18\x05 \x01(\rR\n" +
 	"generation\x121\n" +
 	"\tlog_start\x18\x06 \x01(\v2\x14.cortado.wire.v1.SCNR\blogStart\x12\x1b\n" +
-	"\tlog_bytes\x18\a \x01(\x03R\blogBytes\"P\n" +
+	"\tlog_bytes\x18\a \x01(\x03R\blogBytes\x12Z\n" +
+	"\x0eindex_building\x18\b \x03(\v23.cortado.wire.v1.PartitionStatus.IndexBuildingEntryR\rindexBuilding\x1a@\n" +
+	"\x12IndexBuildingEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"P\n" +
 	"\fStatusResult\x12@\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2 .cortado.wire.v1.PartitionStatusR\n" +
@@ -2445,7 +2458,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 	return file_wire_proto_rawDescData
 }
 
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_wire_proto_goTypes = []any{
 	(*HelloRequest)(nil),    // 0: cortado.wire.v1.HelloRequest
 	(*HelloResult)(nil),     // 1: cortado.wire.v1.HelloResult
@@ -2478,7 +2491,8 @@ var file_wire_proto_goTypes = []any{
 	(*Row)(nil),             // 28: cortado.wire.v1.Row
 	(*Mark)(nil),            // 29: cortado.wire.v1.Mark
 	(*SnapshotChunk)(nil),   // 30: cortado.wire.v1.SnapshotChunk
-	nil,                     // 31: cortado.wire.v1.ChecksumResult.TablesEntry
+	nil,                     // 31: cortado.wire.v1.PartitionStatus.IndexBuildingEntry
+	nil,                     // 32: cortado.wire.v1.ChecksumResult.TablesEntry
 }
 var file_wire_proto_depIdxs = []int32{
 	2,  // 0: cortado.wire.v1.Item.scn:type_name -> cortado.wire.v1.SCN
@@ -2505,43 +2519,44 @@ var file_wire_proto_depIdxs = []int32{
 	2,  // 21: cortado.wire.v1.AckRequest.scn:type_name -> cortado.wire.v1.SCN
 	2,  // 22: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
 	2,  // 23: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
-	22, // 24: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
-	2,  // 25: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
-	2,  // 26: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
-	31, // 27: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
-	5,  // 28: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
-	2,  // 29: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 30: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
-	2,  // 31: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
-	28, // 32: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
-	29, // 33: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
-	0,  // 34: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
-	7,  // 35: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
-	8,  // 36: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
-	9,  // 37: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
-	12, // 38: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
-	17, // 39: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
-	17, // 40: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
-	19, // 41: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
-	21, // 42: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
-	24, // 43: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
-	27, // 44: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
-	1,  // 45: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
-	5,  // 46: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
-	6,  // 47: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
-	10, // 48: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
-	14, // 49: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
-	18, // 50: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
-	18, // 51: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
-	20, // 52: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
-	23, // 53: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
-	25, // 54: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
-	30, // 55: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
-	45, // [45:56] is the sub-list for method output_type
-	34, // [34:45] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	31, // 24: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
+	22, // 25: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
+	2,  // 26: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
+	2,  // 27: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
+	32, // 28: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
+	5,  // 29: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
+	2,  // 30: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 31: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
+	2,  // 32: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
+	28, // 33: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
+	29, // 34: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
+	0,  // 35: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
+	7,  // 36: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
+	8,  // 37: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
+	9,  // 38: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
+	12, // 39: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
+	17, // 40: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
+	17, // 41: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
+	19, // 42: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
+	21, // 43: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
+	24, // 44: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
+	27, // 45: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
+	1,  // 46: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
+	5,  // 47: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
+	6,  // 48: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
+	10, // 49: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
+	14, // 50: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
+	18, // 51: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
+	18, // 52: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
+	20, // 53: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
+	23, // 54: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
+	25, // 55: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
+	30, // 56: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
+	46, // [46:57] is the sub-list for method output_type
+	35, // [35:46] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -2557,7 +2572,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
