@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,6 +51,7 @@ type reporter struct {
 	failures map[string]failing
 	reported map[string]bool
 	stopped  bool // no more calls: the view is stopping
+	slow     slowness
 }
 
 // failing is a node's run of failed calls: how many, since when.
@@ -91,6 +93,14 @@ func (r *reporter) observe(nodeID string, inc int64, took time.Duration, err err
 	failed := errors.Is(err, node.ErrUnavailable) || took > SlowCall && !errors.Is(err, node.ErrNotReplicated)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err == nil && took > 0 && r.slow.observe(nodeID, took, time.Now()) && !r.reported[id] && !r.stopped {
+		// Answering, but far slower than its peers for a while: as good
+		// as failed for the clients of its partitions.
+		r.reported[id] = true
+		r.log.Warn("router: reporting a storage node far slower than the others", "node", nodeID, "router", r.id)
+		r.calls.Go(func() { r.report(id) })
+		return
+	}
 	if !failed {
 		if r.failures[id].n == 0 {
 			return
@@ -178,4 +188,71 @@ func (s reporting) Write(ctx context.Context, req node.WriteRequest) (*node.Writ
 	// node's: only failures to reach it count.
 	s.r.observe(s.id, s.inc, 0, err)
 	return res, err
+}
+
+// Slow-node detection: a node whose reads' median latency stays, for
+// SlowOutlierFor, at least SlowOutlierMin and SlowOutlierRatio times the
+// median of the other nodes' is reported like one that fails: it answers,
+// but its partitions' clients wait as if it did not. Both bounds guard
+// against false alarms: a loaded machine slows every node alike.
+const (
+	SlowOutlierMin   = 250 * time.Millisecond
+	SlowOutlierRatio = 10
+	SlowOutlierFor   = 10 * time.Second
+	slowSamples      = 32 // recent reads per node
+)
+
+type slowness struct {
+	nodes map[string]*readLatency
+}
+
+type readLatency struct {
+	ring  [slowSamples]time.Duration
+	n     int
+	since time.Time // when it became an outlier; zero: it is not
+}
+
+func (l *readLatency) median() time.Duration {
+	n := min(l.n, slowSamples)
+	s := make([]time.Duration, n)
+	copy(s, l.ring[:n])
+	slices.Sort(s)
+	return s[n/2]
+}
+
+// observe records a read of node and reports whether the node has been
+// an outlier for SlowOutlierFor.
+func (s *slowness) observe(nodeID string, took time.Duration, now time.Time) bool {
+	if s.nodes == nil {
+		s.nodes = map[string]*readLatency{}
+	}
+	l := s.nodes[nodeID]
+	if l == nil {
+		l = &readLatency{}
+		s.nodes[nodeID] = l
+	}
+	l.ring[l.n%slowSamples] = took
+	l.n++
+	if l.n < slowSamples/2 {
+		return false
+	}
+	var others []time.Duration
+	for id, o := range s.nodes {
+		if id != nodeID && o.n >= slowSamples/2 {
+			others = append(others, o.median())
+		}
+	}
+	if len(others) == 0 {
+		return false
+	}
+	slices.Sort(others)
+	m, peers := l.median(), others[len(others)/2]
+	if m < SlowOutlierMin || m < SlowOutlierRatio*peers {
+		l.since = time.Time{}
+		return false
+	}
+	if l.since.IsZero() {
+		l.since = now
+	}
+	return now.Sub(l.since) >= SlowOutlierFor
 }
