@@ -79,17 +79,9 @@ func (n *Node) BuildIndexes(ctx context.Context, budget int, cursors map[buildCu
 			continue
 		}
 		for _, t := range n.reg.Tables(k.db) {
-			stale := staleVersions(t)
+			stale, remaining := toRewrite(p, t)
 			if len(stale) == 0 {
 				continue
-			}
-			counts, err := p.VersionCounts(t.Name)
-			if err != nil {
-				continue
-			}
-			remaining := uint64(0)
-			for _, v := range stale {
-				remaining += counts[v]
 			}
 			left[[2]string{k.db, t.Name}] += remaining
 			if remaining == 0 || budget <= 0 {
@@ -184,19 +176,7 @@ func (n *Node) rewrite(ctx context.Context, p *storage.Partition, k partitionKey
 func (n *Node) indexBuildLeft(db string, p *storage.Partition) map[string]uint64 {
 	var out map[string]uint64
 	for _, t := range n.reg.Tables(db) {
-		stale := staleVersions(t)
-		if len(stale) == 0 {
-			continue
-		}
-		counts, err := p.VersionCounts(t.Name)
-		if err != nil {
-			continue
-		}
-		left := uint64(0)
-		for _, v := range stale {
-			left += counts[v]
-		}
-		if left > 0 {
+		if _, left := toRewrite(p, t); left > 0 {
 			if out == nil {
 				out = map[string]uint64{}
 			}
@@ -204,4 +184,21 @@ func (n *Node) indexBuildLeft(db string, p *storage.Partition) map[string]uint64
 		}
 	}
 	return out
+}
+
+// toRewrite returns the versions of t whose documents an index build
+// rewrites, and how many such documents partition p holds.
+func toRewrite(p *storage.Partition, t *schema.Table) (stale []int, documents uint64) {
+	stale = staleVersions(t)
+	if len(stale) == 0 {
+		return nil, 0
+	}
+	counts, err := p.VersionCounts(t.Name)
+	if err != nil {
+		return nil, 0
+	}
+	for _, v := range stale {
+		documents += counts[v]
+	}
+	return stale, documents
 }
