@@ -60,6 +60,11 @@ var (
 		`{"ops":[{"op":"put","table":"Profile","key":[1],"document":{"firstName":{},"lastName":"x"}}]}`,
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"N","fields":[{"name":"v","type":"int"},{"name":"next","type":["null","N"],"default":null}]}}`,
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"A","fields":[{"name":"a","type":"A"}]}}`,
+		// Index annotations: valid, on a recursive type, nested, on the wrong type, with stop words.
+		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"I","fields":[{"name":"t","type":"string","index":"text","stopWords":true},{"name":"n","type":["null","long"],"default":null,"index":"attribute"}]}}`,
+		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"R","fields":[{"name":"next","type":["null","R"],"default":null},{"name":"v","type":"string","index":"attribute"}]}}`,
+		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"J","fields":[{"name":"r","type":{"type":"record","name":"K","fields":[{"name":"x","type":"string","index":"text"}]}}]}}`,
+		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"L","fields":[{"name":"m","type":{"type":"map","values":"string"},"index":"attribute","stopWords":"yes"}]}}`,
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"B","fields":[{"name":"n","type":"int","default":99999999999}]}}`,
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"F","fields":[{"name":"f","type":{"type":"fixed","name":"X","size":2147483647}}]}}`,
 		`{"partitions":0}`, `{"replicas":5}`, `{"compatibility":"NONE"}`,
