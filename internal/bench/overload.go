@@ -169,15 +169,9 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float
 	r := rand.New(rand.NewPCG(9, uint64(rate)))
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
-		if d := time.Until(at); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				wg.Wait()
-				return Step{}, ctx.Err()
-			case <-t.C:
-			}
+		if err := waitUntil(ctx, at); err != nil {
+			wg.Wait()
+			return Step{}, err
 		}
 		req, err := mixRequest(r, o.Options, base, payload)
 		if err != nil {

@@ -115,15 +115,9 @@ func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int) (Phas
 	r := rand.New(rand.NewPCG(1, uint64(start.UnixNano())))
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
-		if d := time.Until(at); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				wg.Wait()
-				return Phase{}, ctx.Err()
-			case <-t.C:
-			}
+		if err := waitUntil(ctx, at); err != nil {
+			wg.Wait()
+			return Phase{}, err
 		}
 		ids := make([]string, multiKeys)
 		for j := range ids {
@@ -154,4 +148,20 @@ func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int) (Phas
 		p.P50, p.P99, p.Max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	}
 	return p, nil
+}
+
+// waitUntil returns at time at, or sooner with ctx's error.
+func waitUntil(ctx context.Context, at time.Time) error {
+	d := time.Until(at)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -91,6 +91,15 @@ type Search struct {
 
 	keys   map[uint32][]byte
 	scores map[uint32]float64
+	steps  int // postings and keys read, for cancelled
+}
+
+// cancelled is the search's context error, looked at every 1,024 reads.
+func (s *Search) cancelled() error {
+	if s.steps++; s.steps%1024 == 0 {
+		return s.Ctx.Err()
+	}
+	return nil
 }
 
 // BM25 parameters (Lucene's defaults).
@@ -227,12 +236,9 @@ func (s *Search) leaf(l *Leaf, scoring bool) (*roaring.Bitmap, error) {
 	}
 	var scored []tfdl
 	var bad error
-	n := 0
 	err := s.R.Postings(s.Table, l.Field, l.Lo, l.Hi, s.Coll, false, func(_, key []byte, ord uint64, payload []byte) bool {
-		if n++; n%1024 == 0 {
-			if bad = s.Ctx.Err(); bad != nil {
-				return false
-			}
+		if bad = s.cancelled(); bad != nil {
+			return false
 		}
 		o, err := ord32(ord)
 		if err != nil {
@@ -466,12 +472,9 @@ func (s *Search) byKey(bm *roaring.Bitmap, a *Hit, limit int) ([]Hit, error) {
 		after = a.Key
 	}
 	var bad error
-	n := 0
 	err := s.R.KeysInOrder(s.Table, s.Coll, after, func(ord uint64, key []byte) bool {
-		if n++; n%1024 == 0 {
-			if bad = s.Ctx.Err(); bad != nil {
-				return false
-			}
+		if bad = s.cancelled(); bad != nil {
+			return false
 		}
 		if ord > math.MaxUint32 || !bm.Contains(uint32(ord)) || !bytes.HasPrefix(key, s.Prefix) {
 			return true
@@ -514,12 +517,9 @@ func (s *Search) byField(bm *roaring.Bitmap, o Order, a *Hit, limit int) ([]Hit,
 	}
 	complete := true
 	var bad error
-	n := 0
 	err := s.R.Postings(s.Table, o.Field, lo, hi, s.Coll, o.Desc, func(term, key []byte, ord uint64, _ []byte) bool {
-		if n++; n%1024 == 0 {
-			if bad = s.Ctx.Err(); bad != nil {
-				return false
-			}
+		if bad = s.cancelled(); bad != nil {
+			return false
 		}
 		if ord > math.MaxUint32 || !bm.Contains(uint32(ord)) || !bytes.HasPrefix(key, s.Prefix) {
 			return true
