@@ -19,8 +19,8 @@ import (
 	"github.com/cortado-db/cortado/internal/schema"
 )
 
-// TestIndexOnReplicas writes, updates and deletes indexed documents
-// through the router of a three-node cluster, checks that every replica's
+// TestIndexOnReplicas writes, updates and deletes indexed documents (and
+// now and then a whole collection) through the router of a three-node cluster, checks that every replica's
 // index equals its master's (slaves index what they apply, themselves),
 // kills the busiest master, and checks that queries through the router
 // answer the model on the promoted masters, before and after more writes.
@@ -42,6 +42,23 @@ func TestIndexOnReplicas(t *testing.T) {
 	write := func(n int) {
 		for range n {
 			box, id := boxes[rng.IntN(len(boxes))], rng.Int64N(25)
+			if rng.IntN(50) == 0 {
+				// A whole box: its index entries go by range.
+				for {
+					_, err := cl.Delete(c.ctx, "d", "Q", client.Key{box}, nil)
+					var ce *client.Error
+					if errors.As(err, &ce) && ce.Status == 503 {
+						time.Sleep(20 * time.Millisecond) // between masters
+						continue
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+				model[box] = map[int64]msg{}
+				continue
+			}
 			for {
 				var err error
 				_, exists := model[box][id]

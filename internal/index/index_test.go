@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // testdata/parse: a query in, its parse (or the error) out.
@@ -114,7 +115,7 @@ func TestTermOrder(t *testing.T) {
 			if prev != nil && string(prev) >= string(term) {
 				t.Fatalf("%s: %q does not sort after the value before it", c.typ, v)
 			}
-			if n, err := TermLength(append(term, 0x10, 'x')); err != nil || n != len(term) {
+			if n, err := storage.TermLength(append(term, 0x10, 'x')); err != nil || n != len(term) {
 				t.Fatalf("%s %q: term length %d, %v", c.typ, v, n, err)
 			}
 			prev = term

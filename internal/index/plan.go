@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // The planner is pure: a parsed query, the table's index metadata and
@@ -356,7 +357,7 @@ func (l *Leaf) planString(b *strings.Builder) {
 // boundString renders a range bound: a term followed by 0xFF is the
 // other side of that term.
 func boundString(t []byte, plain, after string) string {
-	if n, err := TermLength(t); err == nil && n == len(t)-1 && t[n] == 0xFF {
+	if n, err := storage.TermLength(t); err == nil && n == len(t)-1 && t[n] == 0xFF {
 		v := DecodeTerm(t[:len(t)-1])
 		if plain == "[" {
 			return after + v // lower bound after the term: excluded

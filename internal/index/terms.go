@@ -107,18 +107,6 @@ func ParseTerm(t schema.TermType, text string) ([]byte, bool) {
 	return nil, false
 }
 
-// TermLength is the length of the term at the start of b.
-func TermLength(b []byte) (int, error) {
-	if len(b) > 0 && b[0] == tagDouble {
-		if len(b) < 9 {
-			return 0, fmt.Errorf("short double term: %w", keys.ErrCorrupt)
-		}
-		return 9, nil
-	}
-	_, n, err := keys.DecodePart(b)
-	return n, err
-}
-
 // DecodeTerm returns a term's value as text (for sorting tokens and
 // debugging): strings as they are, numbers in decimal.
 func DecodeTerm(b []byte) string {

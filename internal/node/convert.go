@@ -215,7 +215,7 @@ func commitTo(c *storage.Commit) *wire.Commit {
 	for i := range c.Events {
 		e := &c.Events[i]
 		w.Events[i] = &wire.Event{Op: uint32(e.Op), Table: e.Table, Key: e.Key, Version: int32(e.Version), Value: e.Value,
-			PrevVersion: int32(e.PrevVersion), PrevValue: e.PrevValue, PrevScn: scnTo(e.PrevSCN), PrevModified: timeTo(e.PrevModified)}
+			PrevVersion: int32(e.PrevVersion), PrevValue: e.PrevValue, PrevScn: scnTo(e.PrevSCN), PrevModified: timeTo(e.PrevModified), WholeCollection: e.WholeCollection}
 	}
 	return w
 }
@@ -224,7 +224,7 @@ func commitFrom(w *wire.Commit) storage.Commit {
 	c := storage.Commit{SCN: scnFrom(w.Scn), Timestamp: timeFrom(w.Timestamp), Events: make([]storage.Event, len(w.Events))}
 	for i, e := range w.Events {
 		c.Events[i] = storage.Event{Op: storage.Op(e.Op), Table: e.Table, Key: e.Key, Version: int(e.Version), Value: e.Value,
-			PrevVersion: int(e.PrevVersion), PrevValue: e.PrevValue, PrevSCN: scnFrom(e.PrevScn), PrevModified: timeFrom(e.PrevModified)}
+			PrevVersion: int(e.PrevVersion), PrevValue: e.PrevValue, PrevSCN: scnFrom(e.PrevScn), PrevModified: timeFrom(e.PrevModified), WholeCollection: e.WholeCollection && storage.Op(e.Op) == storage.OpDelete}
 	}
 	return c
 }

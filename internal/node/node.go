@@ -436,20 +436,11 @@ func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) 
 		}
 		return OpResult{Key: op.Key, Deleted: 1}, nil
 	case OpDeleteCollection:
-		var doomed [][]keys.Part
-		err := tx.Scan(storage.ScanOptions{Table: op.Table, Prefix: op.Key}, func(k []keys.Part, _ []byte, _ storage.Doc) bool {
-			doomed = append(doomed, k)
-			return true
-		})
+		n, err := tx.DeleteCollection(op.Table, op.Key)
 		if err != nil {
 			return OpResult{}, err
 		}
-		for _, k := range doomed {
-			if _, err := tx.Delete(op.Table, k); err != nil {
-				return OpResult{}, err
-			}
-		}
-		return OpResult{Key: op.Key, Deleted: len(doomed)}, nil
+		return OpResult{Key: op.Key, Deleted: n}, nil
 	}
 	return OpResult{}, fmt.Errorf("unknown operation %q", op.Kind)
 }

@@ -134,11 +134,26 @@ func collectionOf(key []byte) ([]byte, error) {
 
 // indexEvent writes to b (an indexed batch: reads see its writes) the
 // index changes of one event; undo applies the event backwards (a
-// truncation).
-func (p *Partition) indexEvent(b *pebble.Batch, e *Event, undo bool) error {
+// truncation). prev is the event applied just before it in the same
+// commit (nil if none): the first of a whole-collection delete's events
+// removes the collection's entries by range, the others only count.
+func (p *Partition) indexEvent(b *pebble.Batch, e *Event, undo bool, prev *Event) error {
 	ix := p.e.indexer
 	if ix == nil || e.Op == OpAutoIncrement {
 		return nil
+	}
+	if e.WholeCollection && !undo {
+		if err := p.addVersionCount(b, e.Table, e.PrevVersion, -1); err != nil {
+			return err
+		}
+		coll, err := collectionOf(e.Key)
+		if err != nil {
+			return err
+		}
+		if prev != nil && prev.WholeCollection && prev.Table == e.Table && bytes.HasPrefix(prev.Key, coll) {
+			return nil // the run's first event removed them
+		}
+		return p.clearCollection(b, e.Table, coll)
 	}
 	oldV, oldB, newV, newB := e.PrevVersion, e.PrevValue, e.Version, e.Value
 	hasOld, hasNew := e.Op != OpInsert, e.Op != OpDelete
@@ -250,6 +265,46 @@ func (p *Partition) indexEvent(b *pebble.Batch, e *Event, undo bool) error {
 			return err
 		}
 		if err := b.Delete(ordinalKey(p.DB, p.ID, e.Table, coll, ord), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clearCollection removes collection coll's index entries in table by
+// range: its postings and text statistics under each field, and its
+// documents' ordinals. The ordinal counter stays (an ordinal is never
+// handed out twice), as it does when the documents go one by one.
+func (p *Partition) clearCollection(b *pebble.Batch, table string, coll []byte) error {
+	for _, kind := range []byte{idxPosting, idxStats} {
+		// Both are grouped by field, then collection: one range per
+		// field, found by skipping from field to field.
+		prefix := idxPrefix(p.DB, p.ID, kind, table)
+		it, err := b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+		if err != nil {
+			return err
+		}
+		for valid := it.First(); valid; {
+			_, n, err := keys.DecodePart(it.Key()[len(prefix):])
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("index key %x: %w", it.Key(), keys.ErrCorrupt)
+			}
+			field := append([]byte(nil), it.Key()[:len(prefix)+n]...)
+			start := append(append([]byte(nil), field...), coll...)
+			if err := b.DeleteRange(start, keys.PrefixEnd(start), nil); err != nil {
+				it.Close()
+				return err
+			}
+			valid = it.SeekGE(keys.PrefixEnd(field))
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+	}
+	for _, kind := range []byte{idxOrdinal, idxKey} {
+		start := append(idxPrefix(p.DB, p.ID, kind, table), coll...)
+		if err := b.DeleteRange(start, keys.PrefixEnd(start), nil); err != nil {
 			return err
 		}
 	}
@@ -382,7 +437,7 @@ func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, reverse
 	key := append([]byte(nil), coll...)
 	for ok := valid(); ok; ok = step() {
 		rest := it.Key()[len(prefix):]
-		n, err := termLength(rest)
+		n, err := TermLength(rest)
 		if err != nil {
 			return err
 		}
@@ -506,12 +561,13 @@ func (r *IndexReader) Doc(table string, key []byte) (Doc, bool, error) {
 	return getDoc(r.snap, append(keys.DataTablePrefix(r.p.DB, r.p.ID, table), key...))
 }
 
-// termLength is the length of the term at the start of b: a key part, or
-// a 9-byte double (tag 0x30).
-func termLength(b []byte) (int, error) {
+// TermLength is the length of the term at the start of b (a posting key
+// holds terms self-delimited): a key part, or a 9-byte double (tag 0x30,
+// see internal/index's term encoding).
+func TermLength(b []byte) (int, error) {
 	if len(b) > 0 && b[0] == 0x30 {
 		if len(b) < 9 {
-			return 0, keys.ErrCorrupt
+			return 0, fmt.Errorf("short double term: %w", keys.ErrCorrupt)
 		}
 		return 9, nil
 	}

@@ -52,6 +52,13 @@ type Event struct {
 	PrevValue    []byte
 	PrevSCN      SCN
 	PrevModified time.Time
+	// WholeCollection marks a delete that is part of deleting the whole
+	// collection of its key (its first part) in one operation: every
+	// document of it then has such an event, one after another. Replicas
+	// remove the collection's index entries by range on the first of
+	// them; a replica that does not know the mark removes them document
+	// by document, to the same state.
+	WholeCollection bool
 }
 
 // Commit is one entry of a partition's commit log: every event of one
@@ -89,6 +96,21 @@ func encodeCommit(c *Commit) []byte {
 		b = binary.AppendUvarint(b, uint64(e.PrevSCN.Gen))
 		b = binary.AppendUvarint(b, e.PrevSCN.Seq)
 		b = binary.AppendVarint(b, e.PrevModified.UnixNano())
+	}
+	// After the events, the indexes of those deleting a whole
+	// collection, if any: a decoder that does not know this trailer
+	// ignores it (the deletes are whole without it).
+	var whole []int
+	for i := range c.Events {
+		if c.Events[i].WholeCollection {
+			whole = append(whole, i)
+		}
+	}
+	if len(whole) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(whole)))
+		for _, i := range whole {
+			b = binary.AppendUvarint(b, uint64(i))
+		}
 	}
 	return b
 }
@@ -157,6 +179,17 @@ func decodeCommit(scn SCN, b []byte) (Commit, error) {
 		e.PrevSCN = SCN{Gen: uint32(r.uvarint()), Seq: r.uvarint()}
 		e.PrevModified = time.Unix(0, r.varint())
 		c.Events = append(c.Events, e)
+	}
+	if r.err == nil && len(r.b) > 0 {
+		n := r.uvarint()
+		for j := uint64(0); j < n && r.err == nil; j++ {
+			i := r.uvarint()
+			if i >= uint64(len(c.Events)) || c.Events[i].Op != OpDelete {
+				r.err = errCorruptLog
+				break
+			}
+			c.Events[i].WholeCollection = true
+		}
 	}
 	if r.err != nil {
 		return Commit{}, r.err

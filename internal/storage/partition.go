@@ -334,8 +334,12 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 		p.mu.Unlock()
 		return cur, p.AwaitDurable(context.Background(), cur)
 	}
+	var prev *Event
 	for i := range tx.events {
-		if err := p.indexEvent(tx.b, &tx.events[i], false); err != nil {
+		e := &tx.events[i]
+		err := p.indexEvent(tx.b, e, false, prev)
+		prev = e
+		if err != nil {
 			p.mu.Unlock()
 			return SCN{}, err
 		}

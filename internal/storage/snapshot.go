@@ -186,7 +186,7 @@ func (in *Install) Row(r Row) error {
 		return err
 	}
 	// The index is this replica's own: built from the rows as they come.
-	if err := in.p.indexEvent(in.b, &Event{Op: OpInsert, Table: r.Table, Key: r.Key, Version: d.Version, Value: d.Value}, false); err != nil {
+	if err := in.p.indexEvent(in.b, &Event{Op: OpInsert, Table: r.Table, Key: r.Key, Version: d.Version, Value: d.Value}, false, nil); err != nil {
 		return err
 	}
 	in.rows++

@@ -68,7 +68,11 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 		}
 		for j := range c.Events {
 			e := &c.Events[j]
-			if err := p.indexEvent(b, e, false); err != nil {
+			var prev *Event
+			if j > 0 {
+				prev = &c.Events[j-1]
+			}
+			if err := p.indexEvent(b, e, false, prev); err != nil {
 				return err
 			}
 			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
@@ -309,7 +313,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 		c := commits[i]
 		for j := len(c.Events) - 1; j >= 0; j-- {
 			e := c.Events[j]
-			if err := p.indexEvent(b, &e, true); err != nil {
+			if err := p.indexEvent(b, &e, true, nil); err != nil {
 				return 0, err
 			}
 			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)

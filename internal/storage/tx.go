@@ -95,6 +95,33 @@ func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 	return true, nil
 }
 
+// DeleteCollection deletes every document of table whose key starts with
+// prefix and returns how many. When prefix is a whole collection (the
+// key's first part, the document group), the deletes are marked so, and
+// the collection's index entries go by range instead of one by one.
+func (tx *Tx) DeleteCollection(table string, prefix []keys.Part) (int, error) {
+	var doomed [][]keys.Part
+	err := tx.Scan(ScanOptions{Table: table, Prefix: prefix}, func(k []keys.Part, _ []byte, _ Doc) bool {
+		doomed = append(doomed, k)
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	first := len(tx.events)
+	for _, k := range doomed {
+		if _, err := tx.Delete(table, k); err != nil {
+			return 0, err
+		}
+	}
+	if len(prefix) == 1 {
+		for i := first; i < len(tx.events); i++ {
+			tx.events[i].WholeCollection = true
+		}
+	}
+	return len(doomed), nil
+}
+
 // NextAutoIncrement returns the next value of the auto-increment last key
 // part under collection prefix: one more than both the largest value ever
 // handed out there and the largest key present, so deleted keys are never

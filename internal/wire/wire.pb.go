@@ -1075,18 +1075,23 @@ func (x *WriteResult) GetResults() []*OpResult {
 }
 
 type Event struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            uint32                 `protobuf:"varint,1,opt,name=op,proto3" json:"op,omitempty"`
-	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Version       int32                  `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
-	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
-	PrevVersion   int32                  `protobuf:"varint,6,opt,name=prev_version,json=prevVersion,proto3" json:"prev_version,omitempty"`
-	PrevValue     []byte                 `protobuf:"bytes,7,opt,name=prev_value,json=prevValue,proto3" json:"prev_value,omitempty"`
-	PrevScn       *SCN                   `protobuf:"bytes,8,opt,name=prev_scn,json=prevScn,proto3" json:"prev_scn,omitempty"`
-	PrevModified  int64                  `protobuf:"varint,9,opt,name=prev_modified,json=prevModified,proto3" json:"prev_modified,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Op           uint32                 `protobuf:"varint,1,opt,name=op,proto3" json:"op,omitempty"`
+	Table        string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Key          []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Version      int32                  `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Value        []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	PrevVersion  int32                  `protobuf:"varint,6,opt,name=prev_version,json=prevVersion,proto3" json:"prev_version,omitempty"`
+	PrevValue    []byte                 `protobuf:"bytes,7,opt,name=prev_value,json=prevValue,proto3" json:"prev_value,omitempty"`
+	PrevScn      *SCN                   `protobuf:"bytes,8,opt,name=prev_scn,json=prevScn,proto3" json:"prev_scn,omitempty"`
+	PrevModified int64                  `protobuf:"varint,9,opt,name=prev_modified,json=prevModified,proto3" json:"prev_modified,omitempty"`
+	// A delete that is part of deleting its key's whole collection (see
+	// storage.Event.WholeCollection). No protocol version gates it: a
+	// binary that ignores it deletes the collection's index entries one
+	// document at a time, to the same state.
+	WholeCollection bool `protobuf:"varint,10,opt,name=whole_collection,json=wholeCollection,proto3" json:"whole_collection,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -1180,6 +1185,13 @@ func (x *Event) GetPrevModified() int64 {
 		return x.PrevModified
 	}
 	return 0
+}
+
+func (x *Event) GetWholeCollection() bool {
+	if x != nil {
+		return x.WholeCollection
+	}
+	return false
 }
 
 type Commit struct {
@@ -2326,7 +2338,7 @@ const file_wire_proto_rawDesc = "" +
 	"\adeleted\x18\x05 \x01(\x05R\adeleted\"j\n" +
 	"\vWriteResult\x12&\n" +
 	"\x03scn\x18\x01 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x123\n" +
-	"\aresults\x18\x02 \x03(\v2\x19.cortado.wire.v1.OpResultR\aresults\"\x87\x02\n" +
+	"\aresults\x18\x02 \x03(\v2\x19.cortado.wire.v1.OpResultR\aresults\"\xb2\x02\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\rR\x02op\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x10\n" +
@@ -2337,7 +2349,9 @@ const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"prev_value\x18\a \x01(\fR\tprevValue\x12/\n" +
 	"\bprev_scn\x18\b \x01(\v2\x14.cortado.wire.v1.SCNR\aprevScn\x12#\n" +
-	"\rprev_modified\x18\t \x01(\x03R\fprevModified\"~\n" +
+	"\rprev_modified\x18\t \x01(\x03R\fprevModified\x12)\n" +
+	"\x10whole_collection\x18\n" +
+	" \x01(\bR\x0fwholeCollection\"~\n" +
 	"\x06Commit\x12&\n" +
 	"\x03scn\x18\x01 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12.\n" +

@@ -1,0 +1,275 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// wordIndexer indexes a document "tag word word…" (version 1) as an
+// attribute field "tag" and a text field "body" with word positions;
+// version 2 indexes nothing. The entries are storage's concern here, not
+// how a schema derives them (internal/index does that).
+type wordIndexer struct{}
+
+func (wordIndexer) Index(_, _ string, version int, value []byte) ([]IndexEntry, bool, error) {
+	if version != 1 {
+		return nil, false, nil
+	}
+	words := strings.Fields(string(value))
+	if len(words) == 0 {
+		return nil, true, nil
+	}
+	out := []IndexEntry{{Field: "tag", Term: keys.AppendPart(nil, keys.S(words[0]))}}
+	pos := map[string][]byte{}
+	var order []string
+	for i, w := range words[1:] {
+		if pos[w] == nil {
+			order = append(order, w)
+		}
+		pos[w] = binary.AppendUvarint(pos[w], uint64(i))
+	}
+	for _, w := range order {
+		out = append(out, IndexEntry{Field: "body", Term: keys.AppendPart(nil, keys.S(w)), Payload: pos[w], Length: uint32(len(words) - 1)})
+	}
+	return out, true, nil
+}
+
+// indexDump is every key and value of a partition's index section.
+func indexDump(t *testing.T, p *Partition) string {
+	t.Helper()
+	prefix := append(keys.Partition(p.DB, p.ID), keys.SectionIdx)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var b strings.Builder
+	for valid := it.First(); valid; valid = it.Next() {
+		fmt.Fprintf(&b, "%x=%x\n", it.Key(), it.Value())
+	}
+	return b.String()
+}
+
+// deleteOneByOne deletes a collection's documents without the
+// whole-collection mark: how it went before the mark, and how a replica
+// that does not know it applies the deletes.
+func deleteOneByOne(tx *Tx, table string, prefix []keys.Part) error {
+	var doomed [][]keys.Part
+	if err := tx.Scan(ScanOptions{Table: table, Prefix: prefix}, func(key []keys.Part, _ []byte, _ Doc) bool {
+		doomed = append(doomed, key)
+		return true
+	}); err != nil {
+		return err
+	}
+	for _, key := range doomed {
+		if _, err := tx.Delete(table, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func openIndexed(t *testing.T) *Partition {
+	t.Helper()
+	e := open(t, t.TempDir())
+	t.Cleanup(func() { e.Close() })
+	e.SetIndexer(wordIndexer{})
+	p, err := e.Partition("db", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCollectionDeleteByRange checks that deleting a whole collection
+// removes its index entries by range to exactly the state deleting its
+// documents one by one leaves — on the master, on a slave that applies
+// the marked commits, and on a slave that does not know the mark (an
+// older binary) — that a transaction writing the collection around the
+// delete keeps what it wrote after it, and that truncating the delete
+// restores the index.
+func TestCollectionDeleteByRange(t *testing.T) {
+	k := func(coll string, id int64) []keys.Part { return []keys.Part{keys.S(coll), keys.I(id)} }
+	byRange := func(tx *Tx, coll string) error {
+		_, err := tx.DeleteCollection("T", []keys.Part{keys.S(coll)})
+		return err
+	}
+	oneByOne := func(tx *Tx, coll string) error { return deleteOneByOne(tx, "T", []keys.Part{keys.S(coll)}) }
+	// The same history on two masters, but for how a collection goes.
+	history := func(del func(tx *Tx, coll string) error) []func(tx *Tx) error {
+		return []func(tx *Tx) error{
+			func(tx *Tx) error {
+				for i := range int64(20) {
+					for _, coll := range []string{"x", "xy", "y"} {
+						v := fmt.Sprintf("t%d alpha beta w%d alpha", i%3, i%5)
+						if _, err := tx.Put("T", k(coll, i), 1, []byte(v)); err != nil {
+							return err
+						}
+					}
+				}
+				_, err := tx.Put("T", k("x", 99), 2, []byte("t0 unindexed")) // a version without indexes
+				return err
+			},
+			func(tx *Tx) error { _, err := tx.Put("T", k("x", 3), 1, []byte("t9 gamma")); return err },
+			func(tx *Tx) error { _, err := tx.Put("U", k("x", 1), 1, []byte("t1 other table")); return err },
+			// Written before and after the delete in one transaction.
+			func(tx *Tx) error {
+				if _, err := tx.Put("T", k("y", 100), 1, []byte("t5 before")); err != nil {
+					return err
+				}
+				if err := del(tx, "y"); err != nil {
+					return err
+				}
+				_, err := tx.Put("T", k("y", 101), 1, []byte("t5 after after"))
+				return err
+			},
+			func(tx *Tx) error { return del(tx, "x") },
+			func(tx *Tx) error { _, err := tx.Put("T", k("x", 7), 1, []byte("t2 again")); return err },
+		}
+	}
+	master, control := openIndexed(t), openIndexed(t)
+	var beforeX SCN
+	var beforeSum uint32
+	var beforeVersions map[int]uint64
+	for i, step := range history(byRange) {
+		if i == 4 {
+			beforeX = master.SCN()
+			var err error
+			if beforeSum, _, err = master.IndexChecksum(); err != nil {
+				t.Fatal(err)
+			}
+			if beforeVersions, err = master.VersionCounts("T"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := master.Update(step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range history(oneByOne) {
+		if _, err := control.Update(step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Slaves of the master: one reads the marks, one (an older binary)
+	// does not see them.
+	slave, old := openIndexed(t), openIndexed(t)
+	marked := 0
+	err := master.ReadLog(SCN{}, func(c Commit) bool {
+		if err := slave.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.Events {
+			if c.Events[i].WholeCollection {
+				marked++
+				c.Events[i].WholeCollection = false
+			}
+		}
+		if err := old.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marked != 21+21 {
+		t.Fatalf("%d deletes marked whole-collection, want 42", marked)
+	}
+	want := indexDump(t, control)
+	for name, p := range map[string]*Partition{"master": master, "slave": slave, "older slave": old} {
+		if got := indexDump(t, p); got != want {
+			t.Fatalf("%s's index differs from deleting one by one:\n%s\nwant\n%s", name, got, want)
+		}
+	}
+	// What is left: y/101 and x/7 of the collections deleted, all of xy.
+	r := master.IndexReader()
+	defer r.Close()
+	for coll, n := range map[string]int{"x": 1, "y": 1, "xy": 20} {
+		got := 0
+		err := r.Postings("T", "tag", nil, nil, keys.AppendPart(nil, keys.S(coll)), false, func(_, _ []byte, _ uint64, _ []byte) bool {
+			got++
+			return true
+		})
+		if err != nil || got != n {
+			t.Fatalf("collection %s: %d documents in the index, want %d (%v)", coll, got, n, err)
+		}
+	}
+	// Truncating the delete restores the index as it was (ordinals
+	// aside: a replica's own).
+	if _, err := master.TruncateAfter(beforeX); err != nil {
+		t.Fatal(err)
+	}
+	sum, _, err := master.IndexChecksum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := master.VersionCounts("T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != beforeSum || fmt.Sprint(versions) != fmt.Sprint(beforeVersions) {
+		t.Fatalf("after truncating the delete: checksum %x versions %v, want %x %v", sum, versions, beforeSum, beforeVersions)
+	}
+}
+
+func TestWholeCollectionMarkInTheLog(t *testing.T) {
+	c := Commit{SCN: SCN{1, 2}, Events: []Event{
+		{Op: OpInsert, Table: "T", Key: []byte("a"), Version: 1, Value: []byte("v")},
+		{Op: OpDelete, Table: "T", Key: []byte("b"), PrevVersion: 1, PrevValue: []byte("p"), WholeCollection: true},
+		{Op: OpDelete, Table: "T", Key: []byte("c"), PrevVersion: 1, PrevValue: []byte("q"), WholeCollection: true},
+	}}
+	enc := encodeCommit(&c)
+	got, err := decodeCommit(c.SCN, enc)
+	if err != nil || !got.Events[1].WholeCollection || !got.Events[2].WholeCollection || got.Events[0].WholeCollection {
+		t.Fatalf("decoded %+v, %v", got.Events, err)
+	}
+	// The events are encoded as before; the mark is a trailer an older
+	// decoder ignores.
+	plain := c
+	plain.Events = append([]Event(nil), c.Events...)
+	for i := range plain.Events {
+		plain.Events[i].WholeCollection = false
+	}
+	if p := encodeCommit(&plain); !bytes.HasPrefix(enc, p) || len(enc) == len(p) {
+		t.Fatalf("marked %x, plain %x", enc, p)
+	}
+	// A mark on no event, or on one that is no delete, is corrupt.
+	for _, trailer := range [][]byte{{1, 3}, {1, 0}, {2, 1}} {
+		bad := append(encodeCommit(&plain), trailer...)
+		if _, err := decodeCommit(c.SCN, bad); !errors.Is(err, errCorruptLog) {
+			t.Fatalf("trailer %x: %v", trailer, err)
+		}
+	}
+}
+
+// FuzzDecodeCommit: any bytes decode to a commit or errCorruptLog, never
+// a panic, and what decodes encodes back to a commit that decodes the
+// same.
+func FuzzDecodeCommit(f *testing.F) {
+	f.Add(encodeCommit(&Commit{Events: []Event{
+		{Op: OpDelete, Table: "T", Key: []byte("b"), PrevVersion: 1, PrevValue: []byte("p"), WholeCollection: true},
+	}}))
+	f.Add(encodeCommit(&Commit{Events: []Event{{Op: OpInsert, Table: "T", Key: []byte("a"), Version: 1, Value: []byte("v")}}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := decodeCommit(SCN{1, 1}, b)
+		if err != nil {
+			if !errors.Is(err, errCorruptLog) {
+				t.Fatal(err)
+			}
+			return
+		}
+		again, err := decodeCommit(SCN{1, 1}, encodeCommit(&c))
+		if err != nil || fmt.Sprint(again) != fmt.Sprint(c) {
+			t.Fatalf("%+v\nre-decoded %+v, %v", c, again, err)
+		}
+	})
+}
