@@ -14,7 +14,7 @@ import (
 	"github.com/cortado-db/cortado/internal/bench"
 )
 
-// runBench is `cortado bench [load|floor|multiget|consume|insert|overload]`: with
+// runBench is `cortado bench [load|floor|multiget|consume|insert|overload|stall]`: with
 // no subcommand, a PUT phase and a GET phase against a router; the
 // subcommands are the pieces scripts/bench-peers and scripts/bench-changes
 // use.
@@ -35,6 +35,7 @@ func runBench(args []string) error {
 	fs.StringVar(&o.RetainAge, "retain-age", "", "load: retention by age of the database it creates (default: the server's)")
 	listen := fs.String("listen", "127.0.0.1:8090", "floor: listen address")
 	rate := fs.Float64("rate", 1000, "multiget: requests per second (open loop)")
+	stallRate := fs.Float64("read-rate", 0, "stall: reads per second (default: 0.8 of the capacity measured through the first router)")
 	multi := fs.Int("multi", 10, "multiget: keys per request")
 	consumers := fs.Int("consumers", 1, "consume: concurrent consumers")
 	expect := fs.Int("expect", 0, "consume: change events each consumer waits for")
@@ -45,7 +46,13 @@ func runBench(args []string) error {
 	multiples := fs.String("multiples", "", "overload: offered loads as multiples of the capacity (default 0.8,1,1.05,1.2,1.5,2,5)")
 	capacity := fs.Float64("capacity", 0, "overload: the capacity C in requests/s (default: measured on the first server)")
 	clientTimeout := fs.Duration("client-timeout", 0, "overload: each request's client timeout (default 1s)")
-	out := fs.String("out", "", "overload: directory for the plots (PNG) and the table (overload.md)")
+	out := fs.String("out", "", "overload: directory for the plots (PNG) and the table (overload.md); stall: file for the table")
+	routers := fs.String("routers", "", "stall: routers to compare, name=URL,name=URL (in front of the same storage nodes)")
+	pid := fs.Int("pid", 0, "stall: the storage process to stop")
+	stopAt := fs.Duration("stop-at", 0, "stall: when in each run the process is stopped (default 5s)")
+	stopFor := fs.Duration("stop-for", 0, "stall: how long it stays stopped (default 2s)")
+	watch := fs.String("watch", "", "stall: the other storage nodes, id=URL,id=URL (their admission metrics are sampled)")
+	rounds := fs.Int("rounds", 0, "stall: rounds, the routers interleaved (default 2)")
 	fs.Parse(args)
 	o.URL = *c.url
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -114,6 +121,38 @@ func runBench(args []string) error {
 			f.Close()
 			return bench.OverloadPlots(*out, c, steps)
 		}
+	case "stall":
+		so := bench.StallOptions{Options: o, Routers: map[string]string{}, Watch: map[string]string{}, Rate: *stallRate, PID: *pid,
+			StopAt: *stopAt, StopFor: *stopFor, Rounds: *rounds, Timeout: *clientTimeout}
+		for flag, m := range map[string]map[string]string{"--routers": so.Routers, "--watch": so.Watch} {
+			val := *routers
+			if flag == "--watch" {
+				val = *watch
+			}
+			for _, kv := range strings.Split(val, ",") {
+				if kv == "" {
+					continue
+				}
+				name, url, ok := strings.Cut(kv, "=")
+				if !ok {
+					return fmt.Errorf("%s takes name=URL,…", flag)
+				}
+				m[name] = url
+			}
+		}
+		runs, err := bench.Stall(ctx, &so, os.Stderr)
+		if err != nil {
+			return err
+		}
+		bench.StallTable(os.Stdout, so, runs)
+		if *out != "" {
+			f, err := os.Create(*out)
+			if err != nil {
+				return err
+			}
+			bench.StallTable(f, so, runs)
+			return f.Close()
+		}
 	case "multiget":
 		p, err := bench.OpenLoop(ctx, o, *rate, *multi)
 		if err != nil {
@@ -121,7 +160,7 @@ func runBench(args []string) error {
 		}
 		bench.Print(os.Stdout, o, []bench.Phase{p})
 	default:
-		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget, consume, insert, overload)", sub)
+		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget, consume, insert, overload, stall)", sub)
 	}
 	return nil
 }

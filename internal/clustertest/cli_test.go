@@ -3,6 +3,7 @@ package clustertest
 import (
 	"encoding/json"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -79,6 +80,13 @@ func TestCLI(t *testing.T) {
 	tbl := run("bench", "overload", "--servers", "self="+s.URL, "--keys", "20", "--capacity", "50", "--multiples", "1", "--duration", "300ms")
 	if !strings.Contains(tbl, "| 1.00C (50/s) | self |") {
 		t.Fatalf("bench overload printed:\n%s", tbl)
+	}
+	// The stall bench stops a process (here the whole server, briefly)
+	// and continues it.
+	tbl = run("bench", "stall", "--routers", "self="+s.URL, "--keys", "20", "--read-rate", "100", "--rounds", "1",
+		"--pid", strconv.Itoa(s.Pid()), "--duration", "1s", "--stop-at", "300ms", "--stop-for", "200ms")
+	if !strings.Contains(tbl, "| self | 1 |") {
+		t.Fatalf("bench stall printed:\n%s", tbl)
 	}
 	// A failing command exits non-zero with the problem on stderr.
 	out, err := exec.Command(Binary(t), "get", "--url", s.URL, "demo/Profile/99").CombinedOutput()

@@ -113,6 +113,7 @@ type clusterOptions struct {
 	// advertiseLast, when set, is how the last node is reached (a proxy
 	// in front of it).
 	advertiseLast func(url string) string
+	router        router.Options
 }
 
 func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
@@ -163,7 +164,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	if err := c.view.ReportSickNodes(ctx, cli, "/c", "router", 2, log); err != nil {
 		t.Fatal(err)
 	}
-	c.router = router.New(reg, schema.NewPlans(64), c.view, router.Options{}, log)
+	c.router = router.New(reg, schema.NewPlans(64), c.view, o.router, log)
 	rt := httptest.NewServer(c.router)
 	t.Cleanup(rt.Close)
 	c.url = rt.URL

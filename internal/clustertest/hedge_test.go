@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/router"
 )
 
 // TestHedgedReads puts 300 ms of latency in front of one storage node
@@ -29,7 +30,7 @@ func TestHedgedReads(t *testing.T) {
 		}
 		t.Cleanup(proxy.Stop)
 		return "http://" + proxy.Listen
-	}})
+	}, router: router.Options{Hedge: router.HedgeOptions{Burst: 10}}}) // a small bank, to see it spent
 	slow := "n2"
 	d, _ := c.reg.Database("d")
 	var onSlow []string

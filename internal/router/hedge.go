@@ -29,8 +29,13 @@ type HedgeOptions struct {
 	MinDelay, MaxDelay time.Duration
 	// Ratio is the part of a host's successful requests it may receive
 	// as hedges (default 0.1); Floor is the hedges per second a host
-	// may receive whatever its traffic (default 1), up to Burst banked
-	// (default 10).
+	// may receive whatever its traffic (default 1). Up to Burst are
+	// banked (default 2,000): hedges are rare while every node is well,
+	// and the bank is what a stall of a node spends — a node serving
+	// 1,500 reads a second banks 2,000 in 13 s, enough to take half of
+	// a stopped peer's reads at 5,000 a second for over two seconds
+	// (`scripts/bench-stall`), where a bank of 10 let 95 % of them wait
+	// for the stopped node and fill the router's slots.
 	Ratio, Floor, Burst float64
 }
 
@@ -48,7 +53,7 @@ func (o *HedgeOptions) defaults() {
 		o.Floor = 1
 	}
 	if o.Burst == 0 {
-		o.Burst = 10
+		o.Burst = 2000
 	}
 }
 
@@ -68,6 +73,10 @@ type host struct {
 	stale  int // samples since p95 was computed
 	tokens float64
 	last   time.Time // of the floor's last refill
+	// The last read sent to the host and the last answer it gave: a
+	// host that has been sent reads for MaxDelay without answering one
+	// is stalled (stopped, partitioned), and reads to it hedge at once.
+	sent, answered time.Time
 }
 
 func newHosts(o HedgeOptions) *hosts {
@@ -102,11 +111,24 @@ func (hs *hosts) observe(addr string, d time.Duration) {
 	h.tokens = min(hs.opts.Burst, h.tokens+hs.opts.Ratio)
 }
 
-// delay is how long to wait for addr before hedging.
+// answer records that addr answered (whatever the answer).
+func (hs *hosts) answer(addr string) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hs.get(addr).answered = time.Now()
+}
+
+// delay is how long to wait for addr before hedging a read sent now.
 func (hs *hosts) delay(addr string) time.Duration {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	h := hs.get(addr)
+	now := time.Now()
+	if h.sent.After(h.answered) && now.Sub(h.answered) > hs.opts.MaxDelay && !h.answered.IsZero() {
+		h.sent = now
+		return hs.opts.MinDelay // stalled: nothing answered for a while
+	}
+	h.sent = now
 	if h.n < 16 {
 		return hs.opts.MaxDelay
 	}
@@ -156,14 +178,17 @@ func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.Ge
 	defer cancel()
 	results := make(chan getResult, 2)
 	start := time.Now()
+	timer := time.NewTimer(r.hedges.delay(maddr))
 	go func() {
 		it, err := master.Get(ctx, req)
 		if err == nil {
 			r.hedges.observe(maddr, time.Since(start))
 		}
+		if ctx.Err() == nil {
+			r.hedges.answer(maddr)
+		}
 		results <- getResult{it, err, false}
 	}()
-	timer := time.NewTimer(r.hedges.delay(maddr))
 	defer timer.Stop()
 	pending, hedged := 1, false
 	var masterRes *getResult
