@@ -65,6 +65,9 @@ type StallRun struct {
 	PeakInFlight, LimitAtPeak, Refused map[string]float64
 	// Why reads due in the stall failed: status code or "timeout".
 	Why map[string]int
+	// Failures per 250 ms, from 0.5 s before the stop to 1.5 s after
+	// the continue, by when the reads were due.
+	Timeline []int
 }
 
 func (o *StallOptions) fill() {
@@ -113,8 +116,8 @@ func Stall(ctx context.Context, o *StallOptions, progress io.Writer) ([]StallRun
 			}
 			r.Router, r.Round = n, round+1
 			runs = append(runs, r)
-			fmt.Fprintf(progress, "%-10s round %d: normal p50 %v p99 %v; stalled p50 %v p99 %v (%d failed: %v); hedges %.0f, denied %.0f; peaks %v of %v, refused %v\n",
-				n, r.Round, r.NormalP50, r.NormalP99, r.StalledP50, r.StalledP99, r.StalledFailed, r.Why, r.HedgesSent, r.Denied, r.PeakInFlight, r.LimitAtPeak, r.Refused)
+			fmt.Fprintf(progress, "%-10s round %d: normal p50 %v p99 %v; stalled p50 %v p99 %v (%d failed: %v, per 250 ms from 0.5 s before the stop: %v); hedges %.0f, denied %.0f; peaks %v of %v, refused %v\n",
+				n, r.Round, r.NormalP50, r.NormalP99, r.StalledP50, r.StalledP99, r.StalledFailed, r.Why, r.Timeline, r.HedgesSent, r.Denied, r.PeakInFlight, r.LimitAtPeak, r.Refused)
 		}
 	}
 	return runs, nil
@@ -211,7 +214,13 @@ func stallRun(ctx context.Context, o StallOptions, base string) (StallRun, error
 	// A read due while the node was stopped, or just after (its queue
 	// drains), counts as stalled.
 	var normal, stalled []time.Duration
+	const bucket = 250 * time.Millisecond
+	from := stopAt.Add(-500 * time.Millisecond)
+	run.Timeline = make([]int, int((o.StopFor+2*time.Second)/bucket))
 	for _, res := range results {
+		if b := int(res.due.Sub(from) / bucket); (!res.ok || res.took > o.Timeout) && res.due.After(from) && b < len(run.Timeline) {
+			run.Timeline[b]++
+		}
 		in := !res.due.Before(stopAt) && res.due.Before(contAt.Add(500*time.Millisecond))
 		run.Reads++
 		if !res.ok || res.took > o.Timeout {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/cortado-db/cortado/internal/agent"
 	"github.com/cortado-db/cortado/internal/controller"
@@ -43,9 +44,9 @@ func startClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, r
 
 // startClusterNodeAt is startClusterNode for a node the others and the
 // router reach at advertise(its URL) (a proxy in front of it).
-func startClusterNodeAt(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string, opts node.Options, advertise func(url string) string) *clusterNode {
+func startClusterNodeAt(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string, opts node.Options, advertise func(url string) string, extra ...grpc.ServerOption) *clusterNode {
 	t.Helper()
-	sn := newStorageNodeWith(t, reg, opts)
+	sn := newStorageNodeWith(t, reg, opts, extra...)
 	url := sn.url
 	if advertise != nil {
 		url = advertise(url)
@@ -113,7 +114,10 @@ type clusterOptions struct {
 	// advertiseLast, when set, is how the last node is reached (a proxy
 	// in front of it).
 	advertiseLast func(url string) string
-	router        router.Options
+	// lastServer are the last node's extra gRPC server options (an
+	// admission interceptor).
+	lastServer []grpc.ServerOption
+	router     router.Options
 }
 
 func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
@@ -149,9 +153,9 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		}
 	}
 	for i := range nodes {
-		if i == nodes-1 && o.advertiseLast != nil {
+		if i == nodes-1 && (o.advertiseLast != nil || o.lastServer != nil) {
 			id := fmt.Sprintf("n%d", i)
-			c.nodes[id] = startClusterNodeAt(t, c.ctx, c.cli, c.reg, id, c.nodeOpts, o.advertiseLast)
+			c.nodes[id] = startClusterNodeAt(t, c.ctx, c.cli, c.reg, id, c.nodeOpts, o.advertiseLast, o.lastServer...)
 			continue
 		}
 		c.addNode()

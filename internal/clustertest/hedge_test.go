@@ -1,15 +1,20 @@
 package clustertest
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
 
+	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/router"
 )
@@ -90,5 +95,70 @@ func TestHedgedReads(t *testing.T) {
 	}
 	if s, _, _ := c.router.HedgeStats(); s != sent {
 		t.Fatalf("writes were hedged: %d hedges after, %d before", s, sent)
+	}
+}
+
+// TestOverloadedMasterReads: a master that refuses reads as overloaded
+// (its admission full: it did nothing) sends a read that accepts a
+// slave's answer to a slave — paid from that slave's hedge budget, so a
+// cluster-wide overload cannot double its reads — while a read that
+// needs the master gets the 503.
+func TestOverloadedMasterReads(t *testing.T) {
+	var expired atomic.Uint64
+	lim := admission.New(admission.Options{MaxInFlight: 1, MaxQueue: 1, QueueTimeout: time.Millisecond})
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3,
+		lastServer: []grpc.ServerOption{grpc.UnaryInterceptor(admission.UnaryInterceptor(lim, &expired))},
+		router:     router.Options{Hedge: router.HedgeOptions{Burst: 5, Floor: 0.001}}})
+	full := "n2"
+	d, _ := c.reg.Database("d")
+	var onFull []string
+	for i := 0; len(onFull) < 4 && i < 1000; i++ {
+		k := fmt.Sprintf("o%d", i)
+		c.put(k, "v")
+		if c.view.Table("d").Partitions[d.PartitionOf(keys.S(k))].Replicas[0] == full {
+			onFull = append(onFull, k)
+		}
+	}
+	if len(onFull) == 0 {
+		t.Fatalf("%s masters no partition", full)
+	}
+	awaitReplicasEqual(t, c.view, c.nodes, 4)
+	// The test holds the master's only slot: every call it gets is
+	// refused as overloaded.
+	release, err := lim.Acquire(context.Background(), admission.Interactive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	read := func(k string, stale bool) int {
+		req, _ := http.NewRequest("GET", c.url+"/d/T/"+k, nil)
+		if stale {
+			req.Header.Set("Cache-Control", "max-stale=60")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := read(onFull[0], false); code != 503 {
+		t.Fatalf("a read that needs the overloaded master: %d, want 503", code)
+	}
+	// Two slave hosts with a bank of 5 each: ten reads answered, then
+	// refused as the master refused them.
+	served := 0
+	for i := range 20 {
+		switch code := read(onFull[i%len(onFull)], true); code {
+		case 200:
+			served++
+		case 503:
+		default:
+			t.Fatalf("read %d: %d", i, code)
+		}
+	}
+	sent, _, denied := c.router.HedgeStats()
+	if served != 10 || sent != 10 || denied == 0 {
+		t.Fatalf("%d of 20 stale reads served by slaves (%d hedges, %d denied); want the two slaves' budgets of 5", served, sent, denied)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
@@ -75,7 +77,7 @@ func newStorageNode(t testing.TB, reg *registry.Registry) *storageNode {
 	return newStorageNodeWith(t, reg, node.Options{})
 }
 
-func newStorageNodeWith(t testing.TB, reg *registry.Registry, opts node.Options) *storageNode {
+func newStorageNodeWith(t testing.TB, reg *registry.Registry, opts node.Options, extra ...grpc.ServerOption) *storageNode {
 	t.Helper()
 	eng, err := storage.Open(t.TempDir(), storage.Options{})
 	if err != nil {
@@ -83,7 +85,7 @@ func newStorageNodeWith(t testing.TB, reg *registry.Registry, opts node.Options)
 	}
 	t.Cleanup(func() { eng.Close() })
 	n := node.New(eng, reg, schema.NewPlans(64), slog.New(slog.DiscardHandler), opts)
-	api, url := serveInternal(t, func(s *wire.Server) { node.Register(s, n, node.ServeOptions{}) })
+	api, url := serveInternal(t, func(s *wire.Server) { node.Register(s, n, node.ServeOptions{}) }, extra...)
 	return &storageNode{Node: n, eng: eng, api: api, url: url}
 }
 
@@ -275,13 +277,13 @@ func writeReq(t *testing.T, k string) node.WriteRequest {
 
 // serveInternal serves an internal API (a node's or a relay's) on a
 // loopback port until the test ends, and returns its URL.
-func serveInternal(t testing.TB, register func(*wire.Server)) (*wire.Listener, string) {
+func serveInternal(t testing.TB, register func(*wire.Server), extra ...grpc.ServerOption) (*wire.Listener, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := wire.NewServer()
+	s := wire.NewServer(extra...)
 	register(s)
 	l := wire.Serve(ln, nil, s)
 	t.Cleanup(l.Abort)

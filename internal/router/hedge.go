@@ -208,12 +208,19 @@ func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.Ge
 			if res.slave {
 				continue // the master may still answer
 			}
-			if !errors.Is(res.err, node.ErrUnavailable) && !errors.Is(res.err, node.ErrNotMaster) {
+			overloaded := errors.Is(res.err, node.ErrOverloaded)
+			if !overloaded && !errors.Is(res.err, node.ErrUnavailable) && !errors.Is(res.err, node.ErrNotMaster) {
 				return res.it, false, res.err // the master's answer stands
 			}
 			if !hedged {
 				// The master failed before the hedge: the slaves, in
-				// turn, as without hedging.
+				// turn, as without hedging — but a master that refused
+				// the read as overloaded (it did nothing) is retried
+				// only within the slaves' budgets: a cluster-wide
+				// overload must not double its reads.
+				if overloaded {
+					return r.budgetedSlaveGet(ctx, req, maxStale, res.err)
+				}
 				return r.slaveGet(ctx, req, maxStale, res.err)
 			}
 		case <-timer.C:
@@ -243,6 +250,32 @@ func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.Ge
 		return masterRes.it, false, masterRes.err
 	}
 	return nil, false, ctx.Err()
+}
+
+// budgetedSlaveGet is slaveGet paid from the slaves' hedge budgets: a
+// slave whose budget is spent is not asked.
+func (r *Router) budgetedSlaveGet(ctx context.Context, req node.GetRequest, maxStale time.Duration, masterErr error) (*node.Item, bool, error) {
+	rb, ok := r.backend.(replicaBackend)
+	if !ok {
+		return nil, false, masterErr
+	}
+	req.MaxStale = maxStale
+	for _, s := range rb.Slaves(req.DB, req.Partition) {
+		a := addrOf(s)
+		if a == "" || !r.hedges.spend(a) {
+			continue
+		}
+		t0 := time.Now()
+		it, err := s.Get(ctx, req)
+		switch {
+		case err == nil:
+			r.hedges.observe(a, time.Since(t0))
+			return it, true, nil
+		case errors.Is(err, node.ErrNotFound), errors.Is(err, node.ErrNotModified):
+			return it, true, err
+		}
+	}
+	return nil, false, masterErr
 }
 
 // plainGet is a read without hedging: the master, then the slaves if it
