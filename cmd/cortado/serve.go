@@ -60,6 +60,8 @@ type roleFlags struct {
 	queueTimeout, requestTimeout  *time.Duration
 	nodeMaxInFlight, nodeMaxQueue *int
 	hedge, nodeAdaptive           *bool
+	stallCalls                    *int
+	stallAfter                    *time.Duration
 	indexBuildRate                *int
 	quotaRate, quotaBurst         *float64
 }
@@ -94,6 +96,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.quotaRate = fs.Float64("quota-rate", 0, "requests per second each client (X-Cortado-Client) may make; over it is 429 quota-exceeded (0: no quotas)")
 		f.quotaBurst = fs.Float64("quota-burst", 0, "requests a client may make at once (default: one second's worth)")
 		f.hedge = fs.Bool("hedge", true, "hedge reads that accept a slave's answer (Cache-Control: max-stale): ask a slave too when the master is slower than its recent p95, within a per-host budget")
+		f.stallCalls = fs.Int("stall-calls", node.DefaultStallCalls, "a storage node that has answered none of this many reads and writes for --stall-after is stalled: they end as unavailable and new ones fail at once, a probe a --stall-after (-1: never)")
+		f.stallAfter = fs.Duration("stall-after", node.DefaultStallAfter, "see --stall-calls")
 		f.requestTimeout = fs.Duration("request-timeout", admission.DefaultRequestTimeout, "deadline of a document request that sends no Request-Timeout header (-1s: none)")
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
@@ -134,6 +138,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	}
 	if f.maxBody != nil {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge}}
+		o.Stall = node.StallOptions{Calls: *f.stallCalls, After: *f.stallAfter}
 		o.Admission = admission.Options{MaxInFlight: *f.maxInFlight, MaxQueue: *f.maxQueue, QueueTimeout: *f.queueTimeout}
 		o.Deadlines = admission.Deadlines{Default: *f.requestTimeout}
 		o.Quotas = admission.QuotaOptions{Rate: *f.quotaRate, Burst: *f.quotaBurst}

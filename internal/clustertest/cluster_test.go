@@ -118,6 +118,7 @@ type clusterOptions struct {
 	// admission interceptor).
 	lastServer []grpc.ServerOption
 	router     router.Options
+	stall      node.StallOptions
 }
 
 func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
@@ -162,7 +163,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	}
 	ctl := &controller.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
 	go ctl.Run(ctx)
-	if c.view, err = routing.WatchRouting(ctx, cli, "/c"); err != nil {
+	if c.view, err = routing.WatchRouting(ctx, cli, "/c", o.stall); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.view.ReportSickNodes(ctx, cli, "/c", "router", 2, log); err != nil {

@@ -2,9 +2,11 @@ package clustertest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/router"
 )
 
@@ -161,4 +164,94 @@ func TestOverloadedMasterReads(t *testing.T) {
 	if served != 10 || sent != 10 || denied == 0 {
 		t.Fatalf("%d of 20 stale reads served by slaves (%d hedges, %d denied); want the two slaves' budgets of 5", served, sent, denied)
 	}
+}
+
+// TestStalledNode: a storage node whose answers stop (toxiproxy holds
+// them; the connection stays open) is found stalled once calls to it go
+// unanswered: the reads waiting on it end as 503 long before their
+// deadline, new ones fail at once as never delivered, reads of the other
+// nodes' partitions go on, and once answers flow again a probe finds it
+// and reads of it succeed.
+func TestStalledNode(t *testing.T) {
+	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	var proxy *toxiproxy.Proxy
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: func(url string) string {
+		proxy = toxiproxy.NewProxy(tp, "stall", "127.0.0.1:0", strings.TrimPrefix(url, "http://"))
+		if err := proxy.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proxy.Stop)
+		return "http://" + proxy.Listen
+	}, stall: node.StallOptions{Calls: 4, After: 300 * time.Millisecond}})
+	d, _ := c.reg.Database("d")
+	var onStalled, elsewhere []string
+	for i := 0; (len(onStalled) < 4 || len(elsewhere) < 4) && i < 1000; i++ {
+		k := fmt.Sprintf("s%d", i)
+		c.put(k, "v")
+		if c.view.Table("d").Partitions[d.PartitionOf(keys.S(k))].Replicas[0] == "n2" {
+			onStalled = append(onStalled, k)
+		} else {
+			elsewhere = append(elsewhere, k)
+		}
+	}
+	if len(onStalled) == 0 || len(elsewhere) == 0 {
+		t.Fatalf("keys on n2: %d, elsewhere: %d", len(onStalled), len(elsewhere))
+	}
+	awaitReplicasEqual(t, c.view, c.nodes, 4)
+	hc := &http.Client{Timeout: 20 * time.Second}
+	read := func(k string) (int, string, time.Duration) {
+		start := time.Now()
+		resp, err := hc.Get(c.url + "/d/T/" + k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var p struct{ Title string }
+		json.NewDecoder(resp.Body).Decode(&p)
+		return resp.StatusCode, p.Title, time.Since(start)
+	}
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"hold","type":"timeout","stream":"downstream","attributes":{"timeout":0}}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Eight reads wait on the stalled node; none waits out its deadline.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			code, _, took := read(onStalled[i%len(onStalled)])
+			if code != 503 || took > 10*time.Second {
+				t.Errorf("a read waiting on the stalled node: %d after %v", code, took)
+			}
+		})
+	}
+	// Meanwhile the other nodes answer; then a read of the stalled
+	// node fails at once, never delivered.
+	await(t, 10*time.Second, "a read of the stalled node to fail at once", func() bool {
+		for _, k := range elsewhere {
+			if code, _, _ := read(k); code != 200 {
+				t.Fatalf("a read of a live node during the stall: %d", code)
+			}
+		}
+		// Until the node counts as stalled this read waits too: it
+		// gives up after 300 ms.
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", c.url+"/d/T/"+onStalled[0], nil)
+		start := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var p struct{ Title string }
+		json.NewDecoder(resp.Body).Decode(&p)
+		return resp.StatusCode == 503 && p.Title == "Storage unreachable" && time.Since(start) < 200*time.Millisecond
+	})
+	wg.Wait()
+	if err := proxy.Toxics.RemoveToxic(context.Background(), "hold"); err != nil {
+		t.Fatal(err)
+	}
+	await(t, 10*time.Second, "reads of the node to succeed again", func() bool {
+		code, _, _ := read(onStalled[0])
+		return code == 200
+	})
 }

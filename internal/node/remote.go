@@ -116,15 +116,18 @@ type Remote struct {
 	maxV    uint32
 	version atomic.Uint32 // negotiated; 0 until the first call
 	hello   sync.Mutex
+	stall   *stallGuard // of the document calls
 }
 
 // NewRemote returns the Service of the node at base (e.g.
 // "http://10.0.0.5:7070", the URL it registered): one connection, shared
 // by every call, opened on first use.
-func NewRemote(base string) *Remote { return newRemote(base, wire.Version) }
+func NewRemote(base string) *Remote {
+	return newRemote(base, wire.Version, newStallGuard(StallOptions{}))
+}
 
-func newRemote(base string, maxVersion uint32) *Remote {
-	r := &Remote{base: strings.TrimSuffix(base, "/"), maxV: maxVersion}
+func newRemote(base string, maxVersion uint32, stall *stallGuard) *Remote {
+	r := &Remote{base: strings.TrimSuffix(base, "/"), maxV: maxVersion, stall: stall}
 	conn, err := wire.Dial(r.base)
 	if err == nil {
 		r.conn, r.c = conn, wire.NewNodeClient(conn)
@@ -241,16 +244,32 @@ func (r *Remote) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	if _, err := r.protocol(ctx); err != nil {
 		return nil, err
 	}
+	ctx, end, err := r.stall.begin(ctx, r.base)
+	if err != nil {
+		return nil, err
+	}
 	w, err := r.c.Get(ctx, getTo(req))
 	if err != nil {
-		return notModified(err), r.fail(ctx, err)
+		return notModified(err), end(r.fail(ctx, err))
 	}
+	end(nil)
 	return itemFrom(w)
+}
+
+// guarded is call for a document call: under the stall guard.
+func guarded[Req, Res any](r *Remote, ctx context.Context, f func(wire.NodeClient, context.Context, Req, ...grpc.CallOption) (Res, error), req Req) (Res, error) {
+	ctx, end, err := r.stall.begin(ctx, r.base)
+	if err != nil {
+		var zero Res
+		return zero, err
+	}
+	res, err := call(r, ctx, f, req)
+	return res, end(err)
 }
 
 // MultiGet implements Service.
 func (r *Remote) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error) {
-	w, err := call(r, ctx, wire.NodeClient.MultiGet, multiGetTo(req))
+	w, err := guarded(r, ctx, wire.NodeClient.MultiGet, multiGetTo(req))
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +288,7 @@ func (r *Remote) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error)
 			return nil, fmt.Errorf("storage node %s speaks protocol %d: %w: queries need 4 (upgrade it)", r.base, v, ErrUnavailable)
 		}
 	}
-	w, err := call(r, ctx, wire.NodeClient.Scan, scanTo(req))
+	w, err := guarded(r, ctx, wire.NodeClient.Scan, scanTo(req))
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +305,7 @@ func (r *Remote) Write(ctx context.Context, req WriteRequest) (*WriteResult, err
 	if err != nil {
 		return nil, err
 	}
-	w, err := call(r, ctx, wire.NodeClient.Write, wr)
+	w, err := guarded(r, ctx, wire.NodeClient.Write, wr)
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +413,9 @@ type Remotes struct {
 	// MaxVersion is the newest protocol version spoken (default
 	// wire.Version); set it before first use.
 	MaxVersion uint32
+	// Stall is each node's stall guard (stall.go) on document calls;
+	// set it before first use.
+	Stall StallOptions
 
 	mu sync.Mutex
 	m  map[string]*Remote
@@ -409,7 +431,7 @@ func (rs *Remotes) Get(base string) *Remote {
 		if v == 0 {
 			v = wire.Version
 		}
-		r = newRemote(base, v)
+		r = newRemote(base, v, newStallGuard(rs.Stall))
 		if rs.m == nil {
 			rs.m = map[string]*Remote{}
 		}

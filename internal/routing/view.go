@@ -28,8 +28,13 @@ type RoutingView struct {
 }
 
 // WatchRouting loads the routing tables and follows them until ctx ends.
-func WatchRouting(ctx context.Context, cli *clientv3.Client, prefix string) (*RoutingView, error) {
+// stall, if given, is how the view's connections to storage nodes guard
+// against a stalled node.
+func WatchRouting(ctx context.Context, cli *clientv3.Client, prefix string, stall ...node.StallOptions) (*RoutingView, error) {
 	v := &RoutingView{tables: map[string]*topo.RoutingTable{}, done: make(chan struct{}), cli: cli, prefix: prefix}
+	for _, s := range stall {
+		v.remotes.Stall = s
+	}
 	w := coord.Watch(ctx, cli, topo.RoutingPrefix(prefix))
 	select {
 	case c := <-w.Changes(): // the first lists every table

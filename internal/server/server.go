@@ -108,6 +108,9 @@ type Options struct {
 	// queued; NodeAdmission a storage node's internal calls
 	// (admission.Options: a negative MaxInFlight turns one off).
 	Admission, NodeAdmission admission.Options
+	// Stall is how a router guards against a storage node that stops
+	// answering (node.StallOptions).
+	Stall node.StallOptions
 	// Deadlines are the document API's request deadlines.
 	Deadlines admission.Deadlines
 	// Quotas are the document API's per-client request quotas (zero
@@ -290,7 +293,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			}
 		}
 		vctx, cancel := context.WithCancel(context.Background())
-		view, err := routing.WatchRouting(vctx, s.cli, opts.Prefix)
+		view, err := routing.WatchRouting(vctx, s.cli, opts.Prefix, opts.Stall)
 		if err != nil {
 			cancel()
 			return nil, err

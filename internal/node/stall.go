@@ -1,0 +1,105 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A stall guard is a caller's bulkhead against one storage node that
+// stops answering (a stopped or frozen process, a cut-off host) while its
+// connection stays open: without it, every call to that node waits out
+// its caller's deadline, and a router's bounded slots fill with them
+// until the router refuses everything else too.
+//
+// A node that has answered none of at least Calls document calls (reads
+// and writes) for After is stalled: the calls waiting on it
+// end as unavailable (a write's outcome unknown), new ones fail at once
+// as not delivered, and one call an After is let through as a probe;
+// any answer ends the stall.
+
+// StallOptions configure a stall guard; zero values take the defaults.
+type StallOptions struct {
+	// Calls is how many unanswered calls (default 8; -1: no guard), for
+	// After (default 1 s), make a node stalled.
+	Calls int
+	After time.Duration
+}
+
+// Defaults of the stall guard.
+const (
+	DefaultStallCalls = 8
+	DefaultStallAfter = time.Second
+)
+
+var errStalled = errors.New("storage node stalled")
+
+type stallGuard struct {
+	calls int
+	after time.Duration
+
+	mu      sync.Mutex
+	waiting map[uint64]context.CancelCauseFunc
+	next    uint64
+	since   time.Time // the last answer, or when the oldest waiting call began
+	stalled bool
+	probeAt time.Time
+}
+
+func newStallGuard(o StallOptions) *stallGuard {
+	if o.Calls == 0 {
+		o.Calls = DefaultStallCalls
+	}
+	if o.After == 0 {
+		o.After = DefaultStallAfter
+	}
+	return &stallGuard{calls: o.Calls, after: o.After, waiting: map[uint64]context.CancelCauseFunc{}}
+}
+
+// begin admits a call to the node at base, or refuses it while the node
+// is stalled; end must follow an admitted call with its error and
+// returns the error to report.
+func (g *stallGuard) begin(ctx context.Context, base string) (context.Context, func(error) error, error) {
+	if g.calls < 0 {
+		return ctx, func(err error) error { return err }, nil
+	}
+	now := time.Now()
+	g.mu.Lock()
+	if !g.stalled && len(g.waiting) >= g.calls && now.Sub(g.since) > g.after {
+		g.stalled, g.probeAt = true, now.Add(g.after)
+		for _, cancel := range g.waiting {
+			cancel(errStalled)
+		}
+	}
+	if g.stalled {
+		if now.Before(g.probeAt) {
+			quiet := now.Sub(g.since).Round(time.Millisecond)
+			g.mu.Unlock()
+			return nil, nil, fmt.Errorf("storage node %s: %w (%w): it has answered nothing for %v", base, ErrUnavailable, ErrNotDelivered, quiet)
+		}
+		g.probeAt = now.Add(g.after)
+	}
+	if len(g.waiting) == 0 && !g.stalled {
+		g.since = now // a busy period begins: nothing was unanswered
+	}
+	id := g.next
+	g.next++
+	cctx, cancel := context.WithCancelCause(ctx)
+	g.waiting[id] = cancel
+	g.mu.Unlock()
+	return cctx, func(err error) error {
+		g.mu.Lock()
+		delete(g.waiting, id)
+		if cctx.Err() == nil {
+			g.since, g.stalled = time.Now(), false // an answer
+		}
+		g.mu.Unlock()
+		cancel(nil)
+		if errors.Is(context.Cause(cctx), errStalled) && ctx.Err() == nil {
+			return fmt.Errorf("storage node %s: %w: it stopped answering (%d or more calls unanswered for %v)", base, ErrUnavailable, g.calls, g.after)
+		}
+		return err
+	}, nil
+}

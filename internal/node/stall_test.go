@@ -1,0 +1,88 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestStallGuard: a node with StallCalls calls unanswered for StallAfter
+// is stalled — its waiting calls end as unavailable, new ones fail at
+// once as not delivered, a probe a StallAfter goes through, and an answer
+// ends it; fewer waiting calls, or a burst after a quiet spell, is no
+// stall.
+func TestStallGuard(t *testing.T) {
+	g := newStallGuard(StallOptions{Calls: 3, After: time.Hour})
+	ctx := context.Background()
+	type call struct {
+		ctx context.Context
+		end func(error) error
+	}
+	begin := func() (call, error) {
+		c, end, err := g.begin(ctx, "n")
+		return call{c, end}, err
+	}
+	quiet := func() { g.mu.Lock(); g.since = time.Now().Add(-2 * time.Hour); g.mu.Unlock() }
+	var waiting []call
+	for range 2 {
+		c, err := begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting = append(waiting, c)
+	}
+	quiet()
+	c, err := begin() // two unanswered calls are no stall
+	if err != nil {
+		t.Fatalf("with two calls waiting: %v", err)
+	}
+	waiting = append(waiting, c)
+	// Three waiting, unanswered for two hours.
+	quiet()
+	_, err = begin()
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotDelivered) {
+		t.Fatalf("a call to a stalled node: %v, want unavailable, not delivered", err)
+	}
+	for i, w := range waiting {
+		if w.ctx.Err() == nil {
+			t.Fatalf("waiting call %d not ended", i)
+		}
+		if err := w.end(w.ctx.Err()); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotDelivered) {
+			t.Fatalf("a waiting call's end: %v, want unavailable (outcome unknown)", err)
+		}
+	}
+	// A probe goes through when it is due; its answer ends the stall.
+	g.mu.Lock()
+	g.probeAt = time.Now().Add(-time.Millisecond)
+	g.mu.Unlock()
+	probe, err := begin()
+	if err != nil {
+		t.Fatalf("the probe: %v", err)
+	}
+	if _, err := begin(); err == nil {
+		t.Fatal("a second call while the probe is out went through")
+	}
+	if err := probe.end(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := begin(); err != nil {
+		t.Fatalf("after an answer: %v", err)
+	}
+	// A busy period after a quiet one starts its own clock.
+	g2 := newStallGuard(StallOptions{Calls: 2, After: time.Minute})
+	g2.since = time.Now().Add(-time.Hour)
+	for i := range 5 {
+		if _, _, err := g2.begin(ctx, "n"); err != nil {
+			t.Fatalf("call %d of a burst after a quiet hour: %v", i, err)
+		}
+	}
+	// A caller that leaves is no answer, and no stall error either.
+	g3 := newStallGuard(StallOptions{Calls: 1, After: time.Hour})
+	cctx, cancel := context.WithCancel(ctx)
+	c1, end, _ := g3.begin(cctx, "n")
+	cancel()
+	if err := end(c1.Err()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a departed caller's call: %v", err)
+	}
+}
