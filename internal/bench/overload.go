@@ -1,14 +1,12 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,22 +230,7 @@ func watchServer(base string, d time.Duration) func() (heap, goroutines float64)
 }
 
 func scrape(hc *http.Client, base string) (heap, goroutines float64) {
-	resp, err := hc.Get(base + "/metrics")
-	if err != nil {
-		return 0, 0
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
-			heap, _ = strconv.ParseFloat(v, 64)
-		} else if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			goroutines, _ = strconv.ParseFloat(v, 64)
-		}
-	}
-	return heap, goroutines
+	return metricSum(hc, base, "go_memstats_heap_inuse_bytes", ""), metricSum(hc, base, "go_goroutines", "")
 }
 
 // OverloadTable writes the steps as a Markdown table.

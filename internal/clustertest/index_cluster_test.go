@@ -39,51 +39,39 @@ func TestIndexOnReplicas(t *testing.T) {
 	for _, b := range boxes {
 		model[b] = map[int64]msg{}
 	}
+	// do retries a write answered 503 (between masters).
+	do := func(write func() error) {
+		for {
+			err := write()
+			var ce *client.Error
+			if errors.As(err, &ce) && ce.Status == 503 {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
 	write := func(n int) {
 		for range n {
 			box, id := boxes[rng.IntN(len(boxes))], rng.Int64N(25)
 			if rng.IntN(50) == 0 {
 				// A whole box: its index entries go by range.
-				for {
-					_, err := cl.Delete(c.ctx, "d", "Q", client.Key{box}, nil)
-					var ce *client.Error
-					if errors.As(err, &ce) && ce.Status == 503 {
-						time.Sleep(20 * time.Millisecond) // between masters
-						continue
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					break
-				}
+				do(func() error { _, err := cl.Delete(c.ctx, "d", "Q", client.Key{box}, nil); return err })
 				model[box] = map[int64]msg{}
 				continue
 			}
-			for {
-				var err error
-				_, exists := model[box][id]
-				del := exists && rng.IntN(4) == 0
-				m := randMsg(rng, id)
-				if del {
-					_, err = cl.Delete(c.ctx, "d", "Q", client.Key{box, id}, nil)
-				} else {
-					_, err = cl.Put(c.ctx, "d", "Q", client.Key{box, id}, m, nil)
-				}
-				var ce *client.Error
-				if errors.As(err, &ce) && ce.Status == 503 {
-					time.Sleep(20 * time.Millisecond) // between masters
-					continue
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if del {
-					delete(model[box], id)
-				} else {
-					model[box][id] = m
-				}
-				break
+			_, exists := model[box][id]
+			if exists && rng.IntN(4) == 0 {
+				do(func() error { _, err := cl.Delete(c.ctx, "d", "Q", client.Key{box, id}, nil); return err })
+				delete(model[box], id)
+				continue
 			}
+			m := randMsg(rng, id)
+			do(func() error { _, err := cl.Put(c.ctx, "d", "Q", client.Key{box, id}, m, nil); return err })
+			model[box][id] = m
 		}
 	}
 	check := func(stage string) {

@@ -218,10 +218,7 @@ func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.Ge
 				// the read as overloaded (it did nothing) is retried
 				// only within the slaves' budgets: a cluster-wide
 				// overload must not double its reads.
-				if overloaded {
-					return r.budgetedSlaveGet(ctx, req, maxStale, res.err)
-				}
-				return r.slaveGet(ctx, req, maxStale, res.err)
+				return r.slaveGet(ctx, req, maxStale, res.err, overloaded)
 			}
 		case <-timer.C:
 			if hedged {
@@ -252,38 +249,12 @@ func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.Ge
 	return nil, false, ctx.Err()
 }
 
-// budgetedSlaveGet is slaveGet paid from the slaves' hedge budgets: a
-// slave whose budget is spent is not asked.
-func (r *Router) budgetedSlaveGet(ctx context.Context, req node.GetRequest, maxStale time.Duration, masterErr error) (*node.Item, bool, error) {
-	rb, ok := r.backend.(replicaBackend)
-	if !ok {
-		return nil, false, masterErr
-	}
-	req.MaxStale = maxStale
-	for _, s := range rb.Slaves(req.DB, req.Partition) {
-		a := addrOf(s)
-		if a == "" || !r.hedges.spend(a) {
-			continue
-		}
-		t0 := time.Now()
-		it, err := s.Get(ctx, req)
-		switch {
-		case err == nil:
-			r.hedges.observe(a, time.Since(t0))
-			return it, true, nil
-		case errors.Is(err, node.ErrNotFound), errors.Is(err, node.ErrNotModified):
-			return it, true, err
-		}
-	}
-	return nil, false, masterErr
-}
-
 // plainGet is a read without hedging: the master, then the slaves if it
 // is unavailable and staleness is allowed.
 func (r *Router) plainGet(ctx context.Context, master node.Service, req node.GetRequest, maxStale time.Duration) (*node.Item, bool, error) {
 	it, err := master.Get(ctx, req)
 	if err != nil && maxStale > 0 && (errors.Is(err, node.ErrUnavailable) || errors.Is(err, node.ErrNotMaster)) {
-		return r.slaveGet(ctx, req, maxStale, err)
+		return r.slaveGet(ctx, req, maxStale, err, false)
 	}
 	return it, false, err
 }

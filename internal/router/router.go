@@ -660,17 +660,27 @@ type replicaBackend interface {
 
 // slaveGet asks the partition's slaves, in order, for a read the master
 // could not answer (masterErr); the first that is current enough answers.
-// Without an answer it returns masterErr.
-func (r *Router) slaveGet(ctx context.Context, req node.GetRequest, maxStale time.Duration, masterErr error) (*node.Item, bool, error) {
+// Without an answer it returns masterErr. budgeted asks only slaves whose
+// hedge budget has a token (the master refused the read as overloaded: a
+// cluster-wide overload must not double its reads).
+func (r *Router) slaveGet(ctx context.Context, req node.GetRequest, maxStale time.Duration, masterErr error, budgeted bool) (*node.Item, bool, error) {
 	rb, ok := r.backend.(replicaBackend)
 	if !ok {
 		return nil, false, masterErr
 	}
 	req.MaxStale = maxStale
 	for _, s := range rb.Slaves(req.DB, req.Partition) {
+		a := addrOf(s)
+		if budgeted && (a == "" || !r.hedges.spend(a)) {
+			continue
+		}
+		t0 := time.Now()
 		it, err := s.Get(ctx, req)
 		switch {
 		case err == nil:
+			if budgeted {
+				r.hedges.observe(a, time.Since(t0))
+			}
 			return it, true, nil
 		case errors.Is(err, node.ErrNotFound), errors.Is(err, node.ErrNotModified):
 			return it, true, err // a current-enough slave's answer

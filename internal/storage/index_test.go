@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/cortado-db/cortado/internal/keys"
 )
 
@@ -45,17 +43,7 @@ func (wordIndexer) Index(_, _ string, version int, value []byte) ([]IndexEntry, 
 // indexDump is every key and value of a partition's index section.
 func indexDump(t *testing.T, p *Partition) string {
 	t.Helper()
-	prefix := append(keys.Partition(p.DB, p.ID), keys.SectionIdx)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	var b strings.Builder
-	for valid := it.First(); valid; valid = it.Next() {
-		fmt.Fprintf(&b, "%x=%x\n", it.Key(), it.Value())
-	}
-	return b.String()
+	return sectionDump(t, p, keys.SectionIdx)
 }
 
 // deleteOneByOne deletes a collection's documents without the

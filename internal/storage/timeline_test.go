@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,20 +15,28 @@ import (
 // and the partition's log SCNs.
 func rows(t *testing.T, p *Partition) string {
 	t.Helper()
-	prefix := append(keys.Partition(p.DB, p.ID), keys.SectionData)
+	var b strings.Builder
+	b.WriteString(sectionDump(t, p, keys.SectionData))
+	p.ReadLog(SCN{}, func(c Commit) bool {
+		fmt.Fprintf(&b, "log %s\n", c.SCN)
+		return true
+	})
+	return b.String()
+}
+
+// sectionDump is every key and value of one section of a partition.
+func sectionDump(t *testing.T, p *Partition, section byte) string {
+	t.Helper()
+	prefix := append(keys.Partition(p.DB, p.ID), section)
 	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	var b bytes.Buffer
+	var b strings.Builder
 	for valid := it.First(); valid; valid = it.Next() {
 		fmt.Fprintf(&b, "%x=%x\n", it.Key(), it.Value())
 	}
-	p.ReadLog(SCN{}, func(c Commit) bool {
-		fmt.Fprintf(&b, "log %s\n", c.SCN)
-		return true
-	})
 	return b.String()
 }
 
