@@ -22,6 +22,22 @@ import (
 	"github.com/cortado-db/cortado/internal/router"
 )
 
+// proxyLast returns a toxiproxy proxy and the advertiseLast option that
+// puts it in front of a test cluster's last node (the proxy is set once
+// the cluster starts).
+func proxyLast(t *testing.T) (*toxiproxy.Proxy, func(url string) string) {
+	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	proxy := toxiproxy.NewProxy(tp, "last", "127.0.0.1:0", "")
+	return proxy, func(url string) string {
+		proxy.Upstream = strings.TrimPrefix(url, "http://")
+		if err := proxy.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proxy.Stop)
+		return "http://" + proxy.Listen
+	}
+}
+
 // TestHedgedReads puts 300 ms of latency in front of one storage node
 // (toxiproxy) of a three-replica cluster. Reads of its partitions that
 // accept a slave's answer are hedged to a slave and answered quickly, as
@@ -29,16 +45,9 @@ import (
 // hedges (a tenth of each host's successes plus a floor), and writes are
 // never hedged.
 func TestHedgedReads(t *testing.T) {
-	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	var proxy *toxiproxy.Proxy
-	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: func(url string) string {
-		proxy = toxiproxy.NewProxy(tp, "slow", "127.0.0.1:0", strings.TrimPrefix(url, "http://"))
-		if err := proxy.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(proxy.Stop)
-		return "http://" + proxy.Listen
-	}, router: router.Options{Hedge: router.HedgeOptions{Burst: 10}}}) // a small bank, to see it spent
+	proxy, advertise := proxyLast(t)
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: advertise,
+		router: router.Options{Hedge: router.HedgeOptions{Burst: 10}}}) // a small bank, to see it spent
 	slow := "n2"
 	d, _ := c.reg.Database("d")
 	var onSlow []string
@@ -173,16 +182,9 @@ func TestOverloadedMasterReads(t *testing.T) {
 // nodes' partitions go on, and once answers flow again a probe finds it
 // and reads of it succeed.
 func TestStalledNode(t *testing.T) {
-	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	var proxy *toxiproxy.Proxy
-	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: func(url string) string {
-		proxy = toxiproxy.NewProxy(tp, "stall", "127.0.0.1:0", strings.TrimPrefix(url, "http://"))
-		if err := proxy.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(proxy.Stop)
-		return "http://" + proxy.Listen
-	}, stall: node.StallOptions{Calls: 4, After: 300 * time.Millisecond}})
+	proxy, advertise := proxyLast(t)
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: advertise,
+		stall: node.StallOptions{Calls: 4, After: 300 * time.Millisecond}})
 	d, _ := c.reg.Database("d")
 	var onStalled, elsewhere []string
 	for i := 0; (len(onStalled) < 4 || len(elsewhere) < 4) && i < 1000; i++ {
