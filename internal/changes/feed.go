@@ -266,6 +266,8 @@ type reader struct {
 	// sent is the position last sent; said when it was last sent.
 	sent Position
 	said time.Time
+	// scratch holds a document converted to the stream's version.
+	scratch []byte
 }
 
 func (r *reader) send(it item) bool {
@@ -554,9 +556,12 @@ func (r *reader) render(b []byte, t *schema.Table, written int, value []byte) ([
 	if err != nil {
 		return nil, err
 	}
-	avro, err := plan.Apply(nil, value)
-	if err != nil {
-		return nil, err
+	avro := value // as written: nothing to convert
+	if !plan.Identity() {
+		if r.scratch, err = plan.Apply(r.scratch[:0], value); err != nil {
+			return nil, err
+		}
+		avro = r.scratch
 	}
 	rd, err := r.s.f.Plans.Reader(t, target, r.s.req.Fields)
 	if err != nil {
