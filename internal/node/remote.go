@@ -135,6 +135,11 @@ func newRemote(base string, maxVersion uint32, stall *stallGuard) *Remote {
 	return r
 }
 
+// Quiet is how long the node has answered none of the document calls
+// waiting on it (0 while none waits): a router hedges at once a read to
+// a node that has been quiet for long.
+func (r *Remote) Quiet() time.Duration { return r.stall.quiet() }
+
 // Addr is the node's URL.
 func (r *Remote) Addr() string { return r.base }
 

@@ -22,8 +22,9 @@ import (
 
 // StallOptions configure a stall guard; zero values take the defaults.
 type StallOptions struct {
-	// Calls is how many unanswered calls (default 8; -1: no guard), for
-	// After (default 1 s), make a node stalled.
+	// Calls is how many unanswered calls (default 8; -1: the guard only
+	// watches, see Remote.Quiet), for After (default 1 s), make a node
+	// stalled.
 	Calls int
 	After time.Duration
 }
@@ -35,6 +36,17 @@ const (
 )
 
 var errStalled = errors.New("storage node stalled")
+
+// quiet is how long the node has answered none of the calls waiting on it
+// (0 while none waits), whether or not the guard acts on it.
+func (g *stallGuard) quiet() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.waiting) == 0 {
+		return 0
+	}
+	return time.Since(g.since)
+}
 
 type stallGuard struct {
 	calls int
@@ -62,12 +74,9 @@ func newStallGuard(o StallOptions) *stallGuard {
 // is stalled; end must follow an admitted call with its error and
 // returns the error to report.
 func (g *stallGuard) begin(ctx context.Context, base string) (context.Context, func(error) error, error) {
-	if g.calls < 0 {
-		return ctx, func(err error) error { return err }, nil
-	}
 	now := time.Now()
 	g.mu.Lock()
-	if !g.stalled && len(g.waiting) >= g.calls && now.Sub(g.since) > g.after {
+	if !g.stalled && g.calls > 0 && len(g.waiting) >= g.calls && now.Sub(g.since) > g.after {
 		g.stalled, g.probeAt = true, now.Add(g.after)
 		for _, cancel := range g.waiting {
 			cancel(errStalled)

@@ -77,6 +77,23 @@ func TestStallGuard(t *testing.T) {
 			t.Fatalf("call %d of a burst after a quiet hour: %v", i, err)
 		}
 	}
+	// Switched off, the guard refuses nothing but still says how long
+	// the node has been quiet (hedging asks).
+	off := newStallGuard(StallOptions{Calls: -1, After: time.Nanosecond})
+	if off.quiet() != 0 {
+		t.Fatal("quiet with nothing waiting")
+	}
+	for range 3 {
+		if _, _, err := off.begin(ctx, "n"); err != nil {
+			t.Fatalf("a guard switched off refused: %v", err)
+		}
+	}
+	off.mu.Lock()
+	off.since = time.Now().Add(-time.Minute)
+	off.mu.Unlock()
+	if q := off.quiet(); q < time.Minute {
+		t.Fatalf("quiet %v, want a minute", q)
+	}
 	// A caller that leaves is no answer, and no stall error either.
 	g3 := newStallGuard(StallOptions{Calls: 1, After: time.Hour})
 	cctx, cancel := context.WithCancel(ctx)

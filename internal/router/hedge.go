@@ -73,10 +73,6 @@ type host struct {
 	stale  int // samples since p95 was computed
 	tokens float64
 	last   time.Time // of the floor's last refill
-	// The last read sent to the host and the last answer it gave: a
-	// host that has been sent reads for MaxDelay without answering one
-	// is stalled (stopped, partitioned), and reads to it hedge at once.
-	sent, answered time.Time
 }
 
 func newHosts(o HedgeOptions) *hosts {
@@ -111,24 +107,16 @@ func (hs *hosts) observe(addr string, d time.Duration) {
 	h.tokens = min(hs.opts.Burst, h.tokens+hs.opts.Ratio)
 }
 
-// answer records that addr answered (whatever the answer).
-func (hs *hosts) answer(addr string) {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	hs.get(addr).answered = time.Now()
-}
-
-// delay is how long to wait for addr before hedging a read sent now.
-func (hs *hosts) delay(addr string) time.Duration {
+// delay is how long to wait for master (at addr) before hedging: at once
+// if it has answered none of the calls waiting on it for longer than the
+// longest delay (stopped, cut off), else its recent p95, within bounds.
+func (hs *hosts) delay(master node.Service, addr string) time.Duration {
+	if q, ok := master.(interface{ Quiet() time.Duration }); ok && q.Quiet() > hs.opts.MaxDelay {
+		return hs.opts.MinDelay
+	}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	h := hs.get(addr)
-	now := time.Now()
-	if h.sent.After(h.answered) && now.Sub(h.answered) > hs.opts.MaxDelay && !h.answered.IsZero() {
-		h.sent = now
-		return hs.opts.MinDelay // stalled: nothing answered for a while
-	}
-	h.sent = now
 	if h.n < 16 {
 		return hs.opts.MaxDelay
 	}
@@ -178,14 +166,11 @@ func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.Ge
 	defer cancel()
 	results := make(chan getResult, 2)
 	start := time.Now()
-	timer := time.NewTimer(r.hedges.delay(maddr))
+	timer := time.NewTimer(r.hedges.delay(master, maddr))
 	go func() {
 		it, err := master.Get(ctx, req)
 		if err == nil {
 			r.hedges.observe(maddr, time.Since(start))
-		}
-		if ctx.Err() == nil {
-			r.hedges.answer(maddr)
 		}
 		results <- getResult{it, err, false}
 	}()

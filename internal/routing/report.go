@@ -161,6 +161,14 @@ type reporting struct {
 // Addr names the node's host (for per-host budgets): its ID.
 func (s reporting) Addr() string { return s.id }
 
+// Quiet is the node's (node.Remote.Quiet).
+func (s reporting) Quiet() time.Duration {
+	if q, ok := s.Service.(interface{ Quiet() time.Duration }); ok {
+		return q.Quiet()
+	}
+	return 0
+}
+
 func (s reporting) Get(ctx context.Context, req node.GetRequest) (*node.Item, error) {
 	start := time.Now()
 	it, err := s.Service.Get(ctx, req)
