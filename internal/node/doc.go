@@ -9,6 +9,8 @@
 // databases' retention.
 //
 // The router reaches a node only through the Service interface, whose
-// requests and results are plain data so that the call can cross a network.
-// A node never routes: it serves exactly the partition a request names.
+// requests and results are plain data so that the call can cross a network;
+// Remote is that interface over the internal protocol, and guards its
+// caller against a node that stops answering (stall.go). A node never
+// routes: it serves exactly the partition a request names.
 package node

@@ -37,17 +37,6 @@ const (
 
 var errStalled = errors.New("storage node stalled")
 
-// quiet is how long the node has answered none of the calls waiting on it
-// (0 while none waits), whether or not the guard acts on it.
-func (g *stallGuard) quiet() time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.waiting) == 0 {
-		return 0
-	}
-	return time.Since(g.since)
-}
-
 type stallGuard struct {
 	calls int
 	after time.Duration
@@ -68,6 +57,17 @@ func newStallGuard(o StallOptions) *stallGuard {
 		o.After = DefaultStallAfter
 	}
 	return &stallGuard{calls: o.Calls, after: o.After, waiting: map[uint64]context.CancelCauseFunc{}}
+}
+
+// quiet is how long the node has answered none of the calls waiting on it
+// (0 while none waits), whether or not the guard acts on it.
+func (g *stallGuard) quiet() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.waiting) == 0 {
+		return 0
+	}
+	return time.Since(g.since)
 }
 
 // begin admits a call to the node at base, or refuses it while the node
