@@ -64,6 +64,8 @@ type roleFlags struct {
 	stallAfter                    *time.Duration
 	indexBuildRate                *int
 	quotaRate, quotaBurst         *float64
+	maxConns, maxStreams          *int
+	idleTimeout, writeTimeout     *time.Duration
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -75,6 +77,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 		readyFile:     fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)"),
 		maxDepth:      fs.Int("max-depth", schema.DefaultMaxDepth, "how deeply records, arrays and maps may nest in a document (8 to 1000; every role of a cluster the same)"),
 		cpuProfile:    fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`)"),
+		maxConns:      fs.Int("max-conns", server.DefaultMaxConns, "connections the port holds open at once; one beyond it is closed at once (-1: no bound)"),
+		idleTimeout:   fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close a kept-alive HTTP connection that sends no request for this long"),
 		protocol:      fs.Uint("protocol-version", uint(wire.Version), fmt.Sprintf("newest internal protocol version spoken (%d to %d): the previous one makes this process talk as the previous release, during a rolling upgrade", wire.MinVersion, wire.Version)),
 	}
 	if name == "serve" || name == "storage" {
@@ -87,11 +91,11 @@ func newRoleFlags(name, listen string) *roleFlags {
 	if name == "serve" || name == "storage" {
 		f.nodeMaxInFlight = fs.Int("node-max-in-flight", admission.DefaultMaxInFlight, "internal calls a storage node serves at once; more wait in its queue (-1: no limit)")
 		f.nodeAdaptive = fs.Bool("node-adaptive", true, "let a storage node's limit of calls in progress follow latency (between 8 and --node-max-in-flight): it shrinks as calls queue")
-		f.nodeMaxQueue = fs.Int("node-max-queue", admission.DefaultMaxQueue, "internal calls that may wait for a storage node; more are refused as overloaded")
+		f.nodeMaxQueue = fs.Int("node-max-queue", 0, "internal calls that may wait for a storage node; more are refused as overloaded (0: the most calls it completed in one second of the last ten × the queue timeout, at least 256)")
 	}
 	if name == "serve" || name == "router" {
 		f.maxInFlight = fs.Int("max-in-flight", admission.DefaultMaxInFlight, "document API requests in progress at once; more wait in the queue (-1: no limit, admission off)")
-		f.maxQueue = fs.Int("max-queue", admission.DefaultMaxQueue, "requests that may wait for a slot; more are refused with 503 overloaded, the change stream and schema administration first")
+		f.maxQueue = fs.Int("max-queue", 0, "requests that may wait for a slot; more are refused with 503 overloaded, the change stream and schema administration first (0: sized from capacity, the most requests completed in one second of the last ten × --queue-timeout, at least 256)")
 		f.queueTimeout = fs.Duration("queue-timeout", admission.DefaultQueueTimeout, "longest a request waits for a slot")
 		f.quotaRate = fs.Float64("quota-rate", 0, "requests per second each client (X-Cortado-Client) may make; over it is 429 quota-exceeded (0: no quotas)")
 		f.quotaBurst = fs.Float64("quota-burst", 0, "requests a client may make at once (default: one second's worth)")
@@ -102,6 +106,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
+		f.writeTimeout = fs.Duration("write-timeout", 30*time.Second, "how long a client may take to read a response after its request's deadline (a change stream: each write); then its connection is closed")
+		f.maxStreams = fs.Int("max-streams", 1024, "change streams served at once; more are refused with 503 overloaded")
 	}
 	if name != "router" {
 		f.leaseTTL = fs.Int("lease-ttl", topo.DefaultLeaseTTL, "seconds a storage node or the leading controller may be silent before it is taken for dead")
@@ -129,7 +135,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 }
 
 func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
-	o := server.Options{Logger: log, ProtocolVersion: uint32(*f.protocol)}
+	o := server.Options{Logger: log, ProtocolVersion: uint32(*f.protocol), MaxConns: *f.maxConns, IdleTimeout: *f.idleTimeout}
 	if f.dataDir != nil {
 		o.DataDir = *f.dataDir
 	}
@@ -137,7 +143,8 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.EtcdClientURL, o.EtcdPeerURL = *f.etcdClient, *f.etcdPeer
 	}
 	if f.maxBody != nil {
-		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge}}
+		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge},
+			WriteTimeout: *f.writeTimeout, MaxStreams: *f.maxStreams}
 		o.Stall = node.StallOptions{Calls: *f.stallCalls, After: *f.stallAfter}
 		o.Admission = admission.Options{MaxInFlight: *f.maxInFlight, MaxQueue: *f.maxQueue, QueueTimeout: *f.queueTimeout}
 		o.Deadlines = admission.Deadlines{Default: *f.requestTimeout}

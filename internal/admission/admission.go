@@ -43,15 +43,19 @@ type Options struct {
 	// MaxInFlight is how many requests may be in progress at once
 	// (default 64; negative: no limit, the limiter is off).
 	MaxInFlight int
-	// MaxQueue is how many requests may wait for a slot (default 256),
-	// for at most QueueTimeout (default 100 ms). The sizes come from the
-	// overload test (docs/performance.md): `serve --nodes 3` on two cores
-	// serves about 5,500 requests a second, so 64 in progress and 256
-	// waiting are about 60 ms of work — far inside a client's timeout —
-	// where the first sizes tried (512 and 2048, half a second of work)
-	// let queued requests outlive their clients and goodput collapse.
-	MaxQueue     int
-	QueueTimeout time.Duration
+	// MaxQueue is how many requests may wait for a slot, for at most
+	// QueueTimeout (default 100 ms). By default (0) it is sized from the
+	// measured capacity, as the FollowFeed post sizes its queues: the
+	// most requests completed in one second over the last ten, times
+	// QueueTimeout — what the process can still serve before a waiting
+	// request gives up — and at least MinQueue (default 256), at most
+	// 4096; negative, nothing waits. The sizes come from the overload test (docs/performance.md):
+	// fixed queues of 512 and 2048 with a 1 s wait let queued requests
+	// outlive their clients and goodput collapse; 256 refused up to a tenth of
+	// what `serve --nodes 3` could serve near its capacity (about 5,000
+	// requests a second: 500 in 100 ms).
+	MaxQueue, MinQueue int
+	QueueTimeout       time.Duration
 	// Adaptive lets the limit follow latency (a gradient limiter in the
 	// style of Netflix's concurrency-limits): it shrinks when requests
 	// take longer than the fastest recently seen, grows while they do
@@ -63,7 +67,8 @@ type Options struct {
 // Defaults.
 const (
 	DefaultMaxInFlight  = 64
-	DefaultMaxQueue     = 256
+	DefaultMinQueue     = 256
+	maxQueueCap         = 4096
 	DefaultQueueTimeout = 100 * time.Millisecond
 )
 
@@ -79,7 +84,9 @@ type Limiter struct {
 	inFlight int
 	waiting  [classes][]*waiter
 	queued   int
-	grad     gradient // the adaptive limit, when Options.Adaptive
+	grad     gradient                 // the adaptive limit, when Options.Adaptive
+	done     [throughputWindow]second // requests completed, per second
+	now      func() time.Time
 
 	// Counters, read by Stats.
 	admitted, rejected [classes]uint64
@@ -95,8 +102,8 @@ func New(o Options) *Limiter {
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
-	if o.MaxQueue == 0 {
-		o.MaxQueue = DefaultMaxQueue
+	if o.MinQueue <= 0 {
+		o.MinQueue = DefaultMinQueue
 	}
 	if o.QueueTimeout == 0 {
 		o.QueueTimeout = DefaultQueueTimeout
@@ -104,7 +111,7 @@ func New(o Options) *Limiter {
 	if o.MinInFlight <= 0 {
 		o.MinInFlight = min(8, max(1, o.MaxInFlight))
 	}
-	l := &Limiter{opts: o}
+	l := &Limiter{opts: o, now: time.Now}
 	l.grad.limit = float64(o.MaxInFlight)
 	return l
 }
@@ -134,7 +141,7 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (release func(), err err
 		l.mu.Unlock()
 		return l.releaser(), nil
 	}
-	if float64(l.queued) >= float64(l.opts.MaxQueue)*queueShare[c] {
+	if float64(l.queued) >= float64(l.queueLimitLocked())*queueShare[c] {
 		l.rejected[c]++
 		l.mu.Unlock()
 		return nil, ErrOverloaded
@@ -192,6 +199,7 @@ func (l *Limiter) releaser() func() {
 func (l *Limiter) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.completedLocked()
 	for c := range classes {
 		if l.inFlight > l.limitLocked() {
 			break
@@ -209,10 +217,45 @@ func (l *Limiter) release() {
 	l.inFlight--
 }
 
+// throughputWindow is how many seconds of completions size the queue.
+const throughputWindow = 10
+
+type second struct {
+	unix int64
+	n    int
+}
+
+// completedLocked counts a completed request in its second.
+func (l *Limiter) completedLocked() {
+	now := l.now().Unix()
+	b := &l.done[now%throughputWindow]
+	if b.unix != now {
+		*b = second{unix: now}
+	}
+	b.n++
+}
+
+// queueLimitLocked is how many requests may wait now: Options.MaxQueue,
+// or the most completed in one of the last throughputWindow seconds times
+// the queue timeout (see Options.MaxQueue).
+func (l *Limiter) queueLimitLocked() int {
+	if l.opts.MaxQueue != 0 {
+		return max(0, l.opts.MaxQueue) // negative: nothing waits
+	}
+	now, peak := l.now().Unix(), 0
+	for _, b := range l.done {
+		if now-b.unix < throughputWindow {
+			peak = max(peak, b.n)
+		}
+	}
+	n := int(float64(peak) * l.opts.QueueTimeout.Seconds())
+	return min(maxQueueCap, max(l.opts.MinQueue, n))
+}
+
 // Stats is a limiter's state and counters.
 type Stats struct {
 	InFlight, Queued   int
-	Limit              int
+	Limit, QueueLimit  int
 	Admitted, Rejected map[string]uint64
 }
 
@@ -224,7 +267,7 @@ func (l *Limiter) Stats() Stats {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s.InFlight, s.Queued, s.Limit = l.inFlight, l.queued, l.limitLocked()
+	s.InFlight, s.Queued, s.Limit, s.QueueLimit = l.inFlight, l.queued, l.limitLocked(), l.queueLimitLocked()
 	for c := range classes {
 		s.Admitted[c.String()], s.Rejected[c.String()] = l.admitted[c], l.rejected[c]
 	}

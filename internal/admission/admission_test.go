@@ -235,3 +235,69 @@ func TestGradientLimit(t *testing.T) {
 	}
 	t.Logf("settled at %.0f for a capacity of %d", g.limit, capacity)
 }
+
+// TestQueueSizedFromThroughput: without a fixed MaxQueue the queue holds
+// what the limiter can serve within the queue timeout — the most requests
+// completed in one second of the last ten, times the timeout — never less
+// than MinQueue, and forgets a peak older than ten seconds.
+func TestQueueSizedFromThroughput(t *testing.T) {
+	clock := time.Unix(1_000_000, 0)
+	l := New(Options{MaxInFlight: 4, MinQueue: 10, QueueTimeout: 100 * time.Millisecond})
+	l.now = func() time.Time { return clock }
+	if got := l.Stats().QueueLimit; got != 10 {
+		t.Fatalf("idle limiter's queue limit %d, want the minimum 10", got)
+	}
+	serve := func(n int) {
+		for range n {
+			r, err := l.Acquire(context.Background(), Interactive)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r()
+		}
+	}
+	serve(3000) // 3,000 in one second: 300 can be served in 100 ms
+	if got := l.Stats().QueueLimit; got != 300 {
+		t.Fatalf("after 3,000 requests in a second: queue limit %d, want 300", got)
+	}
+	clock = clock.Add(5 * time.Second)
+	serve(1000) // a slower second does not lower the peak
+	if got := l.Stats().QueueLimit; got != 300 {
+		t.Fatalf("5 s later: queue limit %d, want 300 (the peak of the last 10 s)", got)
+	}
+	clock = clock.Add(6 * time.Second)
+	if got := l.Stats().QueueLimit; got != 100 {
+		t.Fatalf("11 s after the peak: queue limit %d, want 100", got)
+	}
+	clock = clock.Add(time.Hour)
+	serve(100_000)
+	if got := l.Stats().QueueLimit; got != maxQueueCap {
+		t.Fatalf("queue limit %d, want the cap %d", got, maxQueueCap)
+	}
+
+	// The limit bounds waiting: with the slots held, MinQueue requests
+	// wait and the next is refused.
+	small := New(Options{MaxInFlight: 1, MinQueue: 2, QueueTimeout: time.Minute})
+	hold, err := small.Acquire(context.Background(), Interactive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r, err := small.Acquire(context.Background(), Interactive); err == nil {
+				r()
+			} else {
+				t.Error(err)
+			}
+		}()
+	}
+	waitQueued(t, small, 2)
+	if _, err := small.Acquire(context.Background(), Interactive); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("third waiter: %v, want overloaded", err)
+	}
+	hold()
+	wg.Wait()
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -328,5 +329,137 @@ func TestClientQuotas(t *testing.T) {
 	}
 	if r := get(strings.Repeat("x", 200)); r.StatusCode != 400 {
 		t.Fatalf("an over-long client name: %d", r.StatusCode)
+	}
+}
+
+// TestSlowAndIdleClients: a router bounds what clients that stop
+// reading, sit idle or open too much can hold. A kept-alive connection
+// that sends nothing is closed after --idle-timeout; a change-stream
+// consumer that stops reading is cut off --write-timeout after the write
+// it did not take (the stream's handler ends); streams beyond
+// --max-streams are refused with 503 overloaded; connections beyond
+// --max-conns are closed at once, and served again once others close.
+func TestSlowAndIdleClients(t *testing.T) {
+	const maxConns = 12
+	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--idle-timeout", "300ms", "--write-timeout", "500ms",
+		"--max-streams", "2", "--max-conns", strconv.Itoa(maxConns)}})
+	host := strings.TrimPrefix(s.URL, "http://")
+	ctx := t.Context()
+	// No kept-alive connections of the test's own: they would count.
+	plain := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	c := client.New(s.URL, client.WithHTTPClient(plain))
+	defer c.Close()
+
+	// Idle: one request answered, then nothing; the server closes it.
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle kept-alive connection: read %v, want EOF (closed by the server)", err)
+	}
+	conn.Close()
+
+	// A consumer that stops reading: 6 MB of changes to send, a receive
+	// buffer of 4 KiB, nothing read. The handler must end.
+	body := strings.Repeat("lorem ipsum ", 350)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 190 {
+				if _, err := c.Insert(ctx, "demo", "Message", client.Key{fmt.Sprintf("box%d", w)},
+					map[string]any{"from": "x", "subject": fmt.Sprint(i), "body": body}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	stuck, err := d.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	fmt.Fprintf(stuck, "GET /demo/_changes?since=beginning HTTP/1.1\r\nHost: x\r\n\r\n")
+	await(t, 10*time.Second, "the stream to start", func() bool { return metricValue(t, s.URL, "cortado_change_streams") == 1 })
+	await(t, 20*time.Second, "the stream that nobody reads to end", func() bool { return metricValue(t, s.URL, "cortado_change_streams") == 0 })
+
+	// Two streams at most.
+	var streams []*http.Response
+	for range 2 {
+		r, err := plain.Get(s.URL + "/demo/_changes?since=now")
+		if err != nil || r.StatusCode != 200 {
+			t.Fatalf("stream: %v %v", r, err)
+		}
+		streams = append(streams, r)
+	}
+	r, err := plain.Get(s.URL + "/demo/_changes?since=now")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct{ Type string }
+	json.NewDecoder(r.Body).Decode(&p)
+	r.Body.Close()
+	if r.StatusCode != 503 || p.Type != "urn:cortado:problem:overloaded" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("third stream: %d %q Retry-After %q, want 503 overloaded", r.StatusCode, p.Type, r.Header.Get("Retry-After"))
+	}
+	for _, r := range streams {
+		r.Body.Close()
+	}
+	await(t, 10*time.Second, "the streams to end", func() bool { return metricValue(t, s.URL, "cortado_change_streams") == 0 })
+
+	// Connections: hold them until one is closed at once.
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	refused := false
+	for len(held) <= maxConns && !refused {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err = c.Read(make([]byte, 1))
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			held = append(held, c) // kept: waiting for its request
+			continue
+		}
+		refused = true
+		c.Close()
+	}
+	if !refused {
+		t.Fatalf("%d connections held, none refused (--max-conns %d)", len(held), maxConns)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	await(t, 10*time.Second, "a request after the connections closed", func() bool {
+		r, err := plain.Get(s.URL + "/healthz")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == 200
+	})
+	if n := metricValue(t, s.URL, "cortado_connections_refused_total"); n < 1 {
+		t.Fatalf("connections refused %v, want at least 1", n)
 	}
 }

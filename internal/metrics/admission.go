@@ -13,6 +13,7 @@ var (
 	descInFlight = prometheus.NewDesc("cortado_admission_in_flight", "Requests in progress, by edge (http: the document API; rpc: a storage node's internal API).", []string{"edge"}, nil)
 	descLimit    = prometheus.NewDesc("cortado_admission_limit", "Requests that may be in progress now, by edge (a storage node's follows latency).", []string{"edge"}, nil)
 	descQueued   = prometheus.NewDesc("cortado_admission_queued", "Requests waiting for a slot, by edge.", []string{"edge"}, nil)
+	descQueueCap = prometheus.NewDesc("cortado_admission_queue_limit", "Requests that may wait for a slot now, by edge (sized from the most completed in one second of the last ten, unless fixed).", []string{"edge"}, nil)
 	descAdmitted = prometheus.NewDesc("cortado_admission_admitted_total", "Requests admitted, by edge and priority class.", []string{"edge", "class"}, nil)
 	descRejected = prometheus.NewDesc("cortado_admission_rejected_total", "Requests refused as overloaded (503 overloaded), by edge and priority class.", []string{"edge", "class"}, nil)
 	descExpired  = prometheus.NewDesc("cortado_admission_expired_total", "Internal calls dropped because their deadline had passed before they started.", []string{"edge"}, nil)
@@ -49,7 +50,7 @@ func (c *admissionCollector) add(s admissionSource) {
 }
 
 func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descLimit, descQueued, descAdmitted, descRejected, descExpired} {
+	for _, d := range []*prometheus.Desc{descInFlight, descLimit, descQueued, descQueueCap, descAdmitted, descRejected, descExpired} {
 		ch <- d
 	}
 }
@@ -63,6 +64,7 @@ func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), src.edge)
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Queued), src.edge)
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(s.Limit), src.edge)
+		ch <- prometheus.MustNewConstMetric(descQueueCap, prometheus.GaugeValue, float64(s.QueueLimit), src.edge)
 		for class, n := range s.Admitted {
 			ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(n), src.edge, class)
 		}
@@ -110,4 +112,20 @@ func (c hedgeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHedges, prometheus.CounterValue, float64(sent), "sent")
 	ch <- prometheus.MustNewConstMetric(descHedges, prometheus.CounterValue, float64(won), "won")
 	ch <- prometheus.MustNewConstMetric(descHedges, prometheus.CounterValue, float64(denied), "denied")
+}
+
+// RegisterConns exports a listener's open connections and those it
+// closed as over its bound.
+func (m *Metrics) RegisterConns(open, refused func() int64) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cortado_connections_open", Help: "Connections open on this process's port."},
+			func() float64 { return float64(open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cortado_connections_refused_total", Help: "Connections closed at once because the port held its maximum (--max-conns)."},
+			func() float64 { return float64(refused()) }))
+}
+
+// RegisterStreams exports how many change streams a router serves.
+func (m *Metrics) RegisterStreams(open func() int64) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cortado_change_streams", Help: "Change streams this router serves now (at most --max-streams)."},
+		func() float64 { return float64(open()) }))
 }

@@ -42,13 +42,25 @@ func (r *Router) serveChanges(w http.ResponseWriter, req *http.Request, db strin
 			sse = true
 		}
 	}
+	if r.streams.Add(1) > int64(r.opts.MaxStreams) {
+		r.streams.Add(-1)
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeOverloaded, "Overloaded",
+			fmt.Sprintf("this router serves at most %d change streams at once; retry after a pause or through another router", r.opts.MaxStreams))
+		p.RetryAfter = 1
+		r.fail(w, p)
+		return
+	}
+	defer r.streams.Add(-1)
 	stream, err := r.OpenChanges(req.Context(), db, req.URL.Query(), req.Header.Get("Last-Event-ID"))
 	if err != nil {
 		r.fail(w, Problem(err))
 		return
 	}
-	// Through any wrapper (metrics) to the connection.
+	// Through any wrapper (metrics) to the connection. Each write must
+	// be taken within WriteTimeout: a consumer that stops reading is cut
+	// off then, rather than holding this stream forever.
 	rc := http.NewResponseController(w)
+	w = deadlineWriter{w, rc, r.opts.WriteTimeout}
 	h := w.Header()
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
@@ -97,6 +109,22 @@ func (r *Router) serveChanges(w http.ResponseWriter, req *http.Request, db strin
 	}
 	stream.Run(ctx, emit, flush)
 }
+
+// deadlineWriter renews the connection's write deadline before each
+// write.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.ResponseWriter.Write(p)
+}
+
+// Streams is how many change streams this router serves now.
+func (r *Router) Streams() int64 { return r.streams.Load() }
 
 // OpenChanges checks a change-stream request (the query parameters of
 // GET /{db}/_changes, and a Last-Event-ID header's value) and returns the

@@ -70,6 +70,14 @@ func ClassOf(req *http.Request) admission.Class {
 
 // ServeHTTP serves the document API and the schema registry.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	// The response must be taken within WriteTimeout of the request's
+	// deadline; without a deadline, the response may take as long as the
+	// request did. (The change stream renews it with each write.)
+	deadline := time.Time{}
+	if d, ok := req.Context().Deadline(); ok {
+		deadline = d.Add(r.opts.WriteTimeout)
+	}
+	http.NewResponseController(w).SetWriteDeadline(deadline)
 	raw := strings.Split(strings.Trim(req.URL.EscapedPath(), "/"), "/")
 	if len(raw) == 0 || raw[0] == "" {
 		r.fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "paths are /{db}/{table}/{key…} or /_schemata/{db}[/{table}]"))

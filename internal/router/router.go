@@ -39,9 +39,29 @@ type Options struct {
 	DefaultLimit, MaxLimit int
 	// Hedge configures hedged reads (reads that accept a slave's answer).
 	Hedge HedgeOptions
+	// WriteTimeout is how long a client may take to read a response
+	// (default 30 s) after the request's deadline — for the change
+	// stream, after each write — before its connection is closed: a
+	// client that stops reading holds nothing of the server for longer.
+	WriteTimeout time.Duration
+	// MaxStreams bounds the change streams open at once (default 1024;
+	// more are refused with 503 overloaded).
+	MaxStreams int
+}
+
+// WithDefaults returns o with its zero values replaced by the defaults.
+func (o Options) WithDefaults() Options {
+	o.fill()
+	return o
 }
 
 func (o *Options) fill() {
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+	if o.MaxStreams == 0 {
+		o.MaxStreams = 1024
+	}
 	if o.BodyTimeout == 0 {
 		o.BodyTimeout = 30 * time.Second
 	}
@@ -75,6 +95,7 @@ type Router struct {
 	// Multi-partition reads by quality of service (FanOutStats).
 	fanFull, fanPartial, fanFailed atomic.Uint64
 	hedges                         *hosts
+	streams                        atomic.Int64 // change streams open
 }
 
 // New returns a router.

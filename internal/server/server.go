@@ -45,8 +45,12 @@ import (
 	"github.com/cortado-db/cortado/internal/wire"
 )
 
-// DefaultDataDir is where a process keeps its data unless told otherwise.
-const DefaultDataDir = "cortado-data"
+// Defaults of Options.
+const (
+	DefaultDataDir     = "cortado-data" // where a process keeps its data
+	DefaultMaxConns    = 4096
+	DefaultIdleTimeout = 2 * time.Minute
+)
 
 // Options configures a Server. Zero values take the documented defaults.
 type Options struct {
@@ -116,6 +120,12 @@ type Options struct {
 	// Quotas are the document API's per-client request quotas (zero
 	// rate: none).
 	Quotas admission.QuotaOptions
+	// MaxConns bounds the connections a process's port holds open at once
+	// (default 4096; negative: no bound): one beyond it is closed at
+	// once. IdleTimeout closes a kept-alive HTTP connection that sends no
+	// request for that long (default 2 minutes).
+	MaxConns    int
+	IdleTimeout time.Duration
 	// ProtocolVersion is the newest internal protocol version this
 	// process speaks (default wire.Version): an older one makes it
 	// behave as the previous release, for rolling-upgrade tests.
@@ -223,6 +233,12 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.ProtocolVersion == 0 {
 		opts.ProtocolVersion = wire.Version
 	}
+	if opts.MaxConns == 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
 	if opts.ProtocolVersion < wire.MinVersion || opts.ProtocolVersion > wire.Version {
 		return nil, fmt.Errorf("protocol version %d: this binary speaks %d to %d", opts.ProtocolVersion, wire.MinVersion, wire.Version)
 	}
@@ -312,6 +328,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	}
 	s.Metrics.RegisterFanOut(s.Router.FanOutStats)
 	s.Metrics.RegisterHedges(s.Router.HedgeStats)
+	s.Metrics.RegisterStreams(s.Router.Streams)
 	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
 	return s, nil
 }
@@ -397,7 +414,13 @@ func (s *Server) Handler() http.Handler {
 	// path with "//" or ".." with a redirect to its cleaned form, which
 	// may be another document.
 	admin := map[string]string{"/metrics": "GET", "/healthz": "GET", "/_cluster": "GET", "/_cluster/check": "POST"}
+	// Every response must be taken within the write timeout (the router
+	// extends it past a request's deadline): a client that stops reading
+	// does not hold a handler. Set on each request, since the HTTP server
+	// keeps a connection's deadline from one request to the next.
+	writeTimeout := s.opts.Router.WithDefaults().WriteTimeout
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
 		method, ok := admin[req.URL.Path]
 		switch {
 		case !ok:
@@ -426,7 +449,13 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 // Serve serves HTTP (and a storage node's or relay's internal API, on
 // the same port) on ln until Close.
 func (s *Server) Serve(ln net.Listener) error {
-	l := wire.Serve(ln, &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}, s.rpc)
+	if s.opts.MaxConns > 0 {
+		limited := wire.LimitConns(ln, s.opts.MaxConns)
+		s.Metrics.RegisterConns(limited.Open, limited.Refused)
+		ln = limited
+	}
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout}
+	l := wire.Serve(ln, hs, s.rpc)
 	s.mu.Lock()
 	s.http = l
 	s.mu.Unlock()
