@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -36,6 +32,9 @@ type OverloadOptions struct {
 	// Capacity, when set, is C; otherwise it is measured (closed loop,
 	// 64 workers, on the first server in name order).
 	Capacity float64
+	// Conns is how many connections the open-loop load is spread over
+	// (default 256), each pipelined (see openLoop).
+	Conns int
 }
 
 // Step is one offered load against one server.
@@ -57,6 +56,9 @@ func (o *OverloadOptions) fill() {
 	if o.Timeout == 0 {
 		o.Timeout = time.Second
 	}
+	if o.Conns == 0 {
+		o.Conns = 256
+	}
 }
 
 // Overload runs the test; progress gets a line per step.
@@ -71,7 +73,7 @@ func Overload(ctx context.Context, o OverloadOptions, progress io.Writer) (capac
 	if capacity == 0 {
 		oc := o.Options
 		oc.URL, oc.Workers = o.Servers[names[0]], 64
-		capacity, err = closedLoopMix(ctx, oc)
+		capacity, err = closedLoop(ctx, oc, oc.URL)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -92,20 +94,6 @@ func Overload(ctx context.Context, o OverloadOptions, progress io.Writer) (capac
 	return capacity, steps, nil
 }
 
-// request makes one request of the 95/5 mix.
-func mixRequest(r *rand.Rand, o Options, base, payload string) (*http.Request, error) {
-	id := r.IntN(o.Keys)
-	url := fmt.Sprintf("%s/%s/Doc/%d", base, o.DB, id)
-	if r.IntN(100) < 5 {
-		req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(fmt.Sprintf(`{"n":%d,"payload":"%s"}`, id, payload)))
-		if err == nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		return req, err
-	}
-	return http.NewRequest(http.MethodGet, url, nil)
-}
-
 func success(resp *http.Response, err error) bool {
 	if err != nil {
 		return false
@@ -115,88 +103,14 @@ func success(resp *http.Response, err error) bool {
 	return resp.StatusCode < 300 || resp.StatusCode == http.StatusNotFound
 }
 
-// closedLoopMix measures the mix's throughput with o.Workers workers.
-func closedLoopMix(ctx context.Context, o Options) (float64, error) {
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Workers}, Timeout: 10 * time.Second}
-	defer hc.CloseIdleConnections()
-	payload := strings.Repeat("x", o.DocBytes)
-	var ok atomic.Int64
-	deadline := time.Now().Add(o.Duration)
-	var wg sync.WaitGroup
-	for w := range o.Workers {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w), 5))
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				req, err := mixRequest(r, o, o.URL, payload)
-				if err != nil {
-					return
-				}
-				if success(hc.Do(req.WithContext(ctx))) {
-					ok.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	return float64(ok.Load()) / o.Duration.Seconds(), nil
-}
-
 // openLoopMix sends the mix at rate for o.Duration and measures it.
 func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float64) (Step, error) {
-	// The client's own bounds: a few hundred connections, and at most
-	// what could be in flight within the timeout (the rest counts as
-	// failed: a user's request that never left).
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}, Timeout: o.Timeout}
-	defer hc.CloseIdleConnections()
-	maxOutstanding := int64(rate*o.Timeout.Seconds()) + 512
-	payload := strings.Repeat("x", o.DocBytes)
-	interval := time.Duration(float64(time.Second) / rate)
-	start := time.Now()
-	n := int(o.Duration / interval)
-	var (
-		mu          sync.Mutex
-		lat         []time.Duration
-		failed      int
-		outstanding atomic.Int64
-		wg          sync.WaitGroup
-	)
 	peak := watchServer(base, o.Duration)
-	r := rand.New(rand.NewPCG(9, uint64(rate)))
-	for i := range n {
-		at := start.Add(time.Duration(i) * interval)
-		if err := waitUntil(ctx, at); err != nil {
-			wg.Wait()
-			return Step{}, err
-		}
-		req, err := mixRequest(r, o.Options, base, payload)
-		if err != nil {
-			return Step{}, err
-		}
-		if outstanding.Load() >= maxOutstanding {
-			mu.Lock()
-			failed++
-			mu.Unlock()
-			continue
-		}
-		outstanding.Add(1)
-		wg.Go(func() {
-			defer outstanding.Add(-1)
-			ok := success(hc.Do(req.WithContext(ctx)))
-			took := time.Since(at)
-			mu.Lock()
-			defer mu.Unlock()
-			if ok && took <= o.Timeout {
-				lat = append(lat, took)
-			} else {
-				failed++
-			}
-		})
-	}
-	wg.Wait()
+	lat, failed, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout, o.Conns)
 	heap, goroutines := peak()
+	if err != nil {
+		return Step{}, err
+	}
 	slices.Sort(lat)
 	s := Step{Offered: rate, Goodput: float64(len(lat)) / o.Duration.Seconds(), HeapMiB: heap / (1 << 20), Goroutines: goroutines}
 	if sent := len(lat) + failed; sent > 0 {
