@@ -48,12 +48,13 @@ type Options struct {
 	// measured capacity, as the FollowFeed post sizes its queues: the
 	// most requests completed in one second over the last ten, times
 	// QueueTimeout — what the process can still serve before a waiting
-	// request gives up — and at least MinQueue (default 256), at most
-	// 4096; negative, nothing waits. The sizes come from the overload test (docs/performance.md):
-	// fixed queues of 512 and 2048 with a 1 s wait let queued requests
-	// outlive their clients and goodput collapse; 256 refused up to a tenth of
-	// what `serve --nodes 3` could serve near its capacity (about 5,000
-	// requests a second: 500 in 100 ms).
+	// request gives up — at least MinQueue (default 256) and at most
+	// 4096. Negative: nothing waits. The sizes come from the overload
+	// test (docs/performance.md): fixed queues of 512 and 2048 with a 1 s
+	// wait let queued requests outlive their clients and goodput
+	// collapse; 256 refused up to a tenth of what `serve --nodes 3` could
+	// serve near its capacity (about 5,000 requests a second: 500 in
+	// 100 ms).
 	MaxQueue, MinQueue int
 	QueueTimeout       time.Duration
 	// Adaptive lets the limit follow latency (a gradient limiter in the

@@ -9,194 +9,146 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
 
 // An open-loop generator cheap enough to offer several times a server's
 // capacity from the same two cores: net/http's client costs tens of
-// microseconds and a goroutine per request, so at 5C it starved the
-// servers it measured (and every request left late, counted from when it
-// was due). This one keeps a fixed set of HTTP/1.1 connections, each
-// sending its share of the schedule pipelined (requests written at their
-// due time without waiting for earlier answers; Go's server answers them
-// in order) and reading the answers as they come.
+// microseconds and a goroutine per request, so at high multiples it
+// starved the servers it measured (and every request left late, counted
+// from when it was due). This one sends each request, at its due time,
+// on an idle HTTP/1.1 connection of its own pool, dialling a new one when
+// none is idle (up to maxConns) — never behind another request, as
+// pipelining would: a request the server holds in its queue must not
+// hold back the next.
 
-// openLoop offers the mix at rate to base for d over conns connections:
-// request i is due at start + i/rate, on connection i mod conns. A
-// request answered within timeout of its due time with a status below 300
-// or 404 succeeds; its latency counts from its due time. A connection
-// holding a timeout's worth of unanswered requests sends no more until it
-// is answered (those requests fail, as a client that gave up), and one
-// the server closes fails what it had unanswered and is dialled again.
-func openLoop(ctx context.Context, o Options, base string, rate float64, d, timeout time.Duration, conns int) (lat []time.Duration, failed int, err error) {
+// maxConns bounds the generator's connections (the servers' default
+// --max-conns is 4096: beyond it they close connections at once).
+const maxConns = 8192
+
+// openLoop offers the mix at rate to base for d: request i is due at
+// start + i/rate. A request answered within timeout of its due time with
+// a status below 300 or 404 succeeds, its latency counted from its due
+// time; one not answered by then fails and its connection is closed, as
+// a client that gives up closes it. A request that finds no idle
+// connection and maxConns open fails unsent.
+func openLoop(ctx context.Context, o Options, base string, rate float64, d, timeout time.Duration) (lat []time.Duration, failed int, err error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, 0, err
 	}
 	interval := time.Duration(float64(time.Second) / rate)
 	n := int(d / interval)
-	perConn := int(rate*timeout.Seconds())/conns + 16
+	g := &generator{o: o, host: u.Host, timeout: timeout, work: make(chan time.Time), doc: docJSON(o.DocBytes)}
 	start := time.Now().Add(50 * time.Millisecond)
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	record := func(l []time.Duration, f int) {
-		mu.Lock()
-		defer mu.Unlock()
-		lat = append(lat, l...)
-		failed += f
+	conns := 0
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		if err := waitUntil(ctx, at); err != nil {
+			break
+		}
+		select {
+		case g.work <- at:
+			continue
+		default:
+		}
+		if conns >= maxConns {
+			g.record(0, false)
+			continue
+		}
+		conns++
+		seed := uint64(conns)
+		g.wg.Go(func() { g.connection(seed, at) })
 	}
-	for k := range conns {
-		wg.Go(func() {
-			c := &pipeline{o: o, host: u.Host, timeout: timeout, due: make(chan time.Time, perConn),
-				r: rand.New(rand.NewPCG(uint64(k), uint64(rate))), doc: docJSON(o.DocBytes)}
-			l, f := c.run(ctx, start, interval, k, conns, n)
-			record(l, f)
-		})
-	}
-	wg.Wait()
-	return lat, failed, ctx.Err()
+	close(g.work)
+	g.wg.Wait()
+	return g.lat, g.failed, ctx.Err()
 }
 
-// docJSON is the body of a PUT of the mix, with %d for its key.
-func docJSON(size int) string {
-	b := make([]byte, size)
-	for i := range b {
-		b[i] = 'x'
-	}
-	return `{"n":%d,"payload":"` + string(b) + `"}`
-}
-
-// pipeline is one connection of openLoop.
-type pipeline struct {
+// generator is openLoop's pool of connections.
+type generator struct {
 	o       Options
 	host    string
 	timeout time.Duration
-	r       *rand.Rand
 	doc     string
-	due     chan time.Time // due times of the requests sent and not yet answered
+	work    chan time.Time // due times of requests to send
+	wg      sync.WaitGroup
 
 	mu     sync.Mutex
 	lat    []time.Duration
 	failed int
 }
 
-func (p *pipeline) fail(n int) {
-	p.mu.Lock()
-	p.failed += n
-	p.mu.Unlock()
+func (g *generator) record(took time.Duration, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ok {
+		g.lat = append(g.lat, took)
+	} else {
+		g.failed++
+	}
 }
 
-// run sends requests k, k+step, … below n at their due times.
-func (p *pipeline) run(ctx context.Context, start time.Time, interval time.Duration, k, step, n int) ([]time.Duration, int) {
-	var (
-		conn   net.Conn
-		bw     *bufio.Writer
-		reader chan struct{} // closed when the connection's reader is done
-	)
-	hangUp := func() { // and fail what it had unanswered
-		if conn != nil {
-			conn.Close()
-			<-reader
-			conn = nil
-		}
-		p.fail(len(p.due))
-		for len(p.due) > 0 {
-			<-p.due
-		}
-	}
-	defer hangUp()
-	for i := k; i < n; i += step {
-		at := start.Add(time.Duration(i) * interval)
-		if err := waitUntil(ctx, at); err != nil {
-			break
-		}
-		if conn == nil {
-			c, err := net.DialTimeout("tcp", p.host, p.timeout)
-			if err != nil {
-				p.fail(1)
-				continue
-			}
-			conn, bw, reader = c, bufio.NewWriterSize(c, 16<<10), make(chan struct{})
-			go p.read(c, reader)
-		}
-		select {
-		case <-reader: // the server closed the connection
-			hangUp()
-			p.fail(1)
-			continue
-		default:
-		}
-		if len(p.due) == cap(p.due) {
-			p.fail(1) // a timeout's worth unanswered: the user gave up
-			continue
-		}
-		p.due <- at
-		p.write(bw, i)
-		// Requests already due go out in the same write.
-		if next := start.Add(time.Duration(i+step) * interval); time.Until(next) > 0 {
-			if err := bw.Flush(); err != nil {
-				hangUp()
-			}
-		}
-	}
-	if conn != nil {
-		bw.Flush()
-		// Wait for the answers still due, at most a timeout.
-		deadline := time.Now().Add(p.timeout)
-		for len(p.due) > 0 && time.Now().Before(deadline) {
-			select {
-			case <-reader:
-				deadline = time.Now()
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-	hangUp()
-	return p.lat, p.failed
-}
-
-// write appends request i of the mix (95 % GET, 5 % PUT) to bw.
-func (p *pipeline) write(bw *bufio.Writer, i int) {
-	id := p.r.IntN(p.o.Keys)
-	if p.r.IntN(100) < 5 {
-		body := fmt.Sprintf(p.doc, id)
-		fmt.Fprintf(bw, "PUT /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", p.o.DB, id, p.host, len(body), body)
+// connection dials, sends first, then whatever work comes while it is
+// idle, until the work ends or the connection fails.
+func (g *generator) connection(seed uint64, first time.Time) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	c, err := net.DialTimeout("tcp", g.host, time.Until(first.Add(g.timeout)))
+	if err != nil {
+		g.record(0, false)
 		return
 	}
-	fmt.Fprintf(bw, "GET /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\n\r\n", p.o.DB, id, p.host)
-}
-
-// read takes the answers of c in order until it fails or closes.
-func (p *pipeline) read(c net.Conn, done chan struct{}) {
-	defer close(done)
-	br := bufio.NewReaderSize(c, 16<<10)
-	for {
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return
-		}
-		at := <-p.due
+	defer c.Close()
+	bw, br := bufio.NewWriterSize(c, 4<<10), bufio.NewReaderSize(c, 4<<10)
+	for at := first; ; {
+		c.SetDeadline(at.Add(g.timeout))
+		writeMix(bw, r, g.o, g.host, g.doc)
+		ok, alive := roundTrip(bw, br)
 		took := time.Since(at)
-		ok := (resp.StatusCode < 300 || resp.StatusCode == http.StatusNotFound) && took <= p.timeout
-		p.mu.Lock()
-		if ok {
-			p.lat = append(p.lat, took)
-		} else {
-			p.failed++
+		g.record(took, ok && took <= g.timeout)
+		if !alive {
+			return
 		}
-		p.mu.Unlock()
-		if resp.Close {
+		var more bool
+		if at, more = <-g.work; !more {
 			return
 		}
 	}
+}
+
+// roundTrip sends what bw holds and reads the answer: ok for a status
+// below 300 or 404, alive if the connection can carry another request.
+func roundTrip(bw *bufio.Writer, br *bufio.Reader) (ok, alive bool) {
+	if err := bw.Flush(); err != nil {
+		return false, false
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return false, false
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	ok = err == nil && (resp.StatusCode < 300 || resp.StatusCode == http.StatusNotFound)
+	return ok, err == nil && !resp.Close
+}
+
+// docJSON is the body of a PUT of the mix, with %d for its key.
+func docJSON(size int) string {
+	return `{"n":%d,"payload":"` + strings.Repeat("x", size) + `"}`
+}
+
+// writeMix appends a request of the mix (95 % GET, 5 % PUT of a random
+// key) to bw.
+func writeMix(bw *bufio.Writer, r *rand.Rand, o Options, host, doc string) {
+	id := r.IntN(o.Keys)
+	if r.IntN(100) < 5 {
+		body := fmt.Sprintf(doc, id)
+		fmt.Fprintf(bw, "PUT /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", o.DB, id, host, len(body), body)
+		return
+	}
+	fmt.Fprintf(bw, "GET /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\n\r\n", o.DB, id, host)
 }
 
 // closedLoop measures the mix's throughput on o.Workers connections, each
@@ -208,6 +160,7 @@ func closedLoop(ctx context.Context, o Options, base string) (float64, error) {
 		return 0, err
 	}
 	deadline := time.Now().Add(o.Duration)
+	doc := docJSON(o.DocBytes)
 	var (
 		mu sync.Mutex
 		ok int
@@ -215,53 +168,27 @@ func closedLoop(ctx context.Context, o Options, base string) (float64, error) {
 	)
 	for w := range o.Workers {
 		wg.Go(func() {
-			p := &pipeline{o: o, host: u.Host, r: rand.New(rand.NewPCG(uint64(w), 5)), doc: docJSON(o.DocBytes)}
+			r := rand.New(rand.NewPCG(uint64(w), 5))
 			n := 0
-			defer func() {
-				mu.Lock()
-				ok += n
-				mu.Unlock()
-			}()
-			var conn net.Conn
-			defer func() {
-				if conn != nil {
-					conn.Close()
-				}
-			}()
-			var (
-				bw *bufio.Writer
-				br *bufio.Reader
-			)
 			for time.Now().Before(deadline) && ctx.Err() == nil {
-				if conn == nil {
-					c, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
-					if err != nil {
-						return
-					}
-					conn, bw, br = c, bufio.NewWriterSize(c, 16<<10), bufio.NewReaderSize(c, 16<<10)
+				c, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+				if err != nil {
+					break
 				}
-				conn.SetDeadline(time.Now().Add(10 * time.Second))
-				p.write(bw, 0)
-				resp, err := func() (*http.Response, error) {
-					if err := bw.Flush(); err != nil {
-						return nil, err
+				bw, br := bufio.NewWriterSize(c, 4<<10), bufio.NewReaderSize(c, 4<<10)
+				for alive := true; alive && time.Now().Before(deadline) && ctx.Err() == nil; {
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					writeMix(bw, r, o, u.Host, doc)
+					var good bool
+					if good, alive = roundTrip(bw, br); good {
+						n++
 					}
-					resp, err := http.ReadResponse(br, nil)
-					if err != nil {
-						return nil, err
-					}
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					return resp, err
-				}()
-				if err != nil || resp.Close {
-					conn.Close()
-					conn = nil
 				}
-				if err == nil && (resp.StatusCode < 300 || resp.StatusCode == http.StatusNotFound) {
-					n++
-				}
+				c.Close()
 			}
+			mu.Lock()
+			ok += n
+			mu.Unlock()
 		})
 	}
 	wg.Wait()

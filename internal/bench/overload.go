@@ -32,9 +32,6 @@ type OverloadOptions struct {
 	// Capacity, when set, is C; otherwise it is measured (closed loop,
 	// 64 workers, on the first server in name order).
 	Capacity float64
-	// Conns is how many connections the open-loop load is spread over
-	// (default 256), each pipelined (see openLoop).
-	Conns int
 }
 
 // Step is one offered load against one server.
@@ -55,9 +52,6 @@ func (o *OverloadOptions) fill() {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = time.Second
-	}
-	if o.Conns == 0 {
-		o.Conns = 256
 	}
 }
 
@@ -106,7 +100,7 @@ func success(resp *http.Response, err error) bool {
 // openLoopMix sends the mix at rate for o.Duration and measures it.
 func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float64) (Step, error) {
 	peak := watchServer(base, o.Duration)
-	lat, failed, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout, o.Conns)
+	lat, failed, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
 	heap, goroutines := peak()
 	if err != nil {
 		return Step{}, err

@@ -166,7 +166,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	if c.view, err = routing.WatchRouting(ctx, cli, "/c", o.stall); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.view.ReportSickNodes(ctx, cli, "/c", "router", 2, log); err != nil {
+	if err := c.view.ReportSickNodes(ctx, cli, "/c", "router", 2, true, log); err != nil {
 		t.Fatal(err)
 	}
 	c.router = router.New(reg, schema.NewPlans(64), c.view, o.router, log)

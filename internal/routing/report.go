@@ -52,6 +52,7 @@ type reporter struct {
 	reported map[string]bool
 	stopped  bool // no more calls: the view is stopping
 	slow     slowness
+	slowOn   bool // report slow outliers too
 }
 
 // failing is a node's run of failed calls: how many, since when.
@@ -70,14 +71,15 @@ func (r *reporter) stop() {
 }
 
 // ReportSickNodes makes the view's router register as id and report the
-// nodes it cannot reach, until ctx ends.
-func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client, prefix, id string, ttlSeconds int, log *slog.Logger) error {
+// nodes it cannot reach — and, with slowNodes, those whose reads are slow
+// outliers — until ctx ends.
+func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client, prefix, id string, ttlSeconds int, slowNodes bool, log *slog.Logger) error {
 	reg, err := topo.PutLeased(ctx, cli, topo.RoutersPrefix(prefix)+id, id, ttlSeconds)
 	if err != nil {
 		return err
 	}
 	v.mu.Lock()
-	v.reporter = &reporter{cli: cli, prefix: prefix, id: id, log: log, ctx: ctx, registration: reg, failures: map[string]failing{}, reported: map[string]bool{}}
+	v.reporter = &reporter{cli: cli, prefix: prefix, id: id, log: log, ctx: ctx, registration: reg, failures: map[string]failing{}, reported: map[string]bool{}, slowOn: slowNodes}
 	v.mu.Unlock()
 	return nil
 }
@@ -93,7 +95,7 @@ func (r *reporter) observe(nodeID string, inc int64, took time.Duration, err err
 	failed := errors.Is(err, node.ErrUnavailable) || took > SlowCall && !errors.Is(err, node.ErrNotReplicated)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err == nil && took > 0 && r.slow.observe(nodeID, took, time.Now()) && !r.reported[id] && !r.stopped {
+	if err == nil && took > 0 && r.slowOn && r.slow.observe(nodeID, took, time.Now()) && !r.reported[id] && !r.stopped {
 		// Answering, but far slower than its peers for a while: as good
 		// as failed for the clients of its partitions.
 		r.reported[id] = true

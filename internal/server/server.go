@@ -115,6 +115,9 @@ type Options struct {
 	// Stall is how a router guards against a storage node that stops
 	// answering (node.StallOptions).
 	Stall node.StallOptions
+	// NoSlowNodeReports stops a router from reporting storage nodes whose
+	// reads are slow outliers (it still reports those it cannot reach).
+	NoSlowNodeReports bool
 	// Deadlines are the document API's request deadlines.
 	Deadlines admission.Deadlines
 	// Quotas are the document API's per-client request quotas (zero
@@ -316,7 +319,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		}
 		s.stop = append(s.stop, func() { cancel(); <-view.Done() })
 		host, _ := os.Hostname()
-		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, fmt.Sprintf("%s-%d", host, os.Getpid()), opts.LeaseTTL, opts.Logger); err != nil {
+		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, fmt.Sprintf("%s-%d", host, os.Getpid()), opts.LeaseTTL, !opts.NoSlowNodeReports, opts.Logger); err != nil {
 			return nil, err
 		}
 		s.Router = router.New(s.reg, plans, view, opts.Router, opts.Logger)
