@@ -94,7 +94,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.nodeMaxQueue = fs.Int("node-max-queue", 0, "internal calls that may wait for a storage node; more are refused as overloaded (0: the most calls it completed in one second of the last ten × the queue timeout, at least 256)")
 	}
 	if name == "serve" || name == "router" {
-		f.maxInFlight = fs.Int("max-in-flight", admission.DefaultMaxInFlight, "document API requests in progress at once; more wait in the queue (-1: no limit, admission off)")
+		f.maxInFlight = fs.Int("max-in-flight", admission.DefaultRouterMaxInFlight, "document API requests in progress at once; more wait in the queue (-1: no limit, admission off)")
 		f.maxQueue = fs.Int("max-queue", 0, "requests that may wait for a slot; more are refused with 503 overloaded, the change stream and schema administration first (0: sized from capacity, the most requests completed in one second of the last ten × --queue-timeout, at least 256)")
 		f.queueTimeout = fs.Duration("queue-timeout", admission.DefaultQueueTimeout, "longest a request waits for a slot")
 		f.quotaRate = fs.Float64("quota-rate", 0, "requests per second each client (X-Cortado-Client) may make; over it is 429 quota-exceeded (0: no quotas)")

@@ -26,7 +26,7 @@ import (
 
 // maxConns bounds the generator's connections (the servers' default
 // --max-conns is 4096: beyond it they close connections at once).
-const maxConns = 8192
+const maxConns = 16384
 
 // openLoop offers the mix at rate to base for d: request i is due at
 // start + i/rate. A request answered within timeout of its due time with

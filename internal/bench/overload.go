@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"syscall"
 	"time"
 )
 
@@ -41,8 +42,11 @@ type Step struct {
 	Goodput           float64 // successful requests per second
 	ErrorRate         float64 // failed / sent
 	P50, P99          time.Duration
-	HeapMiB           float64 // the server's peak heap in use
-	Goroutines        float64 // the server's peak goroutines
+	// CPU used during the step, in cores: the server's (its
+	// process_cpu_seconds_total) and this load generator's own.
+	ServerCPU, GeneratorCPU float64
+	HeapMiB                 float64 // the server's peak heap in use
+	Goroutines              float64 // the server's peak goroutines
 }
 
 func (o *OverloadOptions) fill() {
@@ -81,8 +85,8 @@ func Overload(ctx context.Context, o OverloadOptions, progress io.Writer) (capac
 			}
 			s.Server, s.Multiple = n, m
 			steps = append(steps, s)
-			fmt.Fprintf(progress, "%-12s %4.2fC = %6.0f/s: goodput %6.0f/s (%.2fC), errors %5.1f%%, p50 %v p99 %v, heap %.0f MiB, goroutines %.0f\n",
-				n, m, s.Offered, s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.Goroutines)
+			fmt.Fprintf(progress, "%-12s %4.2fC = %6.0f/s: goodput %6.0f/s (%.2fC), errors %5.1f%%, p50 %v p99 %v, heap %.0f MiB, goroutines %.0f, cores: server %.2f generator %.2f\n",
+				n, m, s.Offered, s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)
 		}
 	}
 	return capacity, steps, nil
@@ -99,14 +103,20 @@ func success(resp *http.Response, err error) bool {
 
 // openLoopMix sends the mix at rate for o.Duration and measures it.
 func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float64) (Step, error) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	cpu0, self0, t0 := metricSum(hc, base, "process_cpu_seconds_total", ""), selfCPU(), time.Now()
 	peak := watchServer(base, o.Duration)
 	lat, failed, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
 	heap, goroutines := peak()
 	if err != nil {
 		return Step{}, err
 	}
+	secs := time.Since(t0).Seconds()
+	serverCPU := (metricSum(hc, base, "process_cpu_seconds_total", "") - cpu0) / secs
+	generatorCPU := (selfCPU() - self0).Seconds() / secs
 	slices.Sort(lat)
-	s := Step{Offered: rate, Goodput: float64(len(lat)) / o.Duration.Seconds(), HeapMiB: heap / (1 << 20), Goroutines: goroutines}
+	s := Step{Offered: rate, Goodput: float64(len(lat)) / o.Duration.Seconds(), HeapMiB: heap / (1 << 20), Goroutines: goroutines,
+		ServerCPU: serverCPU, GeneratorCPU: generatorCPU}
 	if sent := len(lat) + failed; sent > 0 {
 		s.ErrorRate = float64(failed) / float64(sent)
 	}
@@ -137,6 +147,15 @@ func watchServer(base string, d time.Duration) func() (heap, goroutines float64)
 	}
 }
 
+// selfCPU is the CPU time this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func scrape(hc *http.Client, base string) (heap, goroutines float64) {
 	return metricSum(hc, base, "go_memstats_heap_inuse_bytes", ""), metricSum(hc, base, "go_goroutines", "")
 }
@@ -144,9 +163,9 @@ func scrape(hc *http.Client, base string) (heap, goroutines float64) {
 // OverloadTable writes the steps as a Markdown table.
 func OverloadTable(w io.Writer, capacity float64, steps []Step) {
 	fmt.Fprintf(w, "Capacity C = %.0f requests/s (95 %% GET, 5 %% PUT, closed loop).\n\n", capacity)
-	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | goroutines peak |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | goroutines peak | cores: server / generator |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range steps {
-		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %.0f MiB | %.0f |\n", s.Multiple, s.Offered, s.Server,
-			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.Goroutines)
+		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %.0f MiB | %.0f | %.2f / %.2f |\n", s.Multiple, s.Offered, s.Server,
+			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)
 	}
 }

@@ -110,7 +110,8 @@ type Options struct {
 	SnapshotBytesPerSecond int64
 	// Admission bounds the document API's requests in progress and
 	// queued; NodeAdmission a storage node's internal calls
-	// (admission.Options: a negative MaxInFlight turns one off).
+	// (admission.Options: a negative MaxInFlight turns one off; the
+	// document API's default is admission.DefaultRouterMaxInFlight).
 	Admission, NodeAdmission admission.Options
 	// Stall is how a router guards against a storage node that stops
 	// answering (node.StallOptions).
@@ -249,6 +250,9 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if opts.Admission.MaxInFlight == 0 {
+		opts.Admission.MaxInFlight = admission.DefaultRouterMaxInFlight
 	}
 	s := &Server{opts: opts, Metrics: metrics.New(), limiter: admission.New(opts.Admission)}
 	s.Metrics.RegisterAdmission("http", s.limiter, nil)
