@@ -44,7 +44,7 @@ type Options struct {
 	// (default 64; negative: no limit, the limiter is off).
 	MaxInFlight int
 	// MaxQueue is how many requests may wait for a slot, for at most
-	// QueueTimeout (default 100 ms). By default (0) it is sized from the
+	// QueueTimeout (default 100 ms; a router's 10 ms). By default (0) it is sized from the
 	// measured capacity, as the FollowFeed post sizes its queues: the
 	// most requests completed in one second over the last ten, times
 	// QueueTimeout — what the process can still serve before a waiting
@@ -54,7 +54,10 @@ type Options struct {
 	// wait let queued requests outlive their clients and goodput
 	// collapse; 256 refused up to a tenth of what `serve --nodes 3` could
 	// serve near its capacity (about 5,000 requests a second: 500 in
-	// 100 ms).
+	// 100 ms). A router waits 10 ms at most: under an open-loop load
+	// past capacity its queue stands full, so every request admitted
+	// waited the whole timeout — 100 ms added to each at 1.05C, 10 ms
+	// halves the p99 there without costing goodput (docs/performance.md).
 	MaxQueue, MinQueue int
 	QueueTimeout       time.Duration
 	// Adaptive lets the limit follow latency (a gradient limiter in the
@@ -74,10 +77,11 @@ const (
 	// second at 10 ms or more under load: 100 and up; with 64, the
 	// open-loop overload test queued every request for 100 ms at C).
 	// Storage nodes, whose own limits bound the work, keep 64.
-	DefaultRouterMaxInFlight = 256
-	DefaultMinQueue          = 256
-	maxQueueCap              = 4096
-	DefaultQueueTimeout      = 100 * time.Millisecond
+	DefaultRouterMaxInFlight  = 256
+	DefaultMinQueue           = 256
+	maxQueueCap               = 4096
+	DefaultQueueTimeout       = 100 * time.Millisecond
+	DefaultRouterQueueTimeout = 10 * time.Millisecond
 )
 
 // ErrOverloaded is a request refused: no slot, and no room (or no time)

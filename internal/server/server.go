@@ -111,7 +111,8 @@ type Options struct {
 	// Admission bounds the document API's requests in progress and
 	// queued; NodeAdmission a storage node's internal calls
 	// (admission.Options: a negative MaxInFlight turns one off; the
-	// document API's default is admission.DefaultRouterMaxInFlight).
+	// document API's defaults are admission.DefaultRouterMaxInFlight and
+	// DefaultRouterQueueTimeout).
 	Admission, NodeAdmission admission.Options
 	// Stall is how a router guards against a storage node that stops
 	// answering (node.StallOptions).
@@ -253,6 +254,9 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	}
 	if opts.Admission.MaxInFlight == 0 {
 		opts.Admission.MaxInFlight = admission.DefaultRouterMaxInFlight
+	}
+	if opts.Admission.QueueTimeout == 0 {
+		opts.Admission.QueueTimeout = admission.DefaultRouterQueueTimeout
 	}
 	s := &Server{opts: opts, Metrics: metrics.New(), limiter: admission.New(opts.Admission)}
 	s.Metrics.RegisterAdmission("http", s.limiter, nil)
