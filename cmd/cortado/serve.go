@@ -56,16 +56,16 @@ type roleFlags struct {
 	cpuProfile     *string
 	// Overload protection: the document API's and a storage node's
 	// internal API's bounds, request deadlines, hedged reads.
-	maxInFlight, maxQueue         *int
-	queueTimeout, requestTimeout  *time.Duration
-	nodeMaxInFlight, nodeMaxQueue *int
+	maxInFlight, maxQueue          *int
+	queueTimeout, requestTimeout   *time.Duration
+	nodeMaxInFlight, nodeMaxQueue  *int
 	hedge, nodeAdaptive, slowNodes *bool
-	stallCalls                    *int
-	stallAfter                    *time.Duration
-	indexBuildRate                *int
-	quotaRate, quotaBurst         *float64
-	maxConns, maxStreams          *int
-	idleTimeout, writeTimeout     *time.Duration
+	stallCalls                     *int
+	stallAfter                     *time.Duration
+	indexBuildRate                 *int
+	quotaRate, quotaBurst          *float64
+	maxConns, maxStreams           *int
+	idleTimeout, writeTimeout      *time.Duration
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
