@@ -77,7 +77,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		readyFile:     fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)"),
 		maxDepth:      fs.Int("max-depth", schema.DefaultMaxDepth, "how deeply records, arrays and maps may nest in a document (8 to 1000; every role of a cluster the same)"),
 		cpuProfile:    fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`)"),
-		maxConns:      fs.Int("max-conns", server.DefaultMaxConns, "connections the port holds open at once; one beyond it waits in the kernel's accept queue until another closes, and connections idle a second or more are closed to make room (-1: no bound)"),
+		maxConns:      fs.Int("max-conns", server.DefaultMaxConns, "connections the port holds open at once; one beyond it is closed at once (-1: no bound)"),
 		idleTimeout:   fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close a kept-alive HTTP connection that sends no request for this long"),
 		protocol:      fs.Uint("protocol-version", uint(wire.Version), fmt.Sprintf("newest internal protocol version spoken (%d to %d): the previous one makes this process talk as the previous release, during a rolling upgrade", wire.MinVersion, wire.Version)),
 	}

@@ -114,16 +114,14 @@ func (c hedgeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHedges, prometheus.CounterValue, float64(denied), "denied")
 }
 
-// RegisterConns exports a listener's open connections, how often it was
-// full, and the idle connections it closed to make room.
-func (m *Metrics) RegisterConns(open, full, evicted func() int64) {
+// RegisterConns exports a listener's open connections and those it
+// closed as over its bound.
+func (m *Metrics) RegisterConns(open, refused func() int64) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cortado_connections_open", Help: "Connections open on this process's port."},
 			func() float64 { return float64(open()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cortado_connections_full_total", Help: "Connections that had to wait in the accept queue because the port held its maximum (--max-conns)."},
-			func() float64 { return float64(full()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cortado_connections_evicted_total", Help: "Idle kept-alive connections closed to make room for new ones."},
-			func() float64 { return float64(evicted()) }))
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cortado_connections_refused_total", Help: "Connections closed at once because the port held its maximum (--max-conns)."},
+			func() float64 { return float64(refused()) }))
 }
 
 // RegisterStreams exports how many change streams a router serves.

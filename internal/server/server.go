@@ -48,7 +48,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultDataDir     = "cortado-data" // where a process keeps its data
-	DefaultMaxConns    = 256
+	DefaultMaxConns    = 4096
 	DefaultIdleTimeout = 2 * time.Minute
 )
 
@@ -126,12 +126,9 @@ type Options struct {
 	// rate: none).
 	Quotas admission.QuotaOptions
 	// MaxConns bounds the connections a process's port holds open at once
-	// (default 256, a router's requests in progress; negative: no
-	// bound): one beyond it waits in the kernel's accept queue until
-	// another closes, and a connection idle a second or more is closed to
-	// make room (wire.LimitConns). IdleTimeout closes a kept-alive HTTP
-	// connection that sends no request for that long (default 2
-	// minutes).
+	// (default 4096; negative: no bound): one beyond it is closed at
+	// once. IdleTimeout closes a kept-alive HTTP connection that sends no
+	// request for that long (default 2 minutes).
 	MaxConns    int
 	IdleTimeout time.Duration
 	// ProtocolVersion is the newest internal protocol version this
@@ -463,13 +460,12 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 // Serve serves HTTP (and a storage node's or relay's internal API, on
 // the same port) on ln until Close.
 func (s *Server) Serve(ln net.Listener) error {
-	var connState func(net.Conn, http.ConnState)
 	if s.opts.MaxConns > 0 {
 		limited := wire.LimitConns(ln, s.opts.MaxConns)
-		s.Metrics.RegisterConns(limited.Open, limited.Full, limited.Evicted)
-		ln, connState = limited, limited.ConnState
+		s.Metrics.RegisterConns(limited.Open, limited.Refused)
+		ln = limited
 	}
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout, ConnState: connState}
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout}
 	l := wire.Serve(ln, hs, s.rpc)
 	s.mu.Lock()
 	s.http = l
