@@ -107,8 +107,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
-		f.writeTimeout = fs.Duration("write-timeout", 30*time.Second, "how long a client may take to read a response after its request's deadline (a change stream: each write); then its connection is closed")
-		f.maxStreams = fs.Int("max-streams", 1024, "change streams served at once; more are refused with 503 overloaded")
+		f.writeTimeout = fs.Duration("write-timeout", router.DefaultWriteTimeout, "how long a client may take to read a response after its request's deadline (a change stream: each write); then its connection is closed")
+		f.maxStreams = fs.Int("max-streams", router.DefaultMaxStreams, "change streams served at once; more are refused with 503 overloaded")
 	}
 	if name != "router" {
 		f.leaseTTL = fs.Int("lease-ttl", topo.DefaultLeaseTTL, "seconds a storage node or the leading controller may be silent before it is taken for dead")

@@ -44,20 +44,20 @@ type Options struct {
 	// (default 64; negative: no limit, the limiter is off).
 	MaxInFlight int
 	// MaxQueue is how many requests may wait for a slot, for at most
-	// QueueTimeout (default 100 ms; a router's 10 ms). By default (0) it is sized from the
-	// measured capacity, as the FollowFeed post sizes its queues: the
-	// most requests completed in one second over the last ten, times
-	// QueueTimeout — what the process can still serve before a waiting
-	// request gives up — at least MinQueue (default 256) and at most
-	// 4096. Negative: nothing waits. The sizes come from the overload
-	// test (docs/performance.md): fixed queues of 512 and 2048 with a 1 s
-	// wait let queued requests outlive their clients and goodput
-	// collapse; 256 refused up to a tenth of what `serve --nodes 3` could
-	// serve near its capacity (about 5,000 requests a second: 500 in
-	// 100 ms). A router waits 10 ms at most: under an open-loop load
-	// past capacity its queue stands full, so every request admitted
-	// waited the whole timeout — 100 ms added to each at 1.05C, 10 ms
-	// halves the p99 there without costing goodput (docs/performance.md).
+	// QueueTimeout (default 100 ms; a router's 10 ms). By default (0) it
+	// is sized from the measured capacity, as the FollowFeed post sizes
+	// its queues: the most requests completed in one second over the last
+	// ten, times QueueTimeout — what the process can still serve before a
+	// waiting request gives up — at least MinQueue (default 256) and at
+	// most 4096. Negative: nothing waits. The sizes come from the
+	// overload test (docs/performance.md): fixed queues of 512 and 2048
+	// with a 1 s wait let queued requests outlive their clients and
+	// goodput collapse; 256 refused up to a tenth of what `serve --nodes
+	// 3` could serve near its capacity (about 5,000 requests a second:
+	// 500 in 100 ms). A router waits 10 ms at most: under an open-loop
+	// load past capacity its queue stands full, so every request
+	// admitted waited the whole timeout — 100 ms added to each at 1.05C;
+	// 10 ms halves the p99 there without costing goodput.
 	MaxQueue, MinQueue int
 	QueueTimeout       time.Duration
 	// Adaptive lets the limit follow latency (a gradient limiter in the

@@ -130,7 +130,7 @@ func roundTrip(bw *bufio.Writer, br *bufio.Reader) (ok, alive bool) {
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	ok = err == nil && (resp.StatusCode < 300 || resp.StatusCode == http.StatusNotFound)
+	ok = err == nil && succeeded(resp.StatusCode)
 	return ok, err == nil && !resp.Close
 }
 
@@ -151,11 +151,11 @@ func writeMix(bw *bufio.Writer, r *rand.Rand, o Options, host, doc string) {
 	fmt.Fprintf(bw, "GET /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\n\r\n", o.DB, id, host)
 }
 
-// closedLoop measures the mix's throughput on o.Workers connections, each
-// sending its next request when the last is answered (as wrk does), with
-// the same requests as openLoop.
-func closedLoop(ctx context.Context, o Options, base string) (float64, error) {
-	u, err := url.Parse(base)
+// closedLoop measures the mix's throughput at o.URL on o.Workers
+// connections, each sending its next request when the last is answered
+// (as wrk does), with the same requests as openLoop.
+func closedLoop(ctx context.Context, o Options) (float64, error) {
+	u, err := url.Parse(o.URL)
 	if err != nil {
 		return 0, err
 	}

@@ -100,7 +100,7 @@ func Stall(ctx context.Context, o *StallOptions, progress io.Writer) ([]StallRun
 	if o.Rate <= 0 {
 		oc := o.Options
 		oc.URL, oc.Workers = o.Routers[names[0]], 64
-		c, err := closedLoop(ctx, oc, oc.URL)
+		c, err := closedLoop(ctx, oc)
 		if err != nil {
 			return nil, err
 		}

@@ -49,6 +49,12 @@ type Options struct {
 	MaxStreams int
 }
 
+// Defaults of Options.
+const (
+	DefaultWriteTimeout = 30 * time.Second
+	DefaultMaxStreams   = 1024
+)
+
 // WithDefaults returns o with its zero values replaced by the defaults.
 func (o Options) WithDefaults() Options {
 	o.fill()
@@ -57,10 +63,10 @@ func (o Options) WithDefaults() Options {
 
 func (o *Options) fill() {
 	if o.WriteTimeout == 0 {
-		o.WriteTimeout = 30 * time.Second
+		o.WriteTimeout = DefaultWriteTimeout
 	}
 	if o.MaxStreams == 0 {
-		o.MaxStreams = 1024
+		o.MaxStreams = DefaultMaxStreams
 	}
 	if o.BodyTimeout == 0 {
 		o.BodyTimeout = 30 * time.Second
