@@ -116,6 +116,7 @@ func (s *Serve) tryStart() error {
 	}
 	s.cmd = exec.Command(Binary(s.t), args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	detach(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}

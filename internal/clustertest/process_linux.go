@@ -1,0 +1,39 @@
+package clustertest
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+var markInherited sync.Once
+
+// detach makes a child process independent of this test process's
+// inherited pipes and bounds its life by this process's.
+//
+// A Go fuzz worker talks to its coordinator over file descriptors 3 and 4,
+// which it inherited without close-on-exec. A server started by the fuzz
+// target would inherit them too and, outliving a worker that crashed or
+// hung, keep the coordinator waiting for their end forever: a bounded
+// fuzz run that never ends. So every descriptor this process holds is
+// marked close-on-exec before the first child starts, and the child is
+// killed when the thread that started it goes.
+func detach(cmd *exec.Cmd) {
+	markInherited.Do(func() {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+				syscall.CloseOnExec(fd)
+			}
+		}
+	})
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package clustertest
+
+import "os/exec"
+
+// detach is a no-op where there is no /proc or parent-death signal.
+func detach(*exec.Cmd) {}
