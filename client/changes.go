@@ -74,23 +74,28 @@ func (o *ChangeOptions) query() url.Values {
 // Status, ID and counts for "transaction" boundaries. Token resumes after
 // this event.
 type ChangeEvent struct {
-	Type        string          `json:"type"`
-	Op          string          `json:"op,omitempty"`
-	Before      json.RawMessage `json:"before,omitempty"`
-	After       json.RawMessage `json:"after,omitempty"`
-	Source      ChangeSource    `json:"source"`
-	TsMs        int64           `json:"ts_ms"`
-	Transaction *struct {
-		ID                  string `json:"id"`
-		TotalOrder          int    `json:"total_order"`
-		DataCollectionOrder int    `json:"data_collection_order"`
-	} `json:"transaction,omitempty"`
-	Status     string `json:"status,omitempty"`
-	ID         string `json:"id,omitempty"`
-	EventCount *int   `json:"event_count,omitempty"`
-	Token      string `json:"token"`
-	// Raw is the event as the server sent it.
+	Type        string             `json:"type"`
+	Op          string             `json:"op,omitempty"`
+	Before      json.RawMessage    `json:"before,omitempty"`
+	After       json.RawMessage    `json:"after,omitempty"`
+	Source      ChangeSource       `json:"source"`
+	TsMs        int64              `json:"ts_ms"`
+	Transaction *ChangeTransaction `json:"transaction,omitempty"`
+	Status      string             `json:"status,omitempty"`
+	ID          string             `json:"id,omitempty"`
+	EventCount  *int               `json:"event_count,omitempty"`
+	Token       string             `json:"token"`
+	// Raw is the event as the server sent it; Before and After are
+	// slices of it.
 	Raw json.RawMessage `json:"-"`
+}
+
+// ChangeTransaction places a change in its transaction (Debezium's
+// transaction block): ID is the commit's SCN.
+type ChangeTransaction struct {
+	ID                  string `json:"id"`
+	TotalOrder          int    `json:"total_order"`
+	DataCollectionOrder int    `json:"data_collection_order"`
 }
 
 // ChangeSource says where an event comes from. For a "rollback" event,
@@ -123,11 +128,10 @@ func (c *Client) Changes(ctx context.Context, db string, o *ChangeOptions) iter.
 		stopped := errors.New("stopped")
 		for {
 			err := c.t.Changes(ctx, db, q, func(line []byte) error {
-				e := &ChangeEvent{}
-				if err := json.Unmarshal(line, e); err != nil {
+				e, err := decodeEvent(line)
+				if err != nil {
 					return err
 				}
-				e.Raw = append(json.RawMessage(nil), line...)
 				if e.Token != "" {
 					q.Set("since", e.Token)
 				}
