@@ -40,6 +40,7 @@ func runBench(args []string) error {
 	consumers := fs.Int("consumers", 1, "consume: concurrent consumers")
 	expect := fs.Int("expect", 0, "consume: change events each consumer waits for")
 	since := fs.String("since", "beginning", "consume: where the stream starts")
+	quiet := fs.Duration("quiet", 0, "consume: stop after this long without a change event, reporting what arrived (0: wait for --expect)")
 	wal2json := fs.Bool("wal2json", false, "consume: count wal2json lines (pg_recvlogical) from stdin instead")
 	first := fs.Int("first", 0, "insert: id of the first new document")
 	servers := fs.String("servers", "", "overload: servers to compare, name=URL,name=URL (each with the bench database loaded)")
@@ -78,7 +79,7 @@ func runBench(args []string) error {
 		if *wal2json {
 			res, err = bench.ConsumeWal2JSON(os.Stdin, *expect)
 		} else {
-			res, err = bench.ConsumeCortado(ctx, o.URL, o.DB, *since, *consumers, *expect)
+			res, err = bench.ConsumeCortado(ctx, o.URL, o.DB, *since, *consumers, *expect, *quiet)
 		}
 		fmt.Println(res)
 		return err

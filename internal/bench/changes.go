@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortado-db/cortado/client"
@@ -82,12 +83,38 @@ func merge(cs []*counter) Consumed {
 }
 
 // ConsumeCortado runs n consumers of db's change stream at url, each
-// until it received expect change events (ops c, u, d or r), and reports
-// them together.
-func ConsumeCortado(ctx context.Context, url, db, since string, n, expect int) (Consumed, error) {
+// until it received expect change events (ops c, u, d or r) or, when
+// quiet is set, none for quiet; it reports them together.
+func ConsumeCortado(ctx context.Context, url, db, since string, n, expect int, quiet time.Duration) (Consumed, error) {
 	cs := make([]*counter, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var last atomic.Int64 // when a change event last arrived, Unix ns
+	last.Store(time.Now().UnixNano())
+	var quieted atomic.Bool
+	if quiet > 0 {
+		stop := make(chan struct{})
+		var watch sync.WaitGroup
+		defer func() { close(stop); watch.Wait() }()
+		watch.Go(func() {
+			tick := time.NewTicker(quiet / 10)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case now := <-tick.C:
+					if now.Sub(time.Unix(0, last.Load())) > quiet {
+						quieted.Store(true)
+						cancel()
+						return
+					}
+				}
+			}
+		})
+	}
 	for i := range n {
 		cs[i] = &counter{}
 		wg.Go(func() {
@@ -101,6 +128,7 @@ func ConsumeCortado(ctx context.Context, url, db, since string, n, expect int) (
 				if e.Type != "change" {
 					continue
 				}
+				last.Store(time.Now().UnixNano())
 				cs[i].add(len(e.Raw), time.UnixMilli(e.Source.TsMs))
 				if cs[i].events >= expect {
 					return
@@ -110,7 +138,7 @@ func ConsumeCortado(ctx context.Context, url, db, since string, n, expect int) (
 	}
 	wg.Wait()
 	for _, err := range errs {
-		if err != nil {
+		if err != nil && !quieted.Load() {
 			return merge(cs), err
 		}
 	}
