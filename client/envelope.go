@@ -125,7 +125,7 @@ func (e *ChangeEvent) set(name, v []byte) bool {
 		e.TsMs = n
 		return err == nil
 	case "source":
-		return isNull || e.Source.scan(v)
+		return isNull || object(v, e.Source.set)
 	case "transaction":
 		if isNull {
 			e.Transaction = nil
@@ -134,8 +134,7 @@ func (e *ChangeEvent) set(name, v []byte) bool {
 		if e.Transaction == nil {
 			e.Transaction = &ChangeTransaction{}
 		}
-		end, ok := eachMember(v, 0, e.Transaction.set)
-		return ok && end == len(v)
+		return object(v, e.Transaction.set)
 	case "event_count":
 		return json.Unmarshal(v, &e.EventCount) == nil
 	}
@@ -164,10 +163,9 @@ func (t *ChangeTransaction) set(name, v []byte) bool {
 
 var transactionNames = []string{"id", "total_order", "data_collection_order"}
 
-// scan fills s from the object v as json.Unmarshal would, or reports
-// false.
-func (s *ChangeSource) scan(v []byte) bool {
-	end, ok := eachMember(v, 0, s.set)
+// object passes the object v, all of it, to set member by member.
+func object(v []byte, set func(name, v []byte) bool) bool {
+	end, ok := eachMember(v, 0, set)
 	return ok && end == len(v)
 }
 
