@@ -85,8 +85,8 @@ type ChangeEvent struct {
 	ID          string             `json:"id,omitempty"`
 	EventCount  *int               `json:"event_count,omitempty"`
 	Token       string             `json:"token"`
-	// Raw is the event as the server sent it; Before and After are
-	// slices of it.
+	// Raw is the event as the server sent it; Before and After may be
+	// slices of it (copy one before changing it).
 	Raw json.RawMessage `json:"-"`
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/cortado-db/cortado/internal/bench"
 )
 
-// runBench is `cortado bench [load|floor|multiget|consume|insert|overload|stall]`: with
+// runBench is `cortado bench [load|floor|multiget|consume|insert|acklag|overload|stall]`: with
 // no subcommand, a PUT phase and a GET phase against a router; the
 // subcommands are the pieces scripts/bench-peers and scripts/bench-changes
 // use.
@@ -87,8 +87,15 @@ func runBench(args []string) error {
 		if o.DB == "" {
 			o.DB = "bench"
 		}
-		n, err := bench.Insert(ctx, o, *first, *rate, o.Duration)
+		n, err := bench.Insert(ctx, o, *first, *rate, o.Duration, nil)
 		fmt.Println("inserted", n)
+		return err
+	case "acklag":
+		if o.DB == "" {
+			o.DB = "bench"
+		}
+		res, err := bench.AckLag(ctx, o, *first, *rate, o.Duration)
+		fmt.Println(res)
 		return err
 	case "overload":
 		oo := bench.OverloadOptions{Options: o, Servers: map[string]string{}, Capacity: *capacity, Timeout: *clientTimeout}
@@ -161,7 +168,7 @@ func runBench(args []string) error {
 		}
 		bench.Print(os.Stdout, o, []bench.Phase{p})
 	default:
-		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget, consume, insert, overload, stall)", sub)
+		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget, consume, insert, acklag, overload, stall)", sub)
 	}
 	return nil
 }

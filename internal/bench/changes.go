@@ -177,8 +177,9 @@ func ConsumeWal2JSON(r io.Reader, expect int) (Consumed, error) {
 }
 
 // Insert writes new documents (ids from first on) at rate a second for
-// duration, open loop, and returns how many were acknowledged.
-func Insert(ctx context.Context, o Options, first int, rate float64, duration time.Duration) (int, error) {
+// duration, open loop, and returns how many were acknowledged; acked, if
+// set, is told each acknowledged id and when its acknowledgement came.
+func Insert(ctx context.Context, o Options, first int, rate float64, duration time.Duration, acked func(id int, at time.Time)) (int, error) {
 	o.fill()
 	cl := client.New(o.URL)
 	defer cl.Close()
@@ -187,14 +188,14 @@ func Insert(ctx context.Context, o Options, first int, rate float64, duration ti
 	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	acked, failed := 0, 0
+	nAcked, failed := 0, 0
 	sem := make(chan struct{}, 256)
 	for i := 0; time.Since(start) < duration; i++ {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 			select {
 			case <-ctx.Done():
 				wg.Wait()
-				return acked, ctx.Err()
+				return nAcked, ctx.Err()
 			case <-time.After(d):
 			}
 		}
@@ -203,18 +204,103 @@ func Insert(ctx context.Context, o Options, first int, rate float64, duration ti
 			defer func() { <-sem }()
 			id := first + i
 			_, err := cl.Put(ctx, o.DB, "Doc", client.Key{id}, map[string]any{"n": id, "payload": payload}, nil)
+			if err == nil && acked != nil {
+				acked(id, time.Now())
+			}
 			mu.Lock()
 			if err != nil {
 				failed++
 			} else {
-				acked++
+				nAcked++
 			}
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	if failed > 0 {
-		return acked, fmt.Errorf("%d of %d inserts failed", failed, acked+failed)
+		return nAcked, fmt.Errorf("%d of %d inserts failed", failed, nAcked+failed)
 	}
-	return acked, nil
+	return nAcked, nil
+}
+
+// AckLag inserts as Insert does while one consumer follows the stream from
+// now, and measures, for each acknowledged insert, from its
+// acknowledgement to its event's receipt: the change stream's own delay,
+// without the write's (which the commit time an event carries includes).
+// An event may arrive before its acknowledgement does; it counts as 0.
+func AckLag(ctx context.Context, o Options, first int, rate float64, duration time.Duration) (string, error) {
+	o.fill()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	ackAt, seenAt := map[int]time.Time{}, map[int]time.Time{}
+	ready := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		cl := client.New(o.URL)
+		defer cl.Close()
+		for e, err := range cl.Changes(ctx, o.DB, &client.ChangeOptions{Since: "now", Heartbeat: 100 * time.Millisecond}) {
+			if err != nil {
+				return
+			}
+			select {
+			case <-ready:
+			default:
+				close(ready) // the stream is open: its first event came
+			}
+			if e.Type != "change" || len(e.Source.Key) != 1 {
+				continue
+			}
+			if id, ok := e.Source.Key[0].(float64); ok {
+				mu.Lock()
+				seenAt[int(id)] = time.Now()
+				mu.Unlock()
+			}
+		}
+	})
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		return "", fmt.Errorf("the change stream did not open")
+	}
+	n, err := Insert(ctx, o, first, rate, duration, func(id int, at time.Time) {
+		mu.Lock()
+		ackAt[id] = at
+		mu.Unlock()
+	})
+	// The stragglers: until every acknowledged insert was seen, or 5 s.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		all := len(seenAt) >= len(ackAt)
+		mu.Unlock()
+		if all {
+			break
+		}
+	}
+	cancel()
+	mu.Lock()
+	defer mu.Unlock()
+	var lags []time.Duration
+	early := 0
+	for id, at := range ackAt {
+		seen, ok := seenAt[id]
+		if !ok {
+			continue
+		}
+		if d := seen.Sub(at); d > 0 {
+			lags = append(lags, d)
+		} else {
+			lags = append(lags, 0)
+			early++
+		}
+	}
+	if len(lags) == 0 {
+		return "", fmt.Errorf("no acknowledged insert was seen on the stream (%d acknowledged)", n)
+	}
+	slices.Sort(lags)
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	return fmt.Sprintf("acked %d seen %d before_ack %d ack_to_receipt_p50_ms %.2f p99_ms %.2f max_ms %.2f",
+		len(ackAt), len(lags), early, ms(lags[len(lags)/2]), ms(lags[len(lags)*99/100]), ms(lags[len(lags)-1])), err
 }

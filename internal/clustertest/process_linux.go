@@ -19,7 +19,9 @@ var markInherited sync.Once
 // hung, keep the coordinator waiting for their end forever: a bounded
 // fuzz run that never ends. So every descriptor this process holds is
 // marked close-on-exec before the first child starts, and the child is
-// killed when the thread that started it goes.
+// killed when its parent dies (strictly, when the OS thread that started
+// it ends; Go ends a thread only with a goroutine locked to it, which the
+// tests do not do).
 func detach(cmd *exec.Cmd) {
 	markInherited.Do(func() {
 		entries, err := os.ReadDir("/proc/self/fd")
