@@ -40,6 +40,8 @@ func runBench(args []string) error {
 	consumers := fs.Int("consumers", 1, "consume: concurrent consumers")
 	expect := fs.Int("expect", 0, "consume: change events each consumer waits for")
 	since := fs.String("since", "beginning", "consume: where the stream starts")
+	postgres := fs.String("postgres", "", "acklag: measure PostgreSQL at this host:port instead (table docs, trust authentication, pg_recvlogical on --slot)")
+	slot := fs.String("slot", "", "acklag: the wal2json replication slot to read with --postgres")
 	quiet := fs.Duration("quiet", 0, "consume: stop after this long without a change event, reporting what arrived (0: wait for --expect)")
 	wal2json := fs.Bool("wal2json", false, "consume: count wal2json lines (pg_recvlogical) from stdin instead")
 	first := fs.Int("first", 0, "insert: id of the first new document")
@@ -94,7 +96,13 @@ func runBench(args []string) error {
 		if o.DB == "" {
 			o.DB = "bench"
 		}
-		res, err := bench.AckLag(ctx, o, *first, *rate, o.Duration)
+		var res string
+		var err error
+		if *postgres != "" {
+			res, err = bench.AckLagPostgres(ctx, *postgres, *slot, *first, *rate, o.Duration, 8, o.DocBytes)
+		} else {
+			res, err = bench.AckLag(ctx, o, *first, *rate, o.Duration)
+		}
 		fmt.Println(res)
 		return err
 	case "overload":

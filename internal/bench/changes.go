@@ -282,25 +282,9 @@ func AckLag(ctx context.Context, o Options, first int, rate float64, duration ti
 	cancel()
 	mu.Lock()
 	defer mu.Unlock()
-	var lags []time.Duration
-	early := 0
-	for id, at := range ackAt {
-		seen, ok := seenAt[id]
-		if !ok {
-			continue
-		}
-		if d := seen.Sub(at); d > 0 {
-			lags = append(lags, d)
-		} else {
-			lags = append(lags, 0)
-			early++
-		}
+	res, lerr := ackLags(ackAt, seenAt)
+	if lerr != nil {
+		return "", fmt.Errorf("%w (%d inserts acknowledged)", lerr, n)
 	}
-	if len(lags) == 0 {
-		return "", fmt.Errorf("no acknowledged insert was seen on the stream (%d acknowledged)", n)
-	}
-	slices.Sort(lags)
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	return fmt.Sprintf("acked %d seen %d before_ack %d ack_to_receipt_p50_ms %.2f p99_ms %.2f max_ms %.2f",
-		len(ackAt), len(lags), early, ms(lags[len(lags)/2]), ms(lags[len(lags)*99/100]), ms(lags[len(lags)-1])), err
+	return res, err
 }
