@@ -270,15 +270,7 @@ func AckLag(ctx context.Context, o Options, first int, rate float64, duration ti
 		ackAt[id] = at
 		mu.Unlock()
 	})
-	// The stragglers: until every acknowledged insert was seen, or 5 s.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		all := len(seenAt) >= len(ackAt)
-		mu.Unlock()
-		if all {
-			break
-		}
-	}
+	awaitStragglers(&mu, ackAt, seenAt)
 	cancel()
 	mu.Lock()
 	defer mu.Unlock()

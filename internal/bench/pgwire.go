@@ -189,14 +189,7 @@ func AckLagPostgres(ctx context.Context, addr, slot string, first int, rate floa
 		})
 	}
 	inserts.Wait()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		all := len(seenAt) >= len(ackAt)
-		mu.Unlock()
-		if all {
-			break
-		}
-	}
+	awaitStragglers(&mu, ackAt, seenAt)
 	mu.Lock()
 	defer mu.Unlock()
 	res, err := ackLags(ackAt, seenAt)
@@ -204,6 +197,19 @@ func AckLagPostgres(ctx context.Context, addr, slot string, first int, rate floa
 		err = fmt.Errorf("%d inserts failed", failed)
 	}
 	return res, err
+}
+
+// awaitStragglers waits until every acknowledged insert was seen on the
+// stream, or 5 s.
+func awaitStragglers(mu *sync.Mutex, ackAt, seenAt map[int]time.Time) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		all := len(seenAt) >= len(ackAt)
+		mu.Unlock()
+		if all {
+			return
+		}
+	}
 }
 
 // ackLags summarizes, over the acknowledged ids that were seen, the time
