@@ -176,6 +176,25 @@ func ConsumeWal2JSON(r io.Reader, expect int) (Consumed, error) {
 	return merge([]*counter{c}), fmt.Errorf("the stream ended after %d of %d changes", c.events, expect)
 }
 
+// paced calls send(i) for i = 0, 1, … at rate a second, each at its due
+// time, for duration: an open loop, whose schedule a slow send delays but
+// does not thin. It stops early when ctx ends.
+func paced(ctx context.Context, rate float64, duration time.Duration, send func(i int)) error {
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	for i := 0; time.Since(start) < duration; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
+		send(i)
+	}
+	return nil
+}
+
 // Insert writes new documents (ids from first on) at rate a second for
 // duration, open loop, and returns how many were acknowledged; acked, if
 // set, is told each acknowledged id and when its acknowledgement came.
@@ -184,21 +203,11 @@ func Insert(ctx context.Context, o Options, first int, rate float64, duration ti
 	cl := client.New(o.URL)
 	defer cl.Close()
 	payload := strings.Repeat("x", o.DocBytes)
-	interval := time.Duration(float64(time.Second) / rate)
-	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	nAcked, failed := 0, 0
 	sem := make(chan struct{}, 256)
-	for i := 0; time.Since(start) < duration; i++ {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return nAcked, ctx.Err()
-			case <-time.After(d):
-			}
-		}
+	err := paced(ctx, rate, duration, func(i int) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -215,8 +224,11 @@ func Insert(ctx context.Context, o Options, first int, rate float64, duration ti
 			}
 			mu.Unlock()
 		})
-	}
+	})
 	wg.Wait()
+	if err != nil {
+		return nAcked, err
+	}
 	if failed > 0 {
 		return nAcked, fmt.Errorf("%d of %d inserts failed", failed, nAcked+failed)
 	}

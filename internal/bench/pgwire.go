@@ -166,14 +166,9 @@ func AckLagPostgres(ctx context.Context, addr, slot string, first int, rate floa
 		pool <- c
 	}
 	time.Sleep(time.Second) // pg_recvlogical is streaming
-	interval := time.Duration(float64(time.Second) / rate)
-	start := time.Now()
 	failed := 0
 	var inserts sync.WaitGroup
-	for i := 0; time.Since(start) < duration; i++ {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
+	perr := paced(ctx, rate, duration, func(i int) {
 		c := <-pool
 		inserts.Go(func() {
 			defer func() { pool <- c }()
@@ -187,8 +182,11 @@ func AckLagPostgres(ctx context.Context, addr, slot string, first int, rate floa
 			}
 			ackAt[id] = time.Now()
 		})
-	}
+	})
 	inserts.Wait()
+	if perr != nil {
+		return "", perr
+	}
 	awaitStragglers(&mu, ackAt, seenAt)
 	mu.Lock()
 	defer mu.Unlock()
