@@ -26,7 +26,7 @@ func openServer(t *testing.T) *server.Server {
 		pu, _ := coord.FreeLoopbackURL()
 		s, err := server.Open(context.Background(), server.Options{DataDir: t.TempDir(), EtcdClientURL: cu, EtcdPeerURL: pu,
 			Logger: slog.New(slog.DiscardHandler)})
-		if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
+		if err != nil && coord.IsAddrInUse(err) && attempt < 5 {
 			continue
 		}
 		if err != nil {

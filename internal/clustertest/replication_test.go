@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,19 +32,12 @@ type storageNode struct {
 
 func startEtcd(t testing.TB) *coord.Embedded {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		cu, _ := coord.FreeLoopbackURL()
-		pu, _ := coord.FreeLoopbackURL()
-		e, err := coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu})
-		if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Close)
-		return e
+	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(e.Close)
+	return e
 }
 
 // newTestRegistry is a registry on its own etcd with database d and its

@@ -7,10 +7,14 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,6 +46,9 @@ type Embedded struct {
 	etcd *embed.Etcd
 	// Endpoint is the client URL to connect to.
 	Endpoint string
+	// Options are the options it was started with, defaults filled in:
+	// starting again with them reopens the same member.
+	Options EmbeddedOptions
 }
 
 // StartEmbedded starts a single-member etcd and waits until it serves.
@@ -83,7 +90,38 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	}
-	return &Embedded{etcd: e, Endpoint: cu.String()}, nil
+	return &Embedded{etcd: e, Endpoint: cu.String(), Options: opts}, nil
+}
+
+// StartLoopback starts a single-member etcd in dir on free loopback ports.
+// A port found free can be taken by another process before etcd binds it;
+// then it tries again with new ports, a few times.
+func StartLoopback(dir string) (*Embedded, error) {
+	for attempt := 1; ; attempt++ {
+		cu, err := FreeLoopbackURL()
+		if err != nil {
+			return nil, err
+		}
+		pu, err := FreeLoopbackURL()
+		if err != nil {
+			return nil, err
+		}
+		e, err := StartEmbedded(EmbeddedOptions{Dir: dir, ClientURL: cu, PeerURL: pu})
+		if err != nil && IsAddrInUse(err) && attempt < 8 {
+			// etcd may have written its member's peer URL already.
+			if rerr := os.RemoveAll(dir); rerr != nil {
+				return nil, rerr
+			}
+			continue
+		}
+		return e, err
+	}
+}
+
+// IsAddrInUse reports whether err is a listener's "address already in
+// use", the error of a port another process took first.
+func IsAddrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || (err != nil && strings.Contains(err.Error(), "address already in use"))
 }
 
 // Close stops etcd and waits for it.

@@ -39,13 +39,11 @@ func keysOf(c Change) []string {
 // when its context ends.
 func TestWatcherOutlivesEtcd(t *testing.T) {
 	dir := t.TempDir()
-	cu, _ := FreeLoopbackURL()
-	pu, _ := FreeLoopbackURL()
-	opts := EmbeddedOptions{Dir: filepath.Join(dir, "etcd"), ClientURL: cu, PeerURL: pu}
-	e, err := StartEmbedded(opts)
+	e, err := StartLoopback(filepath.Join(dir, "etcd"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts := e.Options
 	ctx := context.Background()
 	cli, err := Connect(ctx, []string{e.Endpoint})
 	if err != nil {

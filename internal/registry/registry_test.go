@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,19 +18,9 @@ import (
 
 func startEtcd(t *testing.T) *clientv3.Client {
 	t.Helper()
-	var e *coord.Embedded
-	for attempt := 1; ; attempt++ {
-		cu, _ := coord.FreeLoopbackURL()
-		pu, _ := coord.FreeLoopbackURL()
-		var err error
-		e, err = coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu})
-		if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5 {
-			continue // another test took the port first
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		break
+	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
 	cli, err := coord.Connect(context.Background(), []string{e.Endpoint})

@@ -15,9 +15,7 @@ import (
 // registration whose lease is lost — revoked here, as an etcd outage
 // longer than the TTL would expire it — is put back under a new lease.
 func TestLeasedRegistrationSurvivesLeaseLoss(t *testing.T) {
-	cu, _ := coord.FreeLoopbackURL()
-	pu, _ := coord.FreeLoopbackURL()
-	e, err := coord.StartEmbedded(coord.EmbeddedOptions{Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu})
+	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
 	if err != nil {
 		t.Fatal(err)
 	}
