@@ -47,7 +47,8 @@ func Open(ctx context.Context, dir string, opts *Options) (*client.Client, error
 		if err != nil {
 			return nil, err
 		}
-		s, err := server.Open(ctx, server.Options{DataDir: dir, EtcdClientURL: clientURL, EtcdPeerURL: peerURL, Logger: o.Logger})
+		s, err := server.Open(ctx, server.Options{DataDir: dir, EtcdClientURL: clientURL, EtcdPeerURL: peerURL, Logger: o.Logger,
+			HeapFloor: -1})
 		if err != nil && fresh && attempt < 5 && strings.Contains(err.Error(), "address already in use") {
 			// The ports were free when picked but another process took
 			// them; a new directory can pick again.

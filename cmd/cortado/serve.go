@@ -66,6 +66,7 @@ type roleFlags struct {
 	quotaRate, quotaBurst          *float64
 	maxConns, maxStreams           *int
 	idleTimeout, writeTimeout      *time.Duration
+	heapFloor                      *int64
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -79,6 +80,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		cpuProfile:    fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`)"),
 		maxConns:      fs.Int("max-conns", server.DefaultMaxConns, "connections the port holds open at once; one beyond it is closed at once (-1: no bound)"),
 		idleTimeout:   fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close a kept-alive HTTP connection that sends no request for this long"),
+		heapFloor:     fs.Int64("heap-floor", server.DefaultHeapFloor, "smallest heap goal, in bytes, the garbage collector aims at (-1: GOGC alone; the GOGC environment variable also leaves it alone)"),
 		protocol:      fs.Uint("protocol-version", uint(wire.Version), fmt.Sprintf("newest internal protocol version spoken (%d to %d): the previous one makes this process talk as the previous release, during a rolling upgrade", wire.MinVersion, wire.Version)),
 	}
 	if name == "serve" || name == "storage" {
@@ -136,7 +138,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 }
 
 func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
-	o := server.Options{Logger: log, ProtocolVersion: uint32(*f.protocol), MaxConns: *f.maxConns, IdleTimeout: *f.idleTimeout}
+	o := server.Options{Logger: log, ProtocolVersion: uint32(*f.protocol), MaxConns: *f.maxConns, IdleTimeout: *f.idleTimeout,
+		HeapFloor: *f.heapFloor}
 	if f.dataDir != nil {
 		o.DataDir = *f.dataDir
 	}

@@ -135,6 +135,10 @@ type Options struct {
 	// process speaks (default wire.Version): an older one makes it
 	// behave as the previous release, for rolling-upgrade tests.
 	ProtocolVersion uint32
+	// HeapFloor is the smallest heap goal the garbage collector aims at
+	// (default DefaultHeapFloor; negative: GOGC as the process has it).
+	// An embedded server leaves the host process's collector alone.
+	HeapFloor int64
 }
 
 // Server is one Cortado process: every role (serve), or one of them.
@@ -244,6 +248,9 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
 	}
+	if opts.HeapFloor == 0 {
+		opts.HeapFloor = DefaultHeapFloor
+	}
 	if opts.ProtocolVersion < wire.MinVersion || opts.ProtocolVersion > wire.Version {
 		return nil, fmt.Errorf("protocol version %d: this binary speaks %d to %d", opts.ProtocolVersion, wire.MinVersion, wire.Version)
 	}
@@ -265,6 +272,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			s.Close()
 		}
 	}()
+	s.tuneHeap(opts.HeapFloor)
 	endpoints := opts.EtcdEndpoints
 	if len(endpoints) == 0 {
 		s.etcd, err = coord.StartEmbedded(coord.EmbeddedOptions{
