@@ -24,6 +24,20 @@ type Metrics struct {
 
 	admMu     sync.Mutex
 	admission *admissionCollector
+
+	// series caches each (route, method, code)'s counter and histogram:
+	// looking them up by labels cost a map and a hash per request.
+	series sync.Map // seriesKey → *series
+}
+
+type seriesKey struct {
+	route, method string
+	code          int
+}
+
+type series struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
 }
 
 // New returns a registry with Go runtime and process collectors.
@@ -58,10 +72,33 @@ func (m *Metrics) Instrument(h http.Handler, routeOf func(*http.Request) string)
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		h.ServeHTTP(sw, req)
-		labels := prometheus.Labels{"route": routeOf(req), "method": req.Method, "code": strconv.Itoa(sw.code)}
-		m.requests.With(labels).Inc()
-		m.latency.With(labels).Observe(time.Since(start).Seconds())
+		s := m.seriesOf(seriesKey{routeOf(req), methodLabel(req.Method), sw.code})
+		s.requests.Inc()
+		s.latency.Observe(time.Since(start).Seconds())
 	})
+}
+
+func (m *Metrics) seriesOf(k seriesKey) *series {
+	if s, ok := m.series.Load(k); ok {
+		return s.(*series)
+	}
+	code := strconv.Itoa(k.code)
+	s, _ := m.series.LoadOrStore(k, &series{
+		requests: m.requests.WithLabelValues(k.route, k.method, code),
+		latency:  m.latency.WithLabelValues(k.route, k.method, code),
+	})
+	return s.(*series)
+}
+
+// methodLabel is the method's label: the methods HTTP defines, else
+// "other" (a client's made-up method must not add series without bound).
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
 }
 
 type statusWriter struct {

@@ -188,7 +188,7 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			writePage(w, req, page)
 			return
 		}
-		doc, err := r.Get(ctx, db, table, key, f, cond)
+		doc, err := r.get(ctx, tg, f, cond)
 		if errors.Is(err, node.ErrNotModified) {
 			docHeaders(w, doc)
 			w.WriteHeader(http.StatusNotModified)
@@ -463,11 +463,15 @@ func preconditions(req *http.Request) (node.Preconditions, error) {
 		return c, err
 	}
 	// Unparseable dates are ignored, as RFC 9110 requires.
-	if t, err := http.ParseTime(req.Header.Get("If-Modified-Since")); err == nil {
-		c.IfModifiedSince = t
+	if v := req.Header.Get("If-Modified-Since"); v != "" {
+		if t, err := http.ParseTime(v); err == nil {
+			c.IfModifiedSince = t
+		}
 	}
-	if t, err := http.ParseTime(req.Header.Get("If-Unmodified-Since")); err == nil {
-		c.IfUnmodifiedSince = t
+	if v := req.Header.Get("If-Unmodified-Since"); v != "" {
+		if t, err := http.ParseTime(v); err == nil {
+			c.IfUnmodifiedSince = t
+		}
 	}
 	return c, nil
 }

@@ -272,6 +272,11 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	if err != nil {
 		return nil, err
 	}
+	return r.get(ctx, tg, f, cond)
+}
+
+// get reads the document tg names.
+func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Preconditions) (*Document, error) {
 	if !r.full(tg) {
 		return nil, &keyError{fmt.Errorf("a document read needs the full key (%d parts)", len(tg.table.Key))}
 	}
@@ -291,7 +296,7 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 		cond.IfNoneMatch = forProjection(cond.IfNoneMatch, suffix)
 		cond.IfMatch = forProjection(cond.IfMatch, suffix)
 	}
-	req := node.GetRequest{DB: db, Table: table, Partition: tg.part, Key: tg.key, Read: spec, Cond: cond}
+	req := node.GetRequest{DB: tg.db.Name, Table: tg.table.Name, Partition: tg.part, Key: tg.key, Read: spec, Cond: cond}
 	var it *node.Item
 	var fromSlave bool
 	if f.MaxStale > 0 {

@@ -459,6 +459,10 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) logRequests(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !s.opts.Logger.Enabled(req.Context(), slog.LevelDebug) {
+			h.ServeHTTP(w, req)
+			return
+		}
 		start := time.Now()
 		h.ServeHTTP(w, req)
 		s.opts.Logger.Debug("request", "method", req.Method, "path", req.URL.Path, "duration", time.Since(start))
