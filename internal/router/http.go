@@ -529,13 +529,33 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 	h := w.Header()
 	h.Set("Vary", "Accept")
 	h.Set("ETag", d.ETag)
-	h.Set("Last-Modified", d.Modified.UTC().Format(http.TimeFormat))
+	h.Set("Last-Modified", httpDate(d.Modified))
 	h.Set(HeaderSCN, d.SCN.String())
 	if d.FromSlave {
 		// RFC 9111 Age: how long the answer may have been stale.
 		h.Set("Age", strconv.Itoa(int((d.Stale+time.Second-1)/time.Second)))
 		h.Set(HeaderReplica, "slave")
 	}
+}
+
+// httpDate formats t as HTTP's dates are (http.TimeFormat), without
+// time.Format's parsing of the layout on every document read.
+func httpDate(t time.Time) string {
+	t = t.UTC()
+	yy, mm, dd := t.Date()
+	if yy < 0 || yy > 9999 {
+		return t.Format(http.TimeFormat)
+	}
+	hh, mn, ss := t.Clock()
+	day := "SunMonTueWedThuFriSat"[3*t.Weekday():]
+	mon := "JanFebMarAprMayJunJulAugSepOctNovDec"[3*(mm-1):]
+	b := [29]byte{day[0], day[1], day[2], ',', ' ',
+		byte('0' + dd/10), byte('0' + dd%10), ' ',
+		mon[0], mon[1], mon[2], ' ',
+		byte('0' + yy/1000), byte('0' + (yy/100)%10), byte('0' + (yy/10)%10), byte('0' + yy%10), ' ',
+		byte('0' + hh/10), byte('0' + hh%10), ':', byte('0' + mn/10), byte('0' + mn%10), ':', byte('0' + ss/10), byte('0' + ss%10),
+		' ', 'G', 'M', 'T'}
+	return string(b[:])
 }
 
 // maxStale reads Cache-Control: max-stale[=seconds] (RFC 9111 §5.2.1.2):
@@ -611,7 +631,7 @@ func writeResult(w http.ResponseWriter, req *http.Request, db, table string, res
 	h.Set(HeaderSCN, res.SCN.String())
 	if res.ETag != "" {
 		h.Set("ETag", res.ETag)
-		h.Set("Last-Modified", res.Modified.UTC().Format(http.TimeFormat))
+		h.Set("Last-Modified", httpDate(res.Modified))
 	}
 	status := http.StatusNoContent
 	if res.Created {

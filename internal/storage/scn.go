@@ -23,7 +23,12 @@ func (s SCN) Less(o SCN) bool {
 func (s SCN) IsZero() bool { return s.Gen == 0 && s.Seq == 0 }
 
 // String renders "generation:sequence", the form used in headers and URLs.
-func (s SCN) String() string { return fmt.Sprintf("%d:%d", s.Gen, s.Seq) }
+func (s SCN) String() string {
+	var b [24]byte
+	out := strconv.AppendUint(b[:0], uint64(s.Gen), 10)
+	out = append(out, ':')
+	return string(strconv.AppendUint(out, s.Seq, 10))
+}
 
 // ParseSCN parses the form String produces.
 func ParseSCN(text string) (SCN, error) {
