@@ -42,6 +42,7 @@ type roleFlags struct {
 	readyFile      *string
 	demo           *bool
 	nodes          *int
+	localCalls     *bool
 	nodeID         *string
 	rack           *string
 	advertise      *string
@@ -125,6 +126,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.etcdPeer = fs.String("etcd-peer-url", coord.DefaultPeerURL, "embedded etcd peer URL")
 		f.demo = fs.Bool("demo", false, "create the demo database of the README")
 		f.nodes = fs.Int("nodes", 1, "storage nodes to run in this process (2 or more adds a controller and replication)")
+		f.localCalls = fs.Bool("local-calls", true, "with --nodes 2 or more, the router calls this process's storage nodes directly (false: over the internal protocol, as other processes' nodes)")
 	case "storage":
 		f.nodeID = fs.String("node-id", "", "this node's name, stable across restarts (default: its advertised address)")
 		f.rack = fs.String("rack", "", "this node's rack: no two replicas of a partition share one")
@@ -163,6 +165,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	}
 	if f.nodes != nil {
 		o.Nodes = *f.nodes
+		o.NoLocalCalls = !*f.localCalls
 	}
 	if f.leaseTTL != nil {
 		o.LeaseTTL = *f.leaseTTL

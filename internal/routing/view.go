@@ -23,8 +23,11 @@ type RoutingView struct {
 	done    chan struct{}
 	// reporter, when set, reports nodes this router cannot reach.
 	reporter *reporter
-	cli      *clientv3.Client
-	prefix   string
+	// local holds storage nodes of this process by URL, called without
+	// the wire (CallLocally).
+	local  map[string]node.Service
+	cli    *clientv3.Client
+	prefix string
 }
 
 // WatchRouting loads the routing tables and follows them until ctx ends.
@@ -111,12 +114,23 @@ func (v *RoutingView) Slaves(db string, part int) []node.Service {
 	return out
 }
 
+// CallLocally makes the view hand out, for a node whose URL is in local,
+// local's service instead of a connection to it: storage nodes of the
+// router's own process.
+func (v *RoutingView) CallLocally(local map[string]node.Service) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.local = local
+}
+
 // service is node id at url, reporting to the reporter if there is one.
 func (v *RoutingView) service(t *topo.RoutingTable, id, url string) node.Service {
-	r := v.remotes.Get(url)
 	v.mu.RLock()
-	rep := v.reporter
+	rep, r := v.reporter, v.local[url]
 	v.mu.RUnlock()
+	if r == nil {
+		r = v.remotes.Get(url)
+	}
 	if rep == nil {
 		return r
 	}

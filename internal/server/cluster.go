@@ -140,6 +140,7 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		return err
 	}
 	s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
+	s.local = map[string]node.Service{}
 	for i := range s.opts.Nodes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -157,8 +158,8 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 			ln.Close()
 			return err
 		}
-		rpc := s.nodeRPC(m.id)
-		node.Register(rpc, m.node, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
+		rpc, local := s.nodeRPC(m)
+		s.local["http://"+ln.Addr().String()] = local
 		s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	}
 	s.startController()

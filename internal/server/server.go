@@ -135,6 +135,10 @@ type Options struct {
 	// process speaks (default wire.Version): an older one makes it
 	// behave as the previous release, for rolling-upgrade tests.
 	ProtocolVersion uint32
+	// NoLocalCalls makes the router of `serve --nodes N` call its own
+	// storage nodes over the wire, as it calls other processes' nodes,
+	// instead of directly.
+	NoLocalCalls bool
 	// HeapFloor is the smallest heap goal the garbage collector aims at
 	// (default DefaultHeapFloor; negative: GOGC as the process has it).
 	// An embedded server leaves the host process's collector alone.
@@ -156,9 +160,12 @@ type Server struct {
 	api     http.Handler
 	routeOf func(*http.Request) string
 	cluster *metrics.Cluster
-	members []*member        // storage nodes in a cluster
-	stop    []func()         // background roles (controller, routing view), stopped first
-	extra   []*wire.Listener // internal APIs of serve's storage nodes and relay
+	members []*member // storage nodes in a cluster
+	// local holds this process's storage nodes by advertised URL, as
+	// its router calls them (unless Options.NoLocalCalls).
+	local map[string]node.Service
+	stop  []func()         // background roles (controller, routing view), stopped first
+	extra []*wire.Listener // internal APIs of serve's storage nodes and relay
 
 	limiter *admission.Limiter // the document API's
 
@@ -307,8 +314,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		if err != nil {
 			return nil, err
 		}
-		s.rpc = s.nodeRPC(m.id)
-		node.Register(s.rpc, m.node, node.ServeOptions{MaxVersion: opts.ProtocolVersion})
+		s.rpc, _ = s.nodeRPC(m)
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
 	case r == roleAll && opts.Nodes <= 1:
@@ -334,6 +340,9 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 		s.stop = append(s.stop, func() { cancel(); <-view.Done() })
+		if !opts.NoLocalCalls {
+			view.CallLocally(s.local)
+		}
 		host, _ := os.Hostname()
 		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, fmt.Sprintf("%s-%d", host, os.Getpid()), opts.LeaseTTL, !opts.NoSlowNodeReports, opts.Logger); err != nil {
 			return nil, err
@@ -570,11 +579,14 @@ var demoTables = []struct{ name, def string }{
 	    {"name":"title","type":"string"},{"name":"company","type":"string"}]}},"default":{}}]}}`},
 }
 
-// nodeRPC returns a storage node's internal API server, its calls
-// admitted by their own limiter (exported under edge "rpc:" + id).
-func (s *Server) nodeRPC(id string) *wire.Server {
+// nodeRPC returns a storage node's internal API server, serving m, its
+// calls admitted by their own limiter (exported under edge "rpc:" +
+// m.id), and m as this process's router calls it, admitted by the same.
+func (s *Server) nodeRPC(m *member) (*wire.Server, *localNode) {
 	l := admission.New(s.opts.NodeAdmission)
 	expired := new(atomic.Uint64)
-	s.Metrics.RegisterAdmission("rpc:"+id, l, expired)
-	return wire.NewServer(grpc.UnaryInterceptor(admission.UnaryInterceptor(l, expired)))
+	s.Metrics.RegisterAdmission("rpc:"+m.id, l, expired)
+	rpc := wire.NewServer(grpc.UnaryInterceptor(admission.UnaryInterceptor(l, expired)))
+	node.Register(rpc, m.node, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
+	return rpc, &localNode{id: m.id, n: m.node, l: l, expired: expired}
 }
