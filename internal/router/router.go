@@ -90,6 +90,19 @@ type Backend interface {
 	Node(db string, partition int) (node.Service, error)
 }
 
+// InProcess is implemented by a node.Service that runs in the router's own
+// process (InProcess true): a fan-out calls it in the request's goroutine
+// instead of a goroutine of its own.
+type InProcess interface {
+	InProcess() bool
+}
+
+// IsInProcess reports whether s runs in the router's own process.
+func IsInProcess(s node.Service) bool {
+	ip, ok := s.(InProcess)
+	return ok && ip.InProcess()
+}
+
 // Router serves the document API.
 type Router struct {
 	reg     *registry.Registry
@@ -458,22 +471,35 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(parts))
+	call := func(i int, n node.Service, err error) {
+		if err == nil {
+			err = fn(ctx, i, n)
+		}
+		if err != nil {
+			errs[i] = err
+			if !partial || Problem(err).Status != http.StatusServiceUnavailable {
+				cancel()
+			}
+		}
+	}
 	var wg sync.WaitGroup
+	var here []int
+	nodes := make([]node.Service, len(parts))
 	for i, p := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n, err := r.backend.Node(db, p)
-			if err == nil {
-				err = fn(ctx, i, n)
-			}
-			if err != nil {
-				errs[i] = err
-				if !partial || Problem(err).Status != http.StatusServiceUnavailable {
-					cancel()
-				}
-			}
-		}()
+		n, err := r.backend.Node(db, p)
+		if err == nil && IsInProcess(n) {
+			nodes[i] = n
+			here = append(here, i)
+			continue
+		}
+		wg.Go(func() { call(i, n, err) })
+	}
+	// Nodes of this process are called one after another in the
+	// request's goroutine: on the same cores, calls in goroutines of
+	// their own only interleave with other requests', and this request
+	// waits for the last of them.
+	for _, i := range here {
+		call(i, nodes[i], nil)
 	}
 	wg.Wait()
 	defer func() { r.countFanOut(len(parts), len(missing), err) }()

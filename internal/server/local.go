@@ -24,6 +24,9 @@ type localNode struct {
 
 var _ node.Service = (*localNode)(nil)
 
+// InProcess implements router.InProcess.
+func (c *localNode) InProcess() bool { return true }
+
 // admit takes a slot as the internal API's interceptor does, failing as a
 // remote call that met the same refusal fails.
 func (c *localNode) admit(ctx context.Context) (func(), error) {

@@ -179,7 +179,12 @@ type Server struct {
 
 type localBackend struct{ n node.Service }
 
-func (b localBackend) Node(string, int) (node.Service, error) { return b.n, nil }
+func (b localBackend) Node(string, int) (node.Service, error) { return inProcess{b.n}, nil }
+
+// inProcess is the single node as its router calls it (router.InProcess).
+type inProcess struct{ node.Service }
+
+func (inProcess) InProcess() bool { return true }
 
 // StorageNodes is one: a single node holds one copy of everything.
 func (b localBackend) StorageNodes(context.Context) (int, error) { return 1, nil }
