@@ -20,6 +20,19 @@ type ChangeSources struct {
 
 	mu    sync.Mutex
 	turns map[string]int
+	// logs and snaps are relays and storage nodes of this process, by
+	// URL, read without the wire (CallLocally).
+	logs  map[string]node.LogSource
+	snaps map[string]node.Snapshotter
+}
+
+// CallLocally makes the sources read the relays in logs and take
+// snapshots from the storage nodes in snaps, both by URL, directly: those
+// of the router's own process.
+func (s *ChangeSources) CallLocally(logs map[string]node.LogSource, snaps map[string]node.Snapshotter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.logs, s.snaps = logs, snaps
 }
 
 // NewChangeSources reads through relays (with remotes) and view.
@@ -33,26 +46,49 @@ func (s *ChangeSources) Log(db string, part int) (node.LogSource, error) {
 		s.mu.Lock()
 		turn := s.turns[k]
 		s.turns[k] = turn + 1
+		url := urls[turn%len(urls)]
+		local := s.logs[url]
 		s.mu.Unlock()
-		return s.remotes.Get(urls[turn%len(urls)]), nil
+		if local != nil {
+			return local, nil
+		}
+		return s.remotes.Get(url), nil
 	}
 	return s.master(db, part)
 }
 
 func (s *ChangeSources) Snapshot(db string, part int) (node.Snapshotter, error) {
-	return s.master(db, part)
+	url, err := s.masterURL(db, part)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	local := s.snaps[url]
+	s.mu.Unlock()
+	if local != nil {
+		return local, nil
+	}
+	return s.remotes.Get(url), nil
 }
 
 // master is the partition's master, called directly (change streams are
 // not the traffic whose failures routers report).
 func (s *ChangeSources) master(db string, part int) (*node.Remote, error) {
+	url, err := s.masterURL(db, part)
+	if err != nil {
+		return nil, err
+	}
+	return s.remotes.Get(url), nil
+}
+
+func (s *ChangeSources) masterURL(db string, part int) (string, error) {
 	t := s.view.Table(db)
 	if t == nil {
-		return nil, fmt.Errorf("database %s has no routing table yet: %w", db, node.ErrNotMaster)
+		return "", fmt.Errorf("database %s has no routing table yet: %w", db, node.ErrNotMaster)
 	}
 	_, url := t.Master(part)
 	if url == "" {
-		return nil, fmt.Errorf("partition %s/%d has no master: %w", db, part, node.ErrNotMaster)
+		return "", fmt.Errorf("partition %s/%d has no master: %w", db, part, node.ErrNotMaster)
 	}
-	return s.remotes.Get(url), nil
+	return url, nil
 }

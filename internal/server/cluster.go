@@ -134,13 +134,16 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 	if err != nil {
 		return err
 	}
-	rpc, err := s.startRelay(ctx, "relay", "http://"+ln.Addr().String())
+	relayURL := "http://" + ln.Addr().String()
+	rpc, r, err := s.startRelay(ctx, "relay", relayURL)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	s.local = map[string]node.Service{}
+	s.localLogs = map[string]node.LogSource{relayURL: node.LogFunc(r.Log)}
+	s.localSnaps = map[string]node.Snapshotter{}
 	for i := range s.opts.Nodes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -160,6 +163,7 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		}
 		rpc, local := s.nodeRPC(m)
 		s.local["http://"+ln.Addr().String()] = local
+		s.localSnaps["http://"+ln.Addr().String()] = m.node
 		s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	}
 	s.startController()
@@ -168,9 +172,9 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 
 // startRelay runs a relay in the background, registered as id at url
 // (where the returned server will be served).
-func (s *Server) startRelay(ctx context.Context, id, url string) (*wire.Server, error) {
+func (s *Server) startRelay(ctx context.Context, id, url string) (*wire.Server, *relay.Relay, error) {
 	if url == "" {
-		return nil, errors.New("a relay needs the URL its log API is reached at")
+		return nil, nil, errors.New("a relay needs the URL its log API is reached at")
 	}
 	if id == "" {
 		id = strings.TrimPrefix(url, "http://")
@@ -182,14 +186,14 @@ func (s *Server) startRelay(ctx context.Context, id, url string) (*wire.Server, 
 	rctx := s.background(func(ctx context.Context) { r.Run(ctx) })
 	reg, err := topo.RegisterRelay(rctx, s.cli, s.opts.Prefix, id, url, s.opts.LeaseTTL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// After the relay's own stop (which ends rctx), wait for its
 	// registration to be let go.
 	s.stop = append(s.stop, func() { <-reg.Done() })
 	rpc := wire.NewServer()
 	r.Register(rpc, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
-	return rpc, nil
+	return rpc, r, nil
 }
 
 // startController campaigns for leadership in the background.

@@ -164,8 +164,12 @@ type Server struct {
 	// local holds this process's storage nodes by advertised URL, as
 	// its router calls them (unless Options.NoLocalCalls).
 	local map[string]node.Service
-	stop  []func()         // background roles (controller, routing view), stopped first
-	extra []*wire.Listener // internal APIs of serve's storage nodes and relay
+	// localLogs and localSnaps are this process's relay and storage
+	// nodes by URL, as its change streams read them.
+	localLogs  map[string]node.LogSource
+	localSnaps map[string]node.Snapshotter
+	stop       []func()         // background roles (controller, routing view), stopped first
+	extra      []*wire.Listener // internal APIs of serve's storage nodes and relay
 
 	limiter *admission.Limiter // the document API's
 
@@ -309,7 +313,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
 	case r == roleRelay:
-		if s.rpc, err = s.startRelay(ctx, opts.NodeID, opts.AdvertiseURL); err != nil {
+		if s.rpc, _, err = s.startRelay(ctx, opts.NodeID, opts.AdvertiseURL); err != nil {
 			return nil, err
 		}
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
@@ -356,8 +360,11 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		relays := topo.WatchRelays(vctx, s.cli, opts.Prefix)
 		remotes := &node.Remotes{MaxVersion: opts.ProtocolVersion}
 		s.stop = append(s.stop, func() { cancel(); <-relays.Done(); remotes.Close() })
-		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger,
-			Sources: routing.NewChangeSources(view, relays, remotes)})
+		sources := routing.NewChangeSources(view, relays, remotes)
+		if !opts.NoLocalCalls {
+			sources.CallLocally(s.localLogs, s.localSnaps)
+		}
+		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger, Sources: sources})
 	}
 	s.Metrics.RegisterFanOut(s.Router.FanOutStats)
 	s.Metrics.RegisterHedges(s.Router.HedgeStats)
