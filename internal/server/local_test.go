@@ -5,48 +5,35 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/node"
 )
 
-// TestLocalNodeAdmits: a router's direct call to a storage node of its
-// own process is admitted as a call over the wire is: a call whose
-// deadline has passed does no work and is counted as dropped, and one
-// past the node's bound is refused as overloaded — before the node is
-// touched (it is nil here).
-func TestLocalNodeAdmits(t *testing.T) {
+// TestLocalNodeDropsExpired: a router's direct call to a storage node of
+// its own process whose deadline has passed does no work (the node is nil
+// here: touching it would panic) and is counted as dropped, as a call over
+// the wire is.
+func TestLocalNodeDropsExpired(t *testing.T) {
 	expired := new(atomic.Uint64)
-	c := &localNode{id: "n1", l: admission.New(admission.Options{MaxInFlight: 1, MaxQueue: -1}), expired: expired}
-
+	c := &localNode{id: "n1", expired: expired}
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := c.Get(gone, node.GetRequest{}); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a call whose context ended: %v, want context.Canceled", err)
+		t.Fatalf("a read whose context ended: %v, want context.Canceled", err)
 	}
-	if _, err := c.Write(gone, node.WriteRequest{}); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a write whose context ended: %v, want context.Canceled", err)
+	if _, err := c.MultiGet(gone, node.MultiGetRequest{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a multi-get whose context ended: %v, want context.Canceled", err)
 	}
-	if n := expired.Load(); n != 2 {
-		t.Fatalf("%d calls counted as dropped, want 2", n)
+	if _, err := c.Scan(gone, node.ScanRequest{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a scan whose context ended: %v, want context.Canceled", err)
 	}
-
-	release, err := c.admit(context.Background()) // the one slot
-	if err != nil {
-		t.Fatal(err)
+	late, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := c.Write(late, node.WriteRequest{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write past its deadline: %v, want context.DeadlineExceeded", err)
 	}
-	if _, err := c.MultiGet(context.Background(), node.MultiGetRequest{}); !errors.Is(err, node.ErrOverloaded) {
-		t.Fatalf("a call past the bound: %v, want node.ErrOverloaded", err)
-	}
-	if _, err := c.Scan(context.Background(), node.ScanRequest{}); !errors.Is(err, node.ErrOverloaded) {
-		t.Fatalf("a scan past the bound: %v, want node.ErrOverloaded", err)
-	}
-	release()
-	if release, err = c.admit(context.Background()); err != nil {
-		t.Fatalf("after the slot was released: %v", err)
-	}
-	release()
-	if n := expired.Load(); n != 2 {
-		t.Fatalf("%d calls counted as dropped, want still 2", n)
+	if n := expired.Load(); n != 4 {
+		t.Fatalf("%d calls counted as dropped, want 4", n)
 	}
 }

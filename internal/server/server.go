@@ -593,12 +593,13 @@ var demoTables = []struct{ name, def string }{
 
 // nodeRPC returns a storage node's internal API server, serving m, its
 // calls admitted by their own limiter (exported under edge "rpc:" +
-// m.id), and m as this process's router calls it, admitted by the same.
+// m.id), and m as this process's router calls it (calls dropped for
+// their deadline counted there too).
 func (s *Server) nodeRPC(m *member) (*wire.Server, *localNode) {
 	l := admission.New(s.opts.NodeAdmission)
 	expired := new(atomic.Uint64)
 	s.Metrics.RegisterAdmission("rpc:"+m.id, l, expired)
 	rpc := wire.NewServer(grpc.UnaryInterceptor(admission.UnaryInterceptor(l, expired)))
 	node.Register(rpc, m.node, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
-	return rpc, &localNode{id: m.id, n: m.node, l: l, expired: expired}
+	return rpc, &localNode{id: m.id, n: m.node, expired: expired}
 }
