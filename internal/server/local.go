@@ -30,48 +30,29 @@ var _ node.Service = (*localNode)(nil)
 // InProcess implements router.InProcess.
 func (c *localNode) InProcess() bool { return true }
 
-// admit drops a call whose context has ended, as the internal API's
-// interceptor does.
-func (c *localNode) admit(ctx context.Context) (func(), error) {
+// call runs f on the node unless ctx has ended: a call whose context
+// ended is dropped and counted, as the internal API's interceptor does.
+func call[Req, Res any](c *localNode, ctx context.Context, f func(*node.Node, context.Context, Req) (Res, error), req Req) (Res, error) {
 	if err := ctx.Err(); err != nil {
 		c.expired.Add(1)
-		return nil, err
+		var zero Res
+		return zero, err
 	}
-	return func() {}, nil
+	return f(c.n, ctx, req)
 }
 
 func (c *localNode) Get(ctx context.Context, req node.GetRequest) (*node.Item, error) {
-	release, err := c.admit(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return c.n.Get(ctx, req)
+	return call(c, ctx, (*node.Node).Get, req)
 }
 
 func (c *localNode) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
-	release, err := c.admit(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return c.n.MultiGet(ctx, req)
+	return call(c, ctx, (*node.Node).MultiGet, req)
 }
 
 func (c *localNode) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {
-	release, err := c.admit(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return c.n.Scan(ctx, req)
+	return call(c, ctx, (*node.Node).Scan, req)
 }
 
 func (c *localNode) Write(ctx context.Context, req node.WriteRequest) (*node.WriteResult, error) {
-	release, err := c.admit(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return c.n.Write(ctx, req)
+	return call(c, ctx, (*node.Node).Write, req)
 }
