@@ -1,12 +1,12 @@
 package server
 
 import (
-	"context"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // DefaultHeapFloor is the heap goal below which a Cortado process does not
@@ -21,50 +21,92 @@ var heapTuned atomic.Bool
 // until the server stops. A server's live heap is small (documents live in
 // Pebble's memory, outside it), so with GOGC=100 the goal is a few MB and
 // a loaded server collected 25–30 times a second, each cycle's marking
-// and assists taken from requests. The goal becomes max(floor, the
-// goal GOGC gives): as the live heap grows past floor/2 GOGC is what it
-// was. It leaves the collector alone when floor is not positive, when
-// the GOGC environment variable is set (the operator chose), and when
-// another server of this process tunes it already.
+// and assists taken from requests. The goal becomes max(floor, the goal
+// GOGC gives): once the live heap passes floor/2, GOGC is what it was.
+//
+// GOGC is set at the end of every collection, from the live heap that
+// collection found (a finalizer of an object dropped each cycle runs
+// then), so the goal the runtime computes from it is exactly that: set
+// on a timer instead, a live heap that grew between two ticks multiplied
+// an old, large GOGC and overshot the floor (133 MiB under the overload
+// test's burst against a 64 MiB floor).
+//
+// It leaves the collector alone when floor is not positive, when the GOGC
+// environment variable is set (the operator chose), when GOGC is off, and
+// when another server of this process tunes it already.
 func (s *Server) tuneHeap(floor int64) {
 	if floor <= 0 || os.Getenv("GOGC") != "" || !heapTuned.CompareAndSwap(false, true) {
 		return
 	}
 	base := debug.SetGCPercent(100)
 	debug.SetGCPercent(base)
-	if base < 0 { // GOGC=off set by the program
+	if base < 0 {
 		heapTuned.Store(false)
 		return
 	}
-	s.background(func(ctx context.Context) {
-		defer func() {
-			debug.SetGCPercent(base)
-			heapTuned.Store(false)
-		}()
-		live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		set := base
-		for {
-			metrics.Read(live)
-			if p := gcPercent(live[0].Value.Uint64(), uint64(floor), base); p != set {
-				debug.SetGCPercent(p)
-				set = p
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	t := &heapTuner{floor: uint64(floor), base: base, set: base}
+	t.tune()
+	t.arm()
+	s.stop = append(s.stop, t.stop)
+}
+
+// heapTuner sets GOGC after each collection until stopped.
+type heapTuner struct {
+	floor uint64
+	base  int
+
+	mu      sync.Mutex
+	set     int // the GOGC last set
+	stopped bool
+}
+
+// sentinel is dropped at once; its finalizer runs after the collection
+// that found it unreachable.
+type sentinel struct{ _ [16]byte }
+
+func (t *heapTuner) arm() {
+	runtime.SetFinalizer(&sentinel{}, func(*sentinel) {
+		t.mu.Lock()
+		stopped := t.stopped
+		t.mu.Unlock()
+		if !stopped {
+			t.tune()
+			t.arm()
 		}
 	})
 }
 
+func (t *heapTuner) tune() {
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	p := gcPercent(live[0].Value.Uint64(), t.floor, t.base)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.stopped && p != t.set {
+		debug.SetGCPercent(p)
+		t.set = p
+	}
+}
+
+// stop puts GOGC back; a finalizer still pending does nothing.
+func (t *heapTuner) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.stopped = true
+	debug.SetGCPercent(t.base)
+	heapTuned.Store(false)
+}
+
 // gcPercent is the GOGC that puts the heap goal, live×(1+GOGC/100), at
 // floor or more: base when base already does, at most 100× the live heap.
+// Before the first collection the live heap reads 0: base, until that
+// collection measures it (the runtime would apply a GOGC computed from a
+// guess to the heap it actually marked).
 func gcPercent(live, floor uint64, base int) int {
-	live = max(live, 1<<20) // before the first collection it reads 0
-	if live >= floor {
+	if live == 0 || live >= floor {
 		return base
 	}
 	p := (floor - live) * 100 / live

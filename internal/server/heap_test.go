@@ -11,13 +11,14 @@ func TestGCPercent(t *testing.T) {
 		live, floor uint64
 		base, want  int
 	}{
-		{live: 4 * mb, floor: 64 * mb, base: 100, want: 1500},  // goal 64 MB
-		{live: 32 * mb, floor: 64 * mb, base: 100, want: 100},  // 2×live is the floor
-		{live: 40 * mb, floor: 64 * mb, base: 100, want: 100},  // past floor/2: GOGC as it was
-		{live: 200 * mb, floor: 64 * mb, base: 100, want: 100}, // past the floor
-		{live: 4 * mb, floor: 64 * mb, base: 3000, want: 3000}, // the process asked for more
-		{live: 0, floor: 64 * mb, base: 100, want: 6300},       // before the first collection: 1 MB
-		{live: 1 * mb, floor: 1 << 40, base: 100, want: 10000}, // bounded
+		{live: 4 * mb, floor: 64 * mb, base: 100, want: 1500},     // goal 64 MB
+		{live: 32 * mb, floor: 64 * mb, base: 100, want: 100},     // 2×live is the floor
+		{live: 40 * mb, floor: 64 * mb, base: 100, want: 100},     // past floor/2: GOGC as it was
+		{live: 200 * mb, floor: 64 * mb, base: 100, want: 100},    // past the floor
+		{live: 4 * mb, floor: 64 * mb, base: 3000, want: 3000},    // the process asked for more
+		{live: 0, floor: 64 * mb, base: 100, want: 100},           // before the first collection: not known yet
+		{live: 1 * mb, floor: 1 << 40, base: 100, want: 10000},    // bounded
+		{live: 100 << 10, floor: 64 * mb, base: 100, want: 10000}, // a tiny heap: bounded too
 	} {
 		got := gcPercent(c.live, c.floor, c.base)
 		if got != c.want {
