@@ -49,7 +49,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*client.Client, error
 		}
 		s, err := server.Open(ctx, server.Options{DataDir: dir, EtcdClientURL: clientURL, EtcdPeerURL: peerURL, Logger: o.Logger,
 			HeapFloor: -1})
-		if err != nil && fresh && attempt < 5 && strings.Contains(err.Error(), "address already in use") {
+		if err != nil && fresh && attempt < 5 && coord.IsAddrInUse(err) {
 			// The ports were free when picked but another process took
 			// them; a new directory can pick again.
 			os.Remove(filepath.Join(dir, "etcd-urls"))

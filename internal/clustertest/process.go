@@ -88,7 +88,7 @@ func StartServe(t testing.TB, o ServeOptions) *Serve {
 			"--etcd-client-url", client, "--etcd-peer-url", peer, "--log-level", "warn"}, o.Args...)
 		s := &Serve{t: t, Dir: o.Dir, args: args, logPath: filepath.Join(o.Dir, "serve.log")}
 		if err := s.tryStart(); err != nil {
-			if strings.Contains(err.Error(), "address already in use") && attempt < 5 {
+			if coord.IsAddrInUse(err) && attempt < 5 {
 				os.RemoveAll(filepath.Join(o.Dir, "etcd"))
 				continue
 			}

@@ -483,13 +483,15 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 		}
 	}
 	var wg sync.WaitGroup
-	var here []int
-	nodes := make([]node.Service, len(parts))
+	type local struct {
+		i int
+		n node.Service
+	}
+	var here []local
 	for i, p := range parts {
 		n, err := r.backend.Node(db, p)
 		if err == nil && IsInProcess(n) {
-			nodes[i] = n
-			here = append(here, i)
+			here = append(here, local{i, n})
 			continue
 		}
 		wg.Go(func() { call(i, n, err) })
@@ -498,8 +500,8 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	// request's goroutine: on the same cores, calls in goroutines of
 	// their own only interleave with other requests', and this request
 	// waits for the last of them.
-	for _, i := range here {
-		call(i, nodes[i], nil)
+	for _, l := range here {
+		call(l.i, l.n, nil)
 	}
 	wg.Wait()
 	defer func() { r.countFanOut(len(parts), len(missing), err) }()

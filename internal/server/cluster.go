@@ -156,14 +156,15 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		}
 		// Node IDs are stable across restarts (the data stays with
 		// them); the port is new each time and advertised again.
-		m, err := s.startMember(ctx, dir, fmt.Sprintf("node%d", i), "http://"+ln.Addr().String(), plans)
+		url := "http://" + ln.Addr().String()
+		m, err := s.startMember(ctx, dir, fmt.Sprintf("node%d", i), url, plans)
 		if err != nil {
 			ln.Close()
 			return err
 		}
 		rpc, local := s.nodeRPC(m)
-		s.local["http://"+ln.Addr().String()] = local
-		s.localSnaps["http://"+ln.Addr().String()] = m.node
+		s.local[url] = local
+		s.localSnaps[url] = m.node
 		s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	}
 	s.startController()

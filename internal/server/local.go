@@ -20,7 +20,6 @@ import (
 // --nodes N` reaches its N nodes this way; replication (relay, slaves)
 // still goes over the wire. CockroachDB calls its own node the same way.
 type localNode struct {
-	id      string
 	n       *node.Node
 	expired *atomic.Uint64
 }

@@ -16,7 +16,7 @@ import (
 // the wire is.
 func TestLocalNodeDropsExpired(t *testing.T) {
 	expired := new(atomic.Uint64)
-	c := &localNode{id: "n1", expired: expired}
+	c := &localNode{expired: expired}
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := c.Get(gone, node.GetRequest{}); !errors.Is(err, context.Canceled) {

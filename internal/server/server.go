@@ -601,5 +601,5 @@ func (s *Server) nodeRPC(m *member) (*wire.Server, *localNode) {
 	s.Metrics.RegisterAdmission("rpc:"+m.id, l, expired)
 	rpc := wire.NewServer(grpc.UnaryInterceptor(admission.UnaryInterceptor(l, expired)))
 	node.Register(rpc, m.node, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
-	return rpc, &localNode{id: m.id, n: m.node, expired: expired}
+	return rpc, &localNode{n: m.node, expired: expired}
 }
