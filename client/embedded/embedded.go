@@ -48,7 +48,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*client.Client, error
 			return nil, err
 		}
 		s, err := server.Open(ctx, server.Options{DataDir: dir, EtcdClientURL: clientURL, EtcdPeerURL: peerURL, Logger: o.Logger,
-			HeapFloor: -1})
+			HeapFloor: -1, ProcsPerCPU: -1})
 		if err != nil && fresh && attempt < 5 && coord.IsAddrInUse(err) {
 			// The ports were free when picked but another process took
 			// them; a new directory can pick again.

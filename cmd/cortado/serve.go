@@ -68,6 +68,7 @@ type roleFlags struct {
 	maxConns, maxStreams           *int
 	idleTimeout, writeTimeout      *time.Duration
 	heapFloor                      *int64
+	procsPerCPU                    *int
 }
 
 func newRoleFlags(name, listen string) *roleFlags {
@@ -82,6 +83,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		maxConns:      fs.Int("max-conns", server.DefaultMaxConns, "connections the port holds open at once; one beyond it is closed at once (-1: no bound)"),
 		idleTimeout:   fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close a kept-alive HTTP connection that sends no request for this long"),
 		heapFloor:     fs.Int64("heap-floor", server.DefaultHeapFloor, "smallest heap goal, in bytes, the garbage collector aims at (-1: GOGC alone; the GOGC environment variable also leaves it alone)"),
+		procsPerCPU:   fs.Int("procs-per-cpu", server.DefaultProcsPerCPU, "Go processors (GOMAXPROCS) per CPU: above 1 lets goroutines run while others wait in file system calls (fsync); 1: as the Go runtime chose (the GOMAXPROCS environment variable also leaves it alone)"),
 		protocol:      fs.Uint("protocol-version", uint(wire.Version), fmt.Sprintf("newest internal protocol version spoken (%d to %d): the previous one makes this process talk as the previous release, during a rolling upgrade", wire.MinVersion, wire.Version)),
 	}
 	if name == "serve" || name == "storage" {
@@ -141,7 +143,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 
 func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	o := server.Options{Logger: log, ProtocolVersion: uint32(*f.protocol), MaxConns: *f.maxConns, IdleTimeout: *f.idleTimeout,
-		HeapFloor: *f.heapFloor}
+		HeapFloor: *f.heapFloor, ProcsPerCPU: *f.procsPerCPU}
 	if f.dataDir != nil {
 		o.DataDir = *f.dataDir
 	}

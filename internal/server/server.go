@@ -143,6 +143,11 @@ type Options struct {
 	// (default DefaultHeapFloor; negative: GOGC as the process has it).
 	// An embedded server leaves the host process's collector alone.
 	HeapFloor int64
+	// ProcsPerCPU is how many Go processors (GOMAXPROCS) the process runs
+	// per CPU it may use (default DefaultProcsPerCPU; 1 or negative:
+	// GOMAXPROCS as the runtime chose). An embedded server leaves the
+	// host process's alone.
+	ProcsPerCPU int
 }
 
 // Server is one Cortado process: every role (serve), or one of them.
@@ -267,6 +272,9 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.HeapFloor == 0 {
 		opts.HeapFloor = DefaultHeapFloor
 	}
+	if opts.ProcsPerCPU == 0 {
+		opts.ProcsPerCPU = DefaultProcsPerCPU
+	}
 	if opts.ProtocolVersion < wire.MinVersion || opts.ProtocolVersion > wire.Version {
 		return nil, fmt.Errorf("protocol version %d: this binary speaks %d to %d", opts.ProtocolVersion, wire.MinVersion, wire.Version)
 	}
@@ -289,6 +297,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		}
 	}()
 	s.tuneHeap(opts.HeapFloor)
+	s.tuneProcs(opts.ProcsPerCPU)
 	endpoints := opts.EtcdEndpoints
 	if len(endpoints) == 0 {
 		s.etcd, err = coord.StartEmbedded(coord.EmbeddedOptions{
