@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,9 +25,10 @@ import (
 // pipelining would: a request the server holds in its queue must not
 // hold back the next.
 
-// maxConns bounds the generator's connections (the servers' default
-// --max-conns is 4096: beyond it they close connections at once).
-const maxConns = 16384
+// maxConns bounds the generator's open connections (the servers'
+// default --max-conns is 4096: beyond it they close connections at once).
+// A variable for the tests.
+var maxConns int64 = 16384
 
 // openLoop offers the mix at rate to base for d: request i is due at
 // start + i/rate. A request answered within timeout of its due time with
@@ -43,7 +45,7 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 	n := int(d / interval)
 	g := &generator{o: o, host: u.Host, timeout: timeout, work: make(chan time.Time), doc: docJSON(o.DocBytes)}
 	start := time.Now().Add(50 * time.Millisecond)
-	conns := 0
+	dialed := uint64(0)
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
 		if err := waitUntil(ctx, at); err != nil {
@@ -54,13 +56,24 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 			continue
 		default:
 		}
-		if conns >= maxConns {
+		// The bound is on connections open, not ever dialled: counting
+		// those (as until 2026-11-24) left the generator without
+		// connections a few seconds into a step where servers refused
+		// connections or requests timed out (each closing its
+		// connection), and every later request failed unsent — the
+		// "collapse" of both servers at 1.2–5C in earlier runs, at a
+		// fraction of a core.
+		if g.open.Load() >= maxConns {
 			g.record(0, false)
 			continue
 		}
-		conns++
-		seed := uint64(conns)
-		g.wg.Go(func() { g.connection(seed, at) })
+		g.open.Add(1)
+		dialed++
+		seed := dialed
+		g.wg.Go(func() {
+			defer g.open.Add(-1)
+			g.connection(seed, at)
+		})
 	}
 	close(g.work)
 	g.wg.Wait()
@@ -75,6 +88,7 @@ type generator struct {
 	doc     string
 	work    chan time.Time // due times of requests to send
 	wg      sync.WaitGroup
+	open    atomic.Int64 // connections open
 
 	mu     sync.Mutex
 	lat    []time.Duration
