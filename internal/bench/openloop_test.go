@@ -68,28 +68,3 @@ func TestOpenLoop(t *testing.T) {
 		t.Fatalf("%d of %d answered: requests held by the server held back others", len(lat), n)
 	}
 }
-
-// TestOpenLoopRedials: the connection bound is on connections open, so a
-// server that closes each connection after one answer is sent every
-// request of the schedule, over many more connections than the bound.
-func TestOpenLoopRedials(t *testing.T) {
-	defer func(m int64) { maxConns = m }(maxConns)
-	maxConns = 4
-	var served atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Add(1)
-		w.Header().Set("Connection", "close")
-		w.Write([]byte(`{}`))
-	}))
-	defer srv.Close()
-	o := Options{DB: "b", Keys: 100, DocBytes: 100}
-	const rate, d = 200, 500 * time.Millisecond
-	lat, failed, err := openLoop(t.Context(), o, srv.URL, rate, d, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := int(rate * d.Seconds())
-	if len(lat) != n || failed != 0 || served.Load() != int64(n) {
-		t.Fatalf("%d answered, %d failed, %d served of %d requests over connections closed after each: want all answered", len(lat), failed, served.Load(), n)
-	}
-}
