@@ -26,6 +26,9 @@ var procsTuned atomic.Bool
 // each replication hop 10–30 ms; with twice the processors, 1.7 cores and
 // 1.8× the writes a second (docs/performance.md).
 //
+// Set once: the runtime then no longer follows a container's CPU limit
+// that changes while the process runs.
+//
 // It leaves GOMAXPROCS alone when perCPU is below 2, when the GOMAXPROCS
 // environment variable is set (the operator chose), and when another
 // server of this process set it already.
