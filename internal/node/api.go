@@ -44,6 +44,19 @@ type Service interface {
 	Write(ctx context.Context, req WriteRequest) (*WriteResult, error)
 }
 
+// InProcess is implemented by a Service that runs in its caller's own
+// process (InProcess true): a router's fan-out calls it in the request's
+// goroutine instead of a goroutine of its own.
+type InProcess interface {
+	InProcess() bool
+}
+
+// IsInProcess reports whether s runs in its caller's own process.
+func IsInProcess(s Service) bool {
+	ip, ok := s.(InProcess)
+	return ok && ip.InProcess()
+}
+
 // Preconditions are the HTTP conditional headers of a request (RFC 9110
 // §13). Empty fields are absent headers.
 type Preconditions struct {

@@ -90,19 +90,6 @@ type Backend interface {
 	Node(db string, partition int) (node.Service, error)
 }
 
-// InProcess is implemented by a node.Service that runs in the router's own
-// process (InProcess true): a fan-out calls it in the request's goroutine
-// instead of a goroutine of its own.
-type InProcess interface {
-	InProcess() bool
-}
-
-// IsInProcess reports whether s runs in the router's own process.
-func IsInProcess(s node.Service) bool {
-	ip, ok := s.(InProcess)
-	return ok && ip.InProcess()
-}
-
 // Router serves the document API.
 type Router struct {
 	reg     *registry.Registry
@@ -490,7 +477,7 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	var here []local
 	for i, p := range parts {
 		n, err := r.backend.Node(db, p)
-		if err == nil && IsInProcess(n) {
+		if err == nil && node.IsInProcess(n) {
 			here = append(here, local{i, n})
 			continue
 		}

@@ -163,11 +163,8 @@ type reporting struct {
 // Addr names the node's host (for per-host budgets): its ID.
 func (s reporting) Addr() string { return s.id }
 
-// InProcess is the node's (router.InProcess).
-func (s reporting) InProcess() bool {
-	ip, ok := s.Service.(interface{ InProcess() bool })
-	return ok && ip.InProcess()
-}
+// InProcess is the node's (node.InProcess).
+func (s reporting) InProcess() bool { return node.IsInProcess(s.Service) }
 
 // Quiet is the node's (node.Remote.Quiet).
 func (s reporting) Quiet() time.Duration {

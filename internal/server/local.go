@@ -26,7 +26,7 @@ type localNode struct {
 
 var _ node.Service = (*localNode)(nil)
 
-// InProcess implements router.InProcess.
+// InProcess implements node.InProcess.
 func (c *localNode) InProcess() bool { return true }
 
 // call runs f on the node unless ctx has ended: a call whose context

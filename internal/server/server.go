@@ -186,11 +186,13 @@ type Server struct {
 	closeErr  error
 }
 
+// localBackend is a single node's: n is the node wrapped once as
+// inProcess, not on every call.
 type localBackend struct{ n node.Service }
 
-func (b localBackend) Node(string, int) (node.Service, error) { return inProcess{b.n}, nil }
+func (b localBackend) Node(string, int) (node.Service, error) { return b.n, nil }
 
-// inProcess is the single node as its router calls it (router.InProcess).
+// inProcess is the single node as its router calls it (node.InProcess).
 type inProcess struct{ node.Service }
 
 func (inProcess) InProcess() bool { return true }
@@ -343,7 +345,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		s.Metrics.RegisterPebble(s.engine.Metrics)
 		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding("node"), SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
 		s.retain(n)
-		s.Router = router.New(s.reg, plans, localBackend{n}, opts.Router, opts.Logger)
+		s.Router = router.New(s.reg, plans, localBackend{inProcess{n}}, opts.Router, opts.Logger)
 		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger})
 	default: // a router, or serve with several nodes
 		if r == roleAll {
