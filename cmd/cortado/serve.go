@@ -63,6 +63,7 @@ type roleFlags struct {
 	hedge, nodeAdaptive, slowNodes *bool
 	stallCalls                     *int
 	stallAfter                     *time.Duration
+	nodeMaxCalls                   *int
 	indexBuildRate                 *int
 	quotaRate, quotaBurst          *float64
 	maxConns, maxStreams           *int
@@ -107,6 +108,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.hedge = fs.Bool("hedge", true, "hedge reads that accept a slave's answer (Cache-Control: max-stale): ask a slave too when the master is slower than its recent p95, within a per-host budget")
 		f.stallCalls = fs.Int("stall-calls", node.DefaultStallCalls, "a storage node that has answered none of this many reads and writes for --stall-after is stalled: they end as unavailable and new ones fail at once, a probe a --stall-after (-1: never)")
 		f.stallAfter = fs.Duration("stall-after", node.DefaultStallAfter, "see --stall-calls")
+		f.nodeMaxCalls = fs.Int("node-max-calls", 0, "a router's reads and writes in flight to one storage node at most; more fail at once as overloaded, not delivered (0: half of --max-in-flight; -1: no bound)")
 		f.slowNodes = fs.Bool("report-slow-nodes", true, "report to the controller a storage node whose reads' median latency stays at least 250 ms and 10x the other nodes' for 10 s, as one that cannot be reached")
 		f.requestTimeout = fs.Duration("request-timeout", admission.DefaultRequestTimeout, "deadline of a document request that sends no Request-Timeout header (-1s: none)")
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
@@ -153,7 +155,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	if f.maxBody != nil {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge},
 			WriteTimeout: *f.writeTimeout, MaxStreams: *f.maxStreams}
-		o.Stall = node.StallOptions{Calls: *f.stallCalls, After: *f.stallAfter}
+		o.Stall = node.StallOptions{Calls: *f.stallCalls, After: *f.stallAfter, MaxCalls: *f.nodeMaxCalls}
 		o.NoSlowNodeReports = !*f.slowNodes
 		o.Admission = admission.Options{MaxInFlight: *f.maxInFlight, MaxQueue: *f.maxQueue, QueueTimeout: *f.queueTimeout}
 		o.Deadlines = admission.Deadlines{Default: *f.requestTimeout}

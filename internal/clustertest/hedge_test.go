@@ -257,3 +257,82 @@ func TestStalledNode(t *testing.T) {
 		return code == 200
 	})
 }
+
+// TestNodeCallBound: a storage node that answers slowly (toxiproxy adds
+// latency; it never stops answering, so it is not stalled) holds at most
+// MaxCalls of the router's calls: the calls beyond fail at once as 503
+// overloaded, not delivered, while the calls within it are answered and
+// reads of the other nodes' partitions go on.
+func TestNodeCallBound(t *testing.T) {
+	proxy, advertise := proxyLast(t)
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: advertise,
+		stall: node.StallOptions{Calls: -1, MaxCalls: 3}})
+	d, _ := c.reg.Database("d")
+	var onSlow, elsewhere []string
+	for i := 0; (len(onSlow) < 4 || len(elsewhere) < 4) && i < 1000; i++ {
+		k := fmt.Sprintf("b%d", i)
+		c.put(k, "v")
+		if c.view.Table("d").Partitions[d.PartitionOf(keys.S(k))].Replicas[0] == "n2" {
+			onSlow = append(onSlow, k)
+		} else {
+			elsewhere = append(elsewhere, k)
+		}
+	}
+	if len(onSlow) == 0 || len(elsewhere) == 0 {
+		t.Fatalf("keys on n2: %d, elsewhere: %d", len(onSlow), len(elsewhere))
+	}
+	awaitReplicasEqual(t, c.view, c.nodes, 4)
+	hc := &http.Client{Timeout: 20 * time.Second}
+	read := func(k string) (int, string, time.Duration) {
+		start := time.Now()
+		resp, err := hc.Get(c.url + "/d/T/" + k)
+		if err != nil {
+			t.Error(err)
+			return 0, "", 0
+		}
+		defer resp.Body.Close()
+		var p struct{ Title string }
+		json.NewDecoder(resp.Body).Decode(&p)
+		return resp.StatusCode, p.Title, time.Since(start)
+	}
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":2000}}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Eight reads of the slow node at once: three are its bound.
+	type outcome struct {
+		code  int
+		title string
+		took  time.Duration
+	}
+	out := make(chan outcome, 8)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			code, title, took := read(onSlow[i%len(onSlow)])
+			out <- outcome{code, title, took}
+		})
+	}
+	// The refused ones come back at once, long before the slow answers;
+	// the other nodes' partitions are read meanwhile.
+	for range 5 {
+		o := <-out
+		if o.code != 503 || o.title != "Storage overloaded" || o.took > time.Second {
+			t.Fatalf("a read beyond the slow node's bound: %d %q after %v, want 503 Storage overloaded at once", o.code, o.title, o.took)
+		}
+	}
+	for _, k := range elsewhere {
+		if code, _, took := read(k); code != 200 || took > time.Second {
+			t.Fatalf("a read of a live node beside the slow one: %d after %v", code, took)
+		}
+	}
+	wg.Wait()
+	close(out)
+	for o := range out {
+		if o.code != 200 || o.took < time.Second {
+			t.Fatalf("a read within the slow node's bound: %d after %v, want 200 once it answered", o.code, o.took)
+		}
+	}
+	if err := proxy.Toxics.RemoveToxic(context.Background(), "slow"); err != nil {
+		t.Fatal(err)
+	}
+}

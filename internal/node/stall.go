@@ -19,6 +19,14 @@ import (
 // end as unavailable (a write's outcome unknown), new ones fail at once
 // as not delivered, and one call an After is let through as a probe;
 // any answer ends the stall.
+//
+// The guard also bounds the calls in flight to one node (MaxCalls): a
+// call beyond it is refused at once as overloaded, not delivered. A
+// router's slots are shared by every node it calls; without the bound, a
+// node that slows down without stopping — or stops, until the guard
+// above sees it — takes them all, and requests for healthy nodes are
+// refused with it (the FollowFeed lesson: one sick host must not take
+// its callers down).
 
 // StallOptions configure a stall guard; zero values take the defaults.
 type StallOptions struct {
@@ -27,19 +35,29 @@ type StallOptions struct {
 	// stalled.
 	Calls int
 	After time.Duration
+	// MaxCalls bounds the document calls in flight to one node (default
+	// DefaultMaxCalls; -1: no bound): a call beyond it fails at once as
+	// overloaded, not delivered.
+	MaxCalls int
 }
 
 // Defaults of the stall guard.
 const (
 	DefaultStallCalls = 8
 	DefaultStallAfter = time.Second
+	// DefaultMaxCalls is half of a router's default slots
+	// (admission.DefaultRouterMaxInFlight; a server sizes it from its
+	// own): one node may hold half of them, whatever becomes of it, and
+	// the other half stays for the others.
+	DefaultMaxCalls = 128
 )
 
 var errStalled = errors.New("storage node stalled")
 
 type stallGuard struct {
-	calls int
-	after time.Duration
+	calls    int
+	after    time.Duration
+	maxCalls int
 
 	mu      sync.Mutex
 	waiting map[uint64]context.CancelCauseFunc
@@ -56,7 +74,10 @@ func newStallGuard(o StallOptions) *stallGuard {
 	if o.After == 0 {
 		o.After = DefaultStallAfter
 	}
-	return &stallGuard{calls: o.Calls, after: o.After, waiting: map[uint64]context.CancelCauseFunc{}}
+	if o.MaxCalls == 0 {
+		o.MaxCalls = DefaultMaxCalls
+	}
+	return &stallGuard{calls: o.Calls, after: o.After, maxCalls: o.MaxCalls, waiting: map[uint64]context.CancelCauseFunc{}}
 }
 
 // quiet is how long the node has answered none of the calls waiting on it
@@ -81,6 +102,10 @@ func (g *stallGuard) begin(ctx context.Context, base string) (context.Context, f
 		for _, cancel := range g.waiting {
 			cancel(errStalled)
 		}
+	}
+	if g.maxCalls > 0 && len(g.waiting) >= g.maxCalls {
+		g.mu.Unlock()
+		return nil, nil, fmt.Errorf("storage node %s: %w (%w): %d calls to it are in flight already", base, ErrOverloaded, ErrNotDelivered, g.maxCalls)
 	}
 	if g.stalled {
 		if now.Before(g.probeAt) {

@@ -103,3 +103,35 @@ func TestStallGuard(t *testing.T) {
 		t.Fatalf("a departed caller's call: %v", err)
 	}
 }
+
+// TestStallGuardMaxCalls: beyond MaxCalls calls in flight to one node a
+// call fails at once as overloaded and not delivered; an answer frees a
+// place; -1 bounds nothing.
+func TestStallGuardMaxCalls(t *testing.T) {
+	ctx := context.Background()
+	g := newStallGuard(StallOptions{Calls: -1, MaxCalls: 2})
+	var ends []func(error) error
+	for range 2 {
+		_, end, err := g.begin(ctx, "n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, end)
+	}
+	_, _, err := g.begin(ctx, "n")
+	if !errors.Is(err, ErrOverloaded) || !errors.Is(err, ErrNotDelivered) {
+		t.Fatalf("a third call with two in flight: %v, want overloaded, not delivered", err)
+	}
+	if err := ends[0](nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.begin(ctx, "n"); err != nil {
+		t.Fatalf("after an answer: %v", err)
+	}
+	unbounded := newStallGuard(StallOptions{Calls: -1, MaxCalls: -1})
+	for i := range 1000 {
+		if _, _, err := unbounded.begin(ctx, "n"); err != nil {
+			t.Fatalf("call %d without a bound: %v", i, err)
+		}
+	}
+}

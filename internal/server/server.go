@@ -115,7 +115,8 @@ type Options struct {
 	// DefaultRouterQueueTimeout).
 	Admission, NodeAdmission admission.Options
 	// Stall is how a router guards against a storage node that stops
-	// answering (node.StallOptions).
+	// answering or holds too many of its calls (node.StallOptions; its
+	// MaxCalls defaults to half of Admission.MaxInFlight).
 	Stall node.StallOptions
 	// NoSlowNodeReports stops a router from reporting storage nodes whose
 	// reads are slow outliers (it still reports those it cannot reach).
@@ -290,6 +291,9 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	}
 	if opts.Admission.QueueTimeout == 0 {
 		opts.Admission.QueueTimeout = admission.DefaultRouterQueueTimeout
+	}
+	if opts.Stall.MaxCalls == 0 && opts.Admission.MaxInFlight > 0 {
+		opts.Stall.MaxCalls = max(1, opts.Admission.MaxInFlight/2)
 	}
 	s := &Server{opts: opts, Metrics: metrics.New(), limiter: admission.New(opts.Admission)}
 	s.Metrics.RegisterAdmission("http", s.limiter, nil)
