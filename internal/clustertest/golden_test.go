@@ -19,7 +19,7 @@ import (
 
 // openServer starts every role in this process on free loopback ports,
 // trying new ports if another test took them first.
-func openServer(t *testing.T) *server.Server {
+func openServer(t testing.TB) *server.Server {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		cu, _ := coord.FreeLoopbackURL()

@@ -15,15 +15,25 @@ const (
 	SectionMeta byte = 'm' // P|m|name… → partition metadata
 )
 
-// Partition returns the key prefix of partition id of database db.
+// Partition returns the key prefix of partition id of database db, with
+// room for what is usually appended (a section, a table, a short key, an
+// SCN): a key is built in one allocation, not one per part.
 func Partition(db string, id int) []byte {
-	b := AppendPart(nil, S(db))
+	b := AppendPart(make([]byte, 0, len(db)+keyRoom), S(db))
 	return binary.BigEndian.AppendUint32(b, uint32(id))
 }
 
+const keyRoom = 64
+
 // Data returns the key of a document row: P|d|table|key parts.
 func Data(db string, id int, table string, key []Part) []byte {
-	b := append(Partition(db, id), SectionData)
+	n := len(db) + len(table) + 16
+	for _, p := range key {
+		n += len(p.Str) + 10
+	}
+	b := AppendPart(make([]byte, 0, n), S(db))
+	b = binary.BigEndian.AppendUint32(b, uint32(id))
+	b = append(b, SectionData)
 	b = AppendPart(b, S(table))
 	return AppendParts(b, key)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/admission"
@@ -160,7 +161,10 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			r.fail(w, Problem(err))
 			return
 		}
-		q := req.URL.Query()
+		var q url.Values
+		if req.URL.RawQuery != "" { // most reads have none: no map to make
+			q = req.URL.Query()
+		}
 		// A query may leave out the partition key: all partitions.
 		tg, err := r.resolve(db, table, key, q.Has("query"))
 		if err != nil {
@@ -188,35 +192,7 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			writePage(w, req, page)
 			return
 		}
-		doc, err := r.get(ctx, tg, f, cond)
-		if errors.Is(err, node.ErrNotModified) {
-			docHeaders(w, doc)
-			w.WriteHeader(http.StatusNotModified)
-			return
-		}
-		if err != nil {
-			r.fail(w, Problem(err))
-			return
-		}
-		docHeaders(w, doc)
-		h := w.Header()
-		h.Set(HeaderSchemaVersion, strconv.Itoa(doc.BodyVersion))
-		if f.Avro {
-			// A projection is not version N's encoding: say which
-			// fields it carries, so nothing decodes it as the whole.
-			ct := fmt.Sprintf("%s; version=%d", MediaAvro, doc.BodyVersion)
-			if len(f.Fields) > 0 {
-				ct += fmt.Sprintf("; fields=%q", strings.Join(f.Fields, ","))
-			}
-			h.Set("Content-Type", ct)
-		} else {
-			h.Set("Content-Type", "application/json")
-		}
-		h.Set("Content-Length", strconv.Itoa(len(doc.Body)))
-		w.WriteHeader(http.StatusOK)
-		if req.Method == http.MethodGet {
-			w.Write(doc.Body)
-		}
+		r.serveGet(w, req, tg, f, cond)
 	case http.MethodPut, http.MethodPost:
 		avroVersion, err := bodyFormat(req)
 		if err != nil {
@@ -394,15 +370,16 @@ func unescapeAll(raw []string) ([]string, error) {
 // readFormat reads Accept and ?fields=.
 func readFormat(req *http.Request) (Format, error) {
 	f := Format{MaxStale: maxStale(req), PartialOK: preferPartial(req)}
-	if fields := req.URL.Query().Get("fields"); fields != "" {
-		for _, p := range strings.Split(fields, ",") {
+	if req.URL.RawQuery != "" { // most reads have none: no map to make
+		for _, p := range strings.Split(req.URL.Query().Get("fields"), ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				f.Fields = append(f.Fields, p)
 			}
 		}
 	}
 	accept := req.Header.Get("Accept")
-	if accept == "" {
+	switch accept {
+	case "", "application/json", "*/*": // the common ones, without parsing
 		return f, nil
 	}
 	for _, part := range strings.Split(accept, ",") {
@@ -525,12 +502,73 @@ func quoteShort(s string) string {
 	return strconv.Quote(s)
 }
 
+// serveGet answers a read of one document. A JSON body is rendered into
+// a pooled buffer, returned to the pool once written.
+func (r *Router) serveGet(w http.ResponseWriter, req *http.Request, tg *target, f Format, cond node.Preconditions) {
+	buf := bodyBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledBody {
+			bodyBuffers.Put(buf)
+		}
+	}()
+	doc, err := r.get(req.Context(), tg, f, cond, (*buf)[:0])
+	if errors.Is(err, node.ErrNotModified) {
+		docHeaders(w, doc)
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if err != nil {
+		r.fail(w, Problem(err))
+		return
+	}
+	docHeaders(w, doc)
+	h := w.Header()
+	v := []string{strconv.Itoa(doc.BodyVersion), strconv.Itoa(len(doc.Body))}
+	h[keySchemaVersion], h["Content-Length"] = v[0:1:1], v[1:2:2]
+	if f.Avro {
+		// A projection is not version N's encoding: say which
+		// fields it carries, so nothing decodes it as the whole.
+		ct := fmt.Sprintf("%s; version=%d", MediaAvro, doc.BodyVersion)
+		if len(f.Fields) > 0 {
+			ct += fmt.Sprintf("; fields=%q", strings.Join(f.Fields, ","))
+		}
+		h.Set("Content-Type", ct)
+	} else {
+		h["Content-Type"] = contentTypeJSON
+		*buf = doc.Body[:0] // the buffer, grown if it had to
+	}
+	w.WriteHeader(http.StatusOK)
+	if req.Method == http.MethodGet {
+		w.Write(doc.Body)
+	}
+}
+
+// bodyBuffers hold the JSON bodies of document reads between requests;
+// a buffer grown past maxPooledBody (a large document) is left to the
+// collector rather than kept.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const maxPooledBody = 64 << 10
+
+// Header values every document response carries, shared: net/http only
+// reads them (Header.Set would allocate a slice per response).
+var (
+	contentTypeJSON = []string{"application/json"}
+	varyAccept      = []string{"Accept"}
+)
+
+// Canonical forms of the header names document responses set directly.
+var (
+	keySCN           = http.CanonicalHeaderKey(HeaderSCN)
+	keySchemaVersion = http.CanonicalHeaderKey(HeaderSchemaVersion)
+)
+
 func docHeaders(w http.ResponseWriter, d *Document) {
 	h := w.Header()
-	h.Set("Vary", "Accept")
-	h.Set("ETag", d.ETag)
-	h.Set("Last-Modified", httpDate(d.Modified))
-	h.Set(HeaderSCN, d.SCN.String())
+	h["Vary"] = varyAccept
+	// One array holds the values (Header.Set allocates a slice each).
+	v := []string{d.ETag, httpDate(d.Modified), d.SCN.String()}
+	h["Etag"], h["Last-Modified"], h[keySCN] = v[0:1:1], v[1:2:2], v[2:3:3]
 	if d.FromSlave {
 		// RFC 9111 Age: how long the answer may have been stale.
 		h.Set("Age", strconv.Itoa(int((d.Stale+time.Second-1)/time.Second)))

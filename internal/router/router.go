@@ -250,20 +250,29 @@ func (r *Router) readSpec(t *schema.Table, f Format) (node.ReadSpec, error) {
 	return node.ReadSpec{Version: v, Fields: f.Fields}, nil
 }
 
-func (r *Router) document(t *schema.Table, it *node.Item, f Format) (*Document, error) {
+// document is it as a response in format f. A JSON body is appended to
+// dst (a pooled buffer, or nil); an Avro one is the stored bytes
+// themselves.
+func (r *Router) document(t *schema.Table, it *node.Item, f Format, dst []byte) (*Document, error) {
 	d := &Document{Key: it.Key, SCN: it.SCN, ETag: it.ETag, Modified: it.Modified, BodyVersion: it.BodyVersion}
 	if f.Avro {
 		d.Body = it.Body
 		return d, nil
 	}
+	var err error
+	if d.Body, err = r.appendJSON(dst, t, it, f); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// appendJSON appends it's document as JSON (in f's projection) to dst.
+func (r *Router) appendJSON(dst []byte, t *schema.Table, it *node.Item, f Format) ([]byte, error) {
 	rd, err := r.plans.Reader(t, it.BodyVersion, f.Fields)
 	if err != nil {
 		return nil, err
 	}
-	if d.Body, err = rd.JSON.Append(nil, it.Body); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return rd.JSON.Append(dst, it.Body)
 }
 
 // Get reads one document by full key.
@@ -272,11 +281,12 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 	if err != nil {
 		return nil, err
 	}
-	return r.get(ctx, tg, f, cond)
+	return r.get(ctx, tg, f, cond, nil)
 }
 
-// get reads the document tg names.
-func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Preconditions) (*Document, error) {
+// get reads the document tg names; a JSON body is appended to dst (see
+// document).
+func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Preconditions, dst []byte) (*Document, error) {
 	if !r.full(tg) {
 		return nil, &keyError{fmt.Errorf("a document read needs the full key (%d parts)", len(tg.table.Key))}
 	}
@@ -310,7 +320,7 @@ func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Precon
 		}
 		return nil, err
 	}
-	doc, err := r.document(tg.table, it, f)
+	doc, err := r.document(tg.table, it, f, dst)
 	if err != nil {
 		return nil, err
 	}
@@ -669,14 +679,13 @@ func (r *Router) renderPage(t *schema.Table, items []*node.Item, missing [][]key
 		if i > 0 {
 			b = append(b, ',')
 		}
-		doc, err := r.document(t, it, f)
-		if err != nil {
-			return nil, err
-		}
 		b = append(b, `{"key":`...)
 		b = append(b, schema.KeyJSON(it.Key)...)
 		b = fmt.Appendf(b, `,"etag":%q,"scn":"%s","lastModified":%q,"document":`, it.ETag, it.SCN, it.Modified.UTC().Format(time.RFC3339Nano))
-		b = append(b, doc.Body...)
+		var err error
+		if b, err = r.appendJSON(b, t, it, f); err != nil {
+			return nil, err
+		}
 		b = append(b, '}')
 		if len(b) > r.opts.MaxResponseBytes {
 			return nil, &responseTooLarge{size: len(b), limit: r.opts.MaxResponseBytes, partial: true}

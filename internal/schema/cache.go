@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"strconv"
 	"strings"
 	"sync"
 
@@ -22,18 +21,28 @@ type Reader struct {
 // shared by all goroutines.
 type Plans struct {
 	mu      sync.RWMutex
-	readers map[string]*Reader
-	plans   map[string]*Plan
+	readers map[planKey]*Reader
+	plans   map[planKey]*Plan
 	limit   int
+}
+
+// planKey names a reader (writer 0) or a plan. A struct, not a string
+// built per lookup: every document read looks one up.
+type planKey struct {
+	db, table      string
+	reader, writer int
+	fields         string
 }
 
 // NewPlans returns an empty cache holding at most limit entries of each kind.
 func NewPlans(limit int) *Plans {
-	return &Plans{readers: map[string]*Reader{}, plans: map[string]*Plan{}, limit: limit}
+	return &Plans{readers: map[planKey]*Reader{}, plans: map[planKey]*Plan{}, limit: limit}
 }
 
-func readerKey(t *Table, version int, fields []string) string {
-	return t.Database + "\x00" + t.Name + "\x00" + strconv.Itoa(version) + "\x00" + strings.Join(fields, ",")
+// readerKey is the key of version of t projected to fields (paths hold
+// no commas; one field, or none, joins without allocating).
+func readerKey(t *Table, version int, fields []string) planKey {
+	return planKey{db: t.Database, table: t.Name, reader: version, fields: strings.Join(fields, ",")}
 }
 
 // Reader returns the reader for version of t projected to fields (all
@@ -68,7 +77,8 @@ func (c *Plans) Reader(t *Table, version int, fields []string) (*Reader, error) 
 // Plan returns the plan reading documents of writer version w of t as
 // version r projected to fields.
 func (c *Plans) Plan(t *Table, w, r int, fields []string) (*Plan, error) {
-	key := readerKey(t, r, fields) + "\x00" + strconv.Itoa(w)
+	key := readerKey(t, r, fields)
+	key.writer = w
 	c.mu.RLock()
 	p, ok := c.plans[key]
 	c.mu.RUnlock()

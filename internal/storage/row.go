@@ -3,7 +3,6 @@ package storage
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/crc32"
 	"time"
 )
@@ -31,7 +30,14 @@ type Doc struct {
 }
 
 // ETag renders the entity tag of the document.
-func (d *Doc) ETag() string { return fmt.Sprintf(`"%08x"`, d.CRC) }
+func (d *Doc) ETag() string {
+	const hex = "0123456789abcdef"
+	b := [10]byte{0: '"', 9: '"'}
+	for i := range 8 {
+		b[8-i] = hex[d.CRC>>(4*i)&0xf]
+	}
+	return string(b[:])
+}
 
 func encodeRow(dst []byte, d *Doc) []byte {
 	dst = append(dst, rowFormat)

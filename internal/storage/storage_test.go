@@ -147,3 +147,14 @@ func TestCorruptRowDetected(t *testing.T) {
 		t.Fatalf("bad CRC not detected: %v", err)
 	}
 }
+
+// TestDocETag: a document's entity tag is its CRC in eight hex digits,
+// quoted, as clients have stored it.
+func TestDocETag(t *testing.T) {
+	for _, crc := range []uint32{0, 1, 0xffe31b90, 0xdeadbeef, 0xffffffff, 0x0000abcd} {
+		d := Doc{CRC: crc}
+		if got, want := d.ETag(), fmt.Sprintf(`"%08x"`, crc); got != want {
+			t.Fatalf("ETag of %#x: %s, want %s", crc, got, want)
+		}
+	}
+}
