@@ -13,8 +13,10 @@ import (
 )
 
 // Tables finds a table with at least a given schema version (the
-// registry).
+// registry): Table from what it holds, TableAtLeast reading etcd when it
+// holds an older one.
 type Tables interface {
+	Table(db, table string) (*schema.Table, error)
 	TableAtLeast(ctx context.Context, db, table string, version int) (*schema.Table, error)
 }
 
@@ -30,11 +32,16 @@ var _ storage.Indexer = (*Indexer)(nil)
 
 // Index implements storage.Indexer.
 func (ix *Indexer) Index(db, table string, version int, value []byte) ([]storage.IndexEntry, bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	t, err := ix.Tables.TableAtLeast(ctx, db, table, version)
-	if err != nil {
-		return nil, false, err
+	t, err := ix.Tables.Table(db, table)
+	if err != nil || len(t.Versions) < version {
+		// A version registered through another process that this one
+		// has not seen yet: read it. (Every write asks, indexed table
+		// or not; the common case makes no context and no timer.)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if t, err = ix.Tables.TableAtLeast(ctx, db, table, version); err != nil {
+			return nil, false, err
+		}
 	}
 	v := t.Version(version)
 	if v == nil || len(v.Indexes) == 0 {
