@@ -185,33 +185,8 @@ func TestStalledNode(t *testing.T) {
 	proxy, advertise := proxyLast(t)
 	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: advertise,
 		stall: node.StallOptions{Calls: 4, After: 300 * time.Millisecond}})
-	d, _ := c.reg.Database("d")
-	var onStalled, elsewhere []string
-	for i := 0; (len(onStalled) < 4 || len(elsewhere) < 4) && i < 1000; i++ {
-		k := fmt.Sprintf("s%d", i)
-		c.put(k, "v")
-		if c.view.Table("d").Partitions[d.PartitionOf(keys.S(k))].Replicas[0] == "n2" {
-			onStalled = append(onStalled, k)
-		} else {
-			elsewhere = append(elsewhere, k)
-		}
-	}
-	if len(onStalled) == 0 || len(elsewhere) == 0 {
-		t.Fatalf("keys on n2: %d, elsewhere: %d", len(onStalled), len(elsewhere))
-	}
-	awaitReplicasEqual(t, c.view, c.nodes, 4)
-	hc := &http.Client{Timeout: 20 * time.Second}
-	read := func(k string) (int, string, time.Duration) {
-		start := time.Now()
-		resp, err := hc.Get(c.url + "/d/T/" + k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var p struct{ Title string }
-		json.NewDecoder(resp.Body).Decode(&p)
-		return resp.StatusCode, p.Title, time.Since(start)
-	}
+	onStalled, elsewhere := keysOnLast(t, c)
+	read := readTimed(t, c.url)
 	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"hold","type":"timeout","stream":"downstream","attributes":{"timeout":0}}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +214,7 @@ func TestStalledNode(t *testing.T) {
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", c.url+"/d/T/"+onStalled[0], nil)
 		start := time.Now()
-		resp, err := hc.Do(req)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
 		}
@@ -267,34 +242,8 @@ func TestNodeCallBound(t *testing.T) {
 	proxy, advertise := proxyLast(t)
 	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: advertise,
 		stall: node.StallOptions{Calls: -1, MaxCalls: 3}})
-	d, _ := c.reg.Database("d")
-	var onSlow, elsewhere []string
-	for i := 0; (len(onSlow) < 4 || len(elsewhere) < 4) && i < 1000; i++ {
-		k := fmt.Sprintf("b%d", i)
-		c.put(k, "v")
-		if c.view.Table("d").Partitions[d.PartitionOf(keys.S(k))].Replicas[0] == "n2" {
-			onSlow = append(onSlow, k)
-		} else {
-			elsewhere = append(elsewhere, k)
-		}
-	}
-	if len(onSlow) == 0 || len(elsewhere) == 0 {
-		t.Fatalf("keys on n2: %d, elsewhere: %d", len(onSlow), len(elsewhere))
-	}
-	awaitReplicasEqual(t, c.view, c.nodes, 4)
-	hc := &http.Client{Timeout: 20 * time.Second}
-	read := func(k string) (int, string, time.Duration) {
-		start := time.Now()
-		resp, err := hc.Get(c.url + "/d/T/" + k)
-		if err != nil {
-			t.Error(err)
-			return 0, "", 0
-		}
-		defer resp.Body.Close()
-		var p struct{ Title string }
-		json.NewDecoder(resp.Body).Decode(&p)
-		return resp.StatusCode, p.Title, time.Since(start)
-	}
+	onSlow, elsewhere := keysOnLast(t, c)
+	read := readTimed(t, c.url)
 	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":2000}}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -334,5 +283,46 @@ func TestNodeCallBound(t *testing.T) {
 	}
 	if err := proxy.Toxics.RemoveToxic(context.Background(), "slow"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// keysOnLast writes documents of d/T until at least four are in
+// partitions the last node (n2, behind the proxy) masters and four in
+// others, and waits for every replica to hold them.
+func keysOnLast(t *testing.T, c *testCluster) (onLast, elsewhere []string) {
+	t.Helper()
+	d, _ := c.reg.Database("d")
+	for i := 0; (len(onLast) < 4 || len(elsewhere) < 4) && i < 1000; i++ {
+		k := fmt.Sprintf("s%d", i)
+		c.put(k, "v")
+		if c.view.Table("d").Partitions[d.PartitionOf(keys.S(k))].Replicas[0] == "n2" {
+			onLast = append(onLast, k)
+		} else {
+			elsewhere = append(elsewhere, k)
+		}
+	}
+	if len(onLast) == 0 || len(elsewhere) == 0 {
+		t.Fatalf("keys on n2: %d, elsewhere: %d", len(onLast), len(elsewhere))
+	}
+	awaitReplicasEqual(t, c.view, c.nodes, 4)
+	return onLast, elsewhere
+}
+
+// readTimed returns a read of document k of d/T through the router at
+// base: its status, the problem's title and how long it took (a failed
+// request is reported and gives status 0). Safe in any goroutine.
+func readTimed(t *testing.T, base string) func(k string) (int, string, time.Duration) {
+	hc := &http.Client{Timeout: 20 * time.Second}
+	return func(k string) (int, string, time.Duration) {
+		start := time.Now()
+		resp, err := hc.Get(base + "/d/T/" + k)
+		if err != nil {
+			t.Error(err)
+			return 0, "", 0
+		}
+		defer resp.Body.Close()
+		var p struct{ Title string }
+		json.NewDecoder(resp.Body).Decode(&p)
+		return resp.StatusCode, p.Title, time.Since(start)
 	}
 }
