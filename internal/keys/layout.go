@@ -19,21 +19,24 @@ const (
 // room for what is usually appended (a section, a table, a short key, an
 // SCN): a key is built in one allocation, not one per part.
 func Partition(db string, id int) []byte {
-	b := AppendPart(make([]byte, 0, len(db)+keyRoom), S(db))
-	return binary.BigEndian.AppendUint32(b, uint32(id))
+	return appendPartition(make([]byte, 0, len(db)+keyRoom), db, id)
 }
 
 const keyRoom = 64
 
-// Data returns the key of a document row: P|d|table|key parts.
+func appendPartition(dst []byte, db string, id int) []byte {
+	dst = AppendPart(dst, S(db))
+	return binary.BigEndian.AppendUint32(dst, uint32(id))
+}
+
+// Data returns the key of a document row: P|d|table|key parts, sized for
+// its parts (a long key too is built in one allocation).
 func Data(db string, id int, table string, key []Part) []byte {
 	n := len(db) + len(table) + 16
 	for _, p := range key {
 		n += len(p.Str) + 10
 	}
-	b := AppendPart(make([]byte, 0, n), S(db))
-	b = binary.BigEndian.AppendUint32(b, uint32(id))
-	b = append(b, SectionData)
+	b := append(appendPartition(make([]byte, 0, n), db, id), SectionData)
 	b = AppendPart(b, S(table))
 	return AppendParts(b, key)
 }
