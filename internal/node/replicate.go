@@ -185,9 +185,6 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		if res.Holds {
 			size := 0
 			err := p.ReadLog(req.After, func(c storage.Commit) bool {
-				if c.SCN == req.After {
-					return true
-				}
 				res.Commits = append(res.Commits, c)
 				size += c.Size()
 				return len(res.Commits) < req.Max && size < MaxLogBytes

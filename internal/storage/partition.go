@@ -43,6 +43,10 @@ type Partition struct {
 	hist     map[uint32]uint64
 	logStart SCN
 	logBytes int64
+
+	// tail is the newest part of the log, in memory (logtail.go); it
+	// ends at scn or is not read.
+	tail logTail
 }
 
 func openPartition(e *Engine, db string, id int) (*Partition, error) {
@@ -127,6 +131,9 @@ func (p *Partition) SCN() SCN {
 // and so every commit before it too), or back after a truncation or a
 // rebuild; the caller holds mu.
 func (p *Partition) setSCN(scn SCN) {
+	if p.tail.last() != scn {
+		p.tail.reset(scn) // a truncation or a rebuild
+	}
 	p.scn, p.durable = scn, scn
 	p.notify()
 }
@@ -261,12 +268,35 @@ func scan(r iterable, db string, id int, o ScanOptions, fn func([]keys.Part, []b
 	return it.Error()
 }
 
-// ReadLog calls fn for each durable commit with an SCN at or after from,
-// in SCN order.
+// ReadLog calls fn for each durable commit with an SCN after from, in SCN
+// order, until fn returns false. The newest commits come from the log's
+// tail in memory, older ones from Pebble.
 func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 	p.mu.Lock()
 	upTo := p.durable
+	var tail []tailEntry
+	inTail := false
+	if p.tail.last() == p.scn {
+		tail, inTail = p.tail.after(from, upTo)
+	}
 	p.mu.Unlock()
+	if !inTail {
+		return p.readStoredLog(from, upTo, fn)
+	}
+	for _, t := range tail {
+		c, err := decodeCommit(t.scn, append([]byte(nil), t.entry...))
+		if err != nil {
+			return fmt.Errorf("partition %s/%d: scn %s: %w", p.DB, p.ID, t.scn, err)
+		}
+		if !fn(c) {
+			break
+		}
+	}
+	return nil
+}
+
+// readStoredLog is ReadLog from Pebble, up to upTo.
+func (p *Partition) readStoredLog(from, upTo SCN, fn func(Commit) bool) error {
 	prefix := keys.LogPrefix(p.DB, p.ID)
 	it, err := p.e.db.NewIter(&pebble.IterOptions{
 		LowerBound: keys.Log(p.DB, p.ID, from.Gen, from.Seq),
@@ -280,6 +310,9 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
 		if err != nil {
 			return err
+		}
+		if (SCN{gen, seq}) == from {
+			continue
 		}
 		if upTo.Less(SCN{gen, seq}) {
 			break // not durable yet

@@ -302,6 +302,7 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 	}
 	p.logStart = upTo
 	p.logBytes -= freed
+	p.tail.trim(upTo)
 	return freed, nil
 }
 

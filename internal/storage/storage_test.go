@@ -46,7 +46,7 @@ func TestCommitsGetConsecutiveSCNsAcrossReopen(t *testing.T) {
 	}
 	var seqs []uint64
 	var ops []Op
-	p.ReadLog(SCN{1, 1}, func(c Commit) bool {
+	p.ReadLog(SCN{}, func(c Commit) bool {
 		seqs = append(seqs, c.SCN.Seq)
 		ops = append(ops, c.Events[0].Op)
 		return true

@@ -61,6 +61,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	last := p.scn
 	var closed []SCN
 	var added int64
+	entries := make([]tailEntry, 0, len(cs))
 	for i := range cs {
 		c := &cs[i]
 		if !follows(last, c.SCN) {
@@ -99,6 +100,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 			return err
 		}
 		added += int64(len(lk) + len(entry))
+		entries = append(entries, tailEntry{c.SCN, entry})
 		if ok, err := p.noteGeneration(b, last, c.SCN); err != nil {
 			return err
 		} else if ok {
@@ -126,6 +128,11 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 		p.hist[e.Gen] = e.Seq
 	}
 	p.logBytes += added
+	prev := p.scn
+	for _, t := range entries {
+		p.tail.add(prev, t.scn, t.entry)
+		prev = t.scn
+	}
 	p.setSCN(last)
 	p.acked, p.stored = acked, stored
 	return nil
@@ -175,6 +182,7 @@ func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (wait func(
 	}
 	p.logBytes += int64(len(lk) + len(entry))
 	p.stored = stored
+	p.tail.add(p.scn, c.SCN, entry)
 	return wait, nil
 }
 

@@ -336,7 +336,8 @@ func TestPreImagesWithinATransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	var prevs []string
-	p.ReadLog(p.SCN(), func(c Commit) bool {
+	last := p.SCN()
+	p.ReadLog(SCN{last.Gen, last.Seq - 1}, func(c Commit) bool {
 		for _, ev := range c.Events {
 			prevs = append(prevs, string(ev.PrevValue))
 		}
