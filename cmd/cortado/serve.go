@@ -130,7 +130,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.etcdPeer = fs.String("etcd-peer-url", coord.DefaultPeerURL, "embedded etcd peer URL")
 		f.demo = fs.Bool("demo", false, "create the demo database of the README")
 		f.nodes = fs.Int("nodes", 1, "storage nodes to run in this process (2 or more adds a controller and replication)")
-		f.localCalls = fs.Bool("local-calls", true, "with --nodes 2 or more, the router calls this process's storage nodes, and its change streams read its relay, directly (false: over the internal protocol, as other processes')")
+		f.localCalls = fs.Bool("local-calls", true, "with --nodes 2 or more, the router calls this process's storage nodes, its change streams read its relay, and its slaves and relay read their masters' logs, directly (false: over the internal protocol, as other processes')")
 	case "storage":
 		f.nodeID = fs.String("node-id", "", "this node's name, stable across restarts (default: its advertised address)")
 		f.rack = fs.String("rack", "", "this node's rack: no two replicas of a partition share one")

@@ -47,6 +47,9 @@ type Agent struct {
 	// ProtocolVersion is the newest internal protocol version spoken to
 	// masters and the relay (default wire.Version).
 	ProtocolVersion uint32
+	// Local, if set, holds the storage nodes and relay of this process
+	// (serve --nodes N): replication calls them without the wire.
+	Local *node.LocalPeers
 
 	mu        sync.Mutex
 	followers map[partKey]*follower
@@ -70,6 +73,7 @@ type follower struct {
 func (a *Agent) Run(ctx context.Context) error {
 	a.followers = map[partKey]*follower{}
 	a.streams.MaxVersion = a.ProtocolVersion
+	a.streams.Local = a.Local
 	defer a.streams.Close()
 	rctx, stopRelays := context.WithCancel(ctx)
 	a.relay = topo.WatchRelays(rctx, a.Client, a.Prefix)
@@ -234,10 +238,10 @@ func (a *Agent) takeOver(ctx context.Context, t *topo.RoutingTable, p int, route
 		if !alive {
 			return fmt.Errorf("partition %s/%d: the master to take over from (%s) is gone: %w", t.DB, p, route.From, node.ErrDrainIncomplete)
 		}
-		return a.Node.Drain(ctx, t.DB, p, a.streams.Get(url), a.drainLimit(), true, opts)
+		return a.Node.Drain(ctx, t.DB, p, a.streams.Peer(url), a.drainLimit(), true, opts)
 	}
 	if relay := a.relay.URL(); relay != "" {
-		return a.Node.Drain(ctx, t.DB, p, a.streams.Get(relay), a.drainLimit(), false, opts)
+		return a.Node.Drain(ctx, t.DB, p, a.streams.Source(relay), a.drainLimit(), false, opts)
 	}
 	return nil
 }
@@ -263,7 +267,7 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 	a.mu.Lock()
 	a.followers[k] = f
 	a.mu.Unlock()
-	direct := a.streams.Get(url)
+	direct := a.streams.Peer(url)
 	go func() {
 		defer close(f.done)
 		// Read through the relay when there is one; when it fails, from
@@ -277,7 +281,7 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 			if viaRelay {
 				// The relay's copy is in memory: acknowledge to the
 				// master what this replica durably applied.
-				opts.Source, opts.Master = a.streams.Get(relay), direct
+				opts.Source, opts.Master = a.streams.Source(relay), direct
 			} else {
 				// Look for a (working) relay again after a while.
 				sctx, cancel = context.WithTimeout(fctx, 5*time.Second)

@@ -421,9 +421,73 @@ type Remotes struct {
 	// Stall is each node's stall guard (stall.go) on document calls;
 	// set it before first use.
 	Stall StallOptions
+	// Local, when set before first use, holds the storage nodes and
+	// relay of the caller's own process: Source and Peer return those
+	// themselves, called without the wire.
+	Local *LocalPeers
 
 	mu sync.Mutex
 	m  map[string]*Remote
+}
+
+// Peer is another storage node as replication reaches it: its log, the
+// acknowledgements it counts as a master, and its snapshots.
+type Peer interface {
+	LogSource
+	Acker
+	Snapshotter
+}
+
+var (
+	_ Peer = (*Remote)(nil)
+	_ Peer = (*Node)(nil)
+)
+
+// LocalPeers holds the storage nodes and relay of one process by the base
+// URL they are reached at from other processes (`serve --nodes N`), so
+// that replication inside the process calls them directly, as its router
+// does its own nodes. Safe for concurrent use: a relay and agents may
+// already run while later nodes are added.
+type LocalPeers struct {
+	mu sync.RWMutex
+	m  map[string]LogSource
+}
+
+// Add makes src (a *Node, or a relay's log) the log at base.
+func (l *LocalPeers) Add(base string, src LogSource) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]LogSource{}
+	}
+	l.m[base] = src
+}
+
+func (l *LocalPeers) get(base string) LogSource {
+	if l == nil {
+		return nil
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.m[base]
+}
+
+// Source returns the log at base: the process's own node or relay when
+// Local holds it, else the Remote.
+func (rs *Remotes) Source(base string) LogSource {
+	if src := rs.Local.get(base); src != nil {
+		return src
+	}
+	return rs.Get(base)
+}
+
+// Peer returns the storage node at base: the process's own when Local
+// holds it, else the Remote.
+func (rs *Remotes) Peer(base string) Peer {
+	if p, ok := rs.Local.get(base).(Peer); ok {
+		return p
+	}
+	return rs.Get(base)
 }
 
 // Get returns the Remote for base.

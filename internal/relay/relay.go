@@ -46,6 +46,9 @@ type Relay struct {
 	// ProtocolVersion is the newest internal protocol version spoken to
 	// masters (default wire.Version).
 	ProtocolVersion uint32
+	// Local, if set, holds the storage nodes of this process (serve
+	// --nodes N): the relay pulls from them without the wire.
+	Local *node.LocalPeers
 
 	mu      sync.Mutex
 	parts   map[partKey]*partition
@@ -96,6 +99,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.parts = map[partKey]*partition{}
 	r.remotes.MaxVersion = r.ProtocolVersion
+	r.remotes.Local = r.Local
 	r.mu.Unlock()
 	coord.Watch(ctx, r.Client, r.Prefix+"/routing/").Each(func(c coord.Change) {
 		for _, kv := range c.Puts() {
@@ -144,7 +148,7 @@ func (r *Relay) apply(ctx context.Context, b []byte) {
 			close(done)
 			continue
 		}
-		master := r.remotes.Get(url)
+		master := r.remotes.Source(url)
 		r.pulls.Go(func() {
 			defer close(done)
 			// One puller at a time fills the buffer: the one it
@@ -208,12 +212,12 @@ func (r *Relay) awaitPart(ctx context.Context, db string, id int) *partition {
 // pull keeps p's buffer up to date from master until ctx ends: one log
 // stream at a time, restarted after the buffer's last commit when it
 // breaks or the master says the buffer diverged.
-func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, master *node.Remote) {
+func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, master node.LogSource) {
 	for ctx.Err() == nil {
 		p.mu.Lock()
 		after := p.last()
 		p.mu.Unlock()
-		err := master.StreamLog(ctx, node.LogRequest{DB: db, Partition: id, After: after, Wait: time.Second}, func(res *node.LogResult) error {
+		err := node.StreamFrom(ctx, master, node.LogRequest{DB: db, Partition: id, After: after, Wait: time.Second}, func(res *node.LogResult) error {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if !res.Diverged {
@@ -290,7 +294,7 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 			if master == "" {
 				return nil, node.ErrUnavailable
 			}
-			return r.remotes.Get(master).Log(ctx, req)
+			return r.remotes.Source(master).Log(ctx, req)
 		}
 		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last(), Holds: true, Acked: p.acked}
 		if start < len(p.commits) {

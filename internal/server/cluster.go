@@ -69,7 +69,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	m.cancel, m.done = cancel, make(chan struct{})
 	a := &agent.Agent{
 		Client: s.cli, Prefix: s.opts.Prefix, ID: id, Node: m.node, Member: m.member,
-		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions, ProtocolVersion: s.opts.ProtocolVersion,
+		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions, ProtocolVersion: s.opts.ProtocolVersion, Local: s.peers,
 		Truncated: func(n int) { s.cluster.Truncated.Add(float64(n)) },
 		Rebuilt:   func(int) { s.cluster.Rebuilt.Inc() },
 		Alarm: func(err error) {
@@ -117,14 +117,13 @@ func (m *member) leave() error {
 	return m.member.Leave()
 }
 
-// close stops the agent and closes the engine; the HTTP servers that call
-// into the node have stopped first.
-func (m *member) close() error {
+// stopAgent stops the node's agent (its replication and background work)
+// and waits for it.
+func (m *member) stopAgent() {
 	if m.cancel != nil {
 		m.cancel()
 		<-m.done
 	}
-	return m.engine.Close()
 }
 
 // startLocalCluster runs, for `serve --nodes N`, N storage nodes with
@@ -135,6 +134,9 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		return err
 	}
 	relayURL := "http://" + ln.Addr().String()
+	if !s.opts.NoLocalCalls {
+		s.peers = &node.LocalPeers{}
+	}
 	rpc, r, err := s.startRelay(ctx, "relay", relayURL)
 	if err != nil {
 		ln.Close()
@@ -143,6 +145,9 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 	s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	s.local = map[string]node.Service{}
 	s.localLogs = map[string]node.LogSource{relayURL: node.LogFunc(r.Log)}
+	if s.peers != nil {
+		s.peers.Add(relayURL, node.LogFunc(r.Log))
+	}
 	s.localSnaps = map[string]node.Snapshotter{}
 	for i := range s.opts.Nodes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -165,6 +170,9 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		rpc, local := s.nodeRPC(m)
 		s.local[url] = local
 		s.localSnaps[url] = m.node
+		if s.peers != nil {
+			s.peers.Add(url, m.node)
+		}
 		s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
 	}
 	s.startController()
@@ -180,7 +188,7 @@ func (s *Server) startRelay(ctx context.Context, id, url string) (*wire.Server, 
 	if id == "" {
 		id = strings.TrimPrefix(url, "http://")
 	}
-	r := &relay.Relay{Client: s.cli, Prefix: s.opts.Prefix, Buffer: s.opts.RelayBuffer, Logger: s.opts.Logger.With("relay", id), ProtocolVersion: s.opts.ProtocolVersion,
+	r := &relay.Relay{Client: s.cli, Prefix: s.opts.Prefix, Buffer: s.opts.RelayBuffer, Logger: s.opts.Logger.With("relay", id), ProtocolVersion: s.opts.ProtocolVersion, Local: s.peers,
 		Pulled: func(n int) { s.cluster.RelayPulled.Add(float64(n)) },
 		Served: func(n int) { s.cluster.RelayServed.Add(float64(n)) },
 	}

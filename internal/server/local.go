@@ -17,8 +17,10 @@ import (
 // Through the limiter, 32 closed-loop writers (a bulk load) were refused
 // as overloaded once its queue's 100 ms had passed, where over the wire
 // the router's connection held them back instead. A router of `serve
-// --nodes N` reaches its N nodes this way; replication (relay, slaves)
-// still goes over the wire. CockroachDB calls its own node the same way.
+// --nodes N` reaches its N nodes this way, and replication inside the
+// process (the relay's pulls, the slaves' reads and acknowledgements) calls
+// them directly too (node.LocalPeers). CockroachDB calls its own node the
+// same way.
 type localNode struct {
 	n       *node.Node
 	expired *atomic.Uint64

@@ -137,8 +137,9 @@ type Options struct {
 	// behave as the previous release, for rolling-upgrade tests.
 	ProtocolVersion uint32
 	// NoLocalCalls makes the router of `serve --nodes N` call its own
-	// storage nodes over the wire, as it calls other processes' nodes,
-	// instead of directly.
+	// storage nodes, and its relay and slaves read their masters' logs,
+	// over the wire, as other processes' nodes are called, instead of
+	// directly.
 	NoLocalCalls bool
 	// HeapFloor is the smallest heap goal the garbage collector aims at
 	// (default DefaultHeapFloor; negative: GOGC as the process has it).
@@ -174,8 +175,11 @@ type Server struct {
 	// nodes by URL, as its change streams read them.
 	localLogs  map[string]node.LogSource
 	localSnaps map[string]node.Snapshotter
-	stop       []func()         // background roles (controller, routing view), stopped first
-	extra      []*wire.Listener // internal APIs of serve's storage nodes and relay
+	// peers are the same nodes and relay as replication inside this
+	// process calls them (unless Options.NoLocalCalls).
+	peers *node.LocalPeers
+	stop  []func()         // background roles (controller, routing view), stopped first
+	extra []*wire.Listener // internal APIs of serve's storage nodes and relay
 
 	limiter *admission.Limiter // the document API's
 
@@ -551,8 +555,13 @@ func (s *Server) close() error {
 		errs = append(errs, l.Shutdown(ctx))
 		cancel()
 	}
+	// Every agent stops before any engine closes: in `serve --nodes N` a
+	// slave's agent reads its master's engine directly.
 	for _, m := range s.members {
-		errs = append(errs, m.close())
+		m.stopAgent()
+	}
+	for _, m := range s.members {
+		errs = append(errs, m.engine.Close())
 	}
 	if s.engine != nil {
 		errs = append(errs, s.engine.Close())
