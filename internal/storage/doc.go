@@ -18,6 +18,10 @@
 //     sequence numbers; all events of a commit share its SCN. Only durable
 //     commits are shipped, reported as the partition's SCN, or read from
 //     the log.
+//   - The log's newest entries are also held in memory, exactly as
+//     stored (logtail.go); a commit, an apply, a truncation, a trim or a
+//     rebuild changes that copy with the log, and a copy that does not
+//     end at the partition's SCN is not read.
 //   - A document row is never read without checking its CRC.
 //   - A truncation never removes a commit at or below the partition's
 //     acknowledged watermark (ErrTruncateAcknowledged), nor does a trim
