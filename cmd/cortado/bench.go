@@ -47,7 +47,7 @@ func runBench(args []string) error {
 	first := fs.Int("first", 0, "insert: id of the first new document")
 	servers := fs.String("servers", "", "overload: servers to compare, name=URL,name=URL (each with the bench database loaded)")
 	multiples := fs.String("multiples", "", "overload: offered loads as multiples of the capacity (default 0.8,1,1.05,1.2,1.5,2,5)")
-	capacity := fs.Float64("capacity", 0, "overload: the capacity C in requests/s (default: measured on the first server)")
+	capacity := fs.Float64("capacity", 0, "overload: the capacity C in requests/s (default: measured on the first server: the highest rate served in open loop with at most 1 % failed)")
 	clientTimeout := fs.Duration("client-timeout", 0, "overload: each request's client timeout (default 1s)")
 	out := fs.String("out", "", "overload: directory for the plots (PNG) and the table (overload.md); stall: file for the table")
 	routers := fs.String("routers", "", "stall: routers to compare, name=URL,name=URL (in front of the same storage nodes)")

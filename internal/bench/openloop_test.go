@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,5 +67,66 @@ func TestOpenLoop(t *testing.T) {
 	}
 	if len(lat) < n/2 {
 		t.Fatalf("%d of %d answered: requests held by the server held back others", len(lat), n)
+	}
+}
+
+// TestCapacity: against a server that serves 400 requests a second and
+// refuses the rest at once, the open-loop capacity is about 400/s.
+func TestCapacity(t *testing.T) {
+	const limit = 400.0
+	var mu sync.Mutex
+	last, tokens := time.Now(), 0.0 // a token bucket, 20 deep
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		now := time.Now()
+		tokens = min(20, tokens+now.Sub(last).Seconds()*limit)
+		last = now
+		ok := tokens >= 1
+		if ok {
+			tokens--
+		}
+		mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	var progress strings.Builder
+	o := OverloadOptions{Options: Options{DB: "b", Keys: 100, DocBytes: 100, Duration: time.Second}}
+	c, err := Capacity(t.Context(), o, srv.URL, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(progress.String())
+	if c < 0.8*limit || c > 1.05*limit {
+		t.Fatalf("capacity %.0f/s of a server serving %.0f/s:\n%s", c, limit, progress.String())
+	}
+}
+
+// TestSearchCapacity: the search ends below the highest rate served, by
+// at most 5 % of the closed loop's figure, in six probes at most, and takes the closed loop's figure when
+// that rate is served.
+func TestSearchCapacity(t *testing.T) {
+	for _, tc := range []struct{ closed, served float64 }{{10000, 6170}, {10000, 2500}, {10000, 12000}, {10000, 1000}, {10000, 9990}} {
+		probes := 0
+		c, err := searchCapacity(tc.closed, func(rate float64) (bool, error) {
+			probes++
+			return rate <= tc.served, nil
+		})
+		want := min(tc.served, tc.closed)
+		if err != nil || c > want || c < want-0.05*tc.closed || probes > 6 {
+			t.Errorf("closed %.0f, served up to %.0f: capacity %.0f after %d probes, %v", tc.closed, tc.served, c, probes, err)
+		}
+	}
+}
+
+// TestSearchCapacityNothingServed: a server that serves no rate is an
+// error, not a capacity of 0.
+func TestSearchCapacityNothingServed(t *testing.T) {
+	if c, err := searchCapacity(1000, func(float64) (bool, error) { return false, nil }); err == nil {
+		t.Fatalf("capacity %.0f of a server that serves nothing", c)
 	}
 }

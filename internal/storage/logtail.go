@@ -6,8 +6,8 @@ import "sort"
 // kept in memory as stored. Replicas and relays follow a master a few
 // commits behind; one further back reads the log from Pebble.
 const (
-	maxTailEntries = 128
-	maxTailBytes   = 512 << 10
+	maxTailEntries = 64
+	maxTailBytes   = 256 << 10
 )
 
 // logTail holds every entry of a partition's commit log after base, in
