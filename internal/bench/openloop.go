@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,26 +25,31 @@ import (
 // pipelining would: a request the server holds in its queue must not
 // hold back the next.
 
-// maxConns bounds the connections the generator dials in a step (the
+// maxConns bounds the connections the generator holds open at once (the
 // servers' default --max-conns is 4096: beyond it they close connections
-// at once). Dialled, not open: a connection closed (its request timed
-// out, or the server refused it) is not replaced once the bound is
-// reached, so past it a step runs on the connections still open, and a
-// request finding none idle fails unsent. Bounding open connections
-// instead was tried (2026-11-24): each timed-out request's connection was
-// then redialled at once, the generator spent a whole core dialling, the
+// at once), and is how many it may dial at the start of a step. After
+// those, a connection closed (its request timed out, or the server
+// refused it) is replaced at most redialRate times a second, as a client
+// with backoff on failed connections replaces them; a request finding no
+// idle connection and no dial to spend fails unsent. Redialling at once
+// was tried (2026-11-24): the generator spent a whole core dialling, the
 // protected server's connection bound closed most of them, and both
 // servers served 0.03–0.13C from 1.0C on — a reconnection storm of this
-// generator's making, which a client with backoff on failed connections
-// would not cause.
-const maxConns = 16384
+// generator's making. Never redialling (a budget of maxConns dials a
+// step) starved the protected server at 5C instead: the connections
+// beyond its bound, closed at once, and those whose requests timed out
+// were gone for the rest of the step.
+const (
+	maxConns   = 16384
+	redialRate = 1000
+)
 
 // openLoop offers the mix at rate to base for d: request i is due at
 // start + i/rate. A request answered within timeout of its due time with
 // a status below 300 or 404 succeeds, its latency counted from its due
 // time; one not answered by then fails and its connection is closed, as
 // a client that gives up closes it. A request that finds no idle
-// connection once maxConns were dialled fails unsent.
+// connection and may not dial one (maxConns, redialRate) fails unsent.
 func openLoop(ctx context.Context, o Options, base string, rate float64, d, timeout time.Duration) (lat []time.Duration, failed int, err error) {
 	u, err := url.Parse(base)
 	if err != nil {
@@ -53,7 +59,8 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 	n := int(d / interval)
 	g := &generator{o: o, host: u.Host, timeout: timeout, work: make(chan time.Time), doc: docJSON(o.DocBytes)}
 	start := time.Now().Add(50 * time.Millisecond)
-	conns := 0
+	var open atomic.Int64
+	dials, last, seed := float64(maxConns), start, uint64(0)
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
 		if err := waitUntil(ctx, at); err != nil {
@@ -64,13 +71,19 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 			continue
 		default:
 		}
-		if conns >= maxConns {
+		dials, last = min(maxConns, dials+at.Sub(last).Seconds()*redialRate), at
+		if open.Load() >= maxConns || dials < 1 {
 			g.record(0, false)
 			continue
 		}
-		conns++
-		seed := uint64(conns)
-		g.wg.Go(func() { g.connection(seed, at) })
+		dials--
+		open.Add(1)
+		seed++
+		s := seed
+		g.wg.Go(func() {
+			defer open.Add(-1)
+			g.connection(s, at)
+		})
 	}
 	close(g.work)
 	g.wg.Wait()
