@@ -67,14 +67,9 @@ func tailHolds(p *Partition, back uint64) bool {
 
 // TestLogTailIsTheStoredLog checks that the log's tail in memory answers
 // exactly as the stored log through commits beyond its bounds, a new
-// generation, batches applied on a slave, a truncation, a trim and a
-// rebuild.
+// generation, batches applied on a slave, a truncation and a trim.
 func TestLogTailIsTheStoredLog(t *testing.T) {
-	me, se := open(t, t.TempDir()), open(t, t.TempDir())
-	defer me.Close()
-	defer se.Close()
-	m, _ := me.Partition("db", 0)
-	s, _ := se.Partition("db", 0)
+	m, s := pair(t, 0)
 	for i := range maxTailEntries + 40 {
 		put(t, m, fmt.Sprint("k", i%50), fmt.Sprint("v", i))
 	}

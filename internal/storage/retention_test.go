@@ -123,10 +123,7 @@ func TestTrimPoint(t *testing.T) {
 }
 
 func TestSnapshotInstall(t *testing.T) {
-	me, se := open(t, t.TempDir()), open(t, t.TempDir())
-	defer me.Close()
-	defer se.Close()
-	m, _ := me.Partition("db", 1)
+	m, s := pair(t, 1)
 	twoGenerations(t, m)
 	if _, err := m.Update(func(tx *Tx) error {
 		n, err := tx.NextAutoIncrement("A", nil)
@@ -146,7 +143,6 @@ func TestSnapshotInstall(t *testing.T) {
 	// Later commits are not in the snapshot.
 	put(t, m, "later", "x")
 
-	s, _ := se.Partition("db", 1)
 	put(t, s, "stale", "x") // replaced
 	in, err := s.BeginInstall()
 	if err != nil {

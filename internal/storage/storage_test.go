@@ -17,6 +17,17 @@ func open(t *testing.T, dir string) *Engine {
 	return e
 }
 
+// pair opens two engines for the test (closed at its end) and returns
+// partition id of each: a master and a slave.
+func pair(t *testing.T, id int) (m, s *Partition) {
+	t.Helper()
+	me, se := open(t, t.TempDir()), open(t, t.TempDir())
+	t.Cleanup(func() { me.Close(); se.Close() })
+	m, _ = me.Partition("db", id)
+	s, _ = se.Partition("db", id)
+	return m, s
+}
+
 func TestCommitsGetConsecutiveSCNsAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	e := open(t, dir)

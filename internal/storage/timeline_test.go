@@ -71,11 +71,7 @@ func replicate(t *testing.T, from, to *Partition) {
 }
 
 func TestSlaveFollowsMasterTimeline(t *testing.T) {
-	me, se := open(t, t.TempDir()), open(t, t.TempDir())
-	defer me.Close()
-	defer se.Close()
-	m, _ := me.Partition("db", 1)
-	s, _ := se.Partition("db", 1)
+	m, s := pair(t, 1)
 	put(t, m, "a", "1")
 	put(t, m, "b", "2")
 	put(t, m, "a", "3")           // update
