@@ -26,7 +26,7 @@ import (
 // hold back the next.
 
 // maxConns bounds the connections the generator holds open at once (the
-// servers' default --max-conns is 512: beyond it they close connections
+// servers' default --max-conns is 4096: beyond it they close connections
 // at once), and is how many it may dial at the start of a step. After
 // those, a connection closed (its request timed out, or the server
 // refused it) is replaced at most redialRate times a second, as a client

@@ -44,16 +44,15 @@ type Options struct {
 	// stream, after each write — before its connection is closed: a
 	// client that stops reading holds nothing of the server for longer.
 	WriteTimeout time.Duration
-	// MaxStreams bounds the change streams open at once (default 256,
-	// half of a port's default connections; more are refused with 503
-	// overloaded).
+	// MaxStreams bounds the change streams open at once (default 1024;
+	// more are refused with 503 overloaded).
 	MaxStreams int
 }
 
 // Defaults of Options.
 const (
 	DefaultWriteTimeout = 30 * time.Second
-	DefaultMaxStreams   = 256
+	DefaultMaxStreams   = 1024
 )
 
 // WithDefaults returns o with its zero values replaced by the defaults.

@@ -47,12 +47,8 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultDataDir = "cortado-data" // where a process keeps its data
-	// DefaultMaxConns: past its capacity a process holds a request per
-	// connection in socket buffers and the run queue before admission
-	// sees it, so the bound on connections is the bound on that hidden
-	// queue (docs/performance.md, "Overload").
-	DefaultMaxConns    = 512
+	DefaultDataDir     = "cortado-data" // where a process keeps its data
+	DefaultMaxConns    = 4096
 	DefaultIdleTimeout = 2 * time.Minute
 )
 
@@ -131,7 +127,7 @@ type Options struct {
 	// rate: none).
 	Quotas admission.QuotaOptions
 	// MaxConns bounds the connections a process's port holds open at once
-	// (default 512; negative: no bound): one beyond it is closed at
+	// (default 4096; negative: no bound): one beyond it is closed at
 	// once. IdleTimeout closes a kept-alive HTTP connection that sends no
 	// request for that long (default 2 minutes).
 	MaxConns    int
