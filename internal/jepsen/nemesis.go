@@ -112,6 +112,10 @@ func (n *Nemesis) Run(kind string) error {
 		until := time.Now().Add(hold)
 		reported := false
 		for !reported && time.Now().Before(until) {
+			// The disk stays full: space the node frees (files a flush
+			// or compaction made obsolete) is taken again, or a probe
+			// that lands in it passes.
+			fill(ballast)
 			r := newHTTP(c.Storage[f.Target].URL).send("GET", "/healthz", "", "")
 			reported = r.err == nil && r.status == 503
 			time.Sleep(100 * time.Millisecond)
@@ -147,7 +151,7 @@ func (n *Nemesis) killRestart(s *clustertest.Serve, hold time.Duration, f *Fault
 
 // fill writes to path until the file system is full.
 func fill(path string) {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return
 	}
