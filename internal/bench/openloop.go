@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -51,13 +52,50 @@ const (
 // a client that gives up closes it. A request that finds no idle
 // connection and may not dial one (maxConns, redialRate) fails unsent.
 func openLoop(ctx context.Context, o Options, base string, rate float64, d, timeout time.Duration) (lat []time.Duration, failed int, err error) {
+	doc := docJSON(o.DocBytes)
+	var mu sync.Mutex
+	err = offer(ctx, base, rate, d, timeout, openLoad{
+		write: func(bw *bufio.Writer, r *rand.Rand, host string) { writeMix(bw, r, o, host, doc) },
+		answer: func(_ time.Time, took time.Duration, a answer) {
+			mu.Lock()
+			defer mu.Unlock()
+			if succeeded(a.status) && took <= timeout {
+				lat = append(lat, took)
+			} else {
+				failed++
+			}
+		},
+	})
+	return lat, failed, err
+}
+
+// openLoad is what an open-loop run sends and where its answers go.
+type openLoad struct {
+	// write appends a request to bw (host is the Host header's).
+	write func(bw *bufio.Writer, r *rand.Rand, host string)
+	// answer is called once for each request of the schedule, from
+	// any goroutine, with its due time and latency from it.
+	answer func(due time.Time, took time.Duration, a answer)
+}
+
+// answer is what became of a request: its status (0 when it got none:
+// timed out, cut off, or never sent) and, for a status of 500 or more,
+// the problem type of the body.
+type answer struct {
+	status  int
+	problem string
+}
+
+// offer sends l's requests at rate to base for d, open loop, as openLoop
+// describes.
+func offer(ctx context.Context, base string, rate float64, d, timeout time.Duration, l openLoad) error {
 	u, err := url.Parse(base)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
 	interval := time.Duration(float64(time.Second) / rate)
 	n := int(d / interval)
-	g := &generator{o: o, host: u.Host, timeout: timeout, work: make(chan time.Time), doc: docJSON(o.DocBytes)}
+	g := &generator{l: l, host: u.Host, timeout: timeout, work: make(chan time.Time)}
 	start := time.Now().Add(50 * time.Millisecond)
 	var open atomic.Int64
 	dials, last, seed := float64(maxConns), start, uint64(0)
@@ -73,7 +111,7 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 		}
 		dials, last = min(maxConns, dials+at.Sub(last).Seconds()*redialRate), at
 		if open.Load() >= maxConns || dials < 1 {
-			g.record(0, false)
+			l.answer(at, 0, answer{problem: "unsent"})
 			continue
 		}
 		dials--
@@ -87,31 +125,16 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 	}
 	close(g.work)
 	g.wg.Wait()
-	return g.lat, g.failed, ctx.Err()
+	return ctx.Err()
 }
 
-// generator is openLoop's pool of connections.
+// generator is offer's pool of connections.
 type generator struct {
-	o       Options
+	l       openLoad
 	host    string
 	timeout time.Duration
-	doc     string
 	work    chan time.Time // due times of requests to send
 	wg      sync.WaitGroup
-
-	mu     sync.Mutex
-	lat    []time.Duration
-	failed int
-}
-
-func (g *generator) record(took time.Duration, ok bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if ok {
-		g.lat = append(g.lat, took)
-	} else {
-		g.failed++
-	}
 }
 
 // connection dials, sends first, then whatever work comes while it is
@@ -120,17 +143,16 @@ func (g *generator) connection(seed uint64, first time.Time) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	c, err := net.DialTimeout("tcp", g.host, time.Until(first.Add(g.timeout)))
 	if err != nil {
-		g.record(0, false)
+		g.l.answer(first, time.Since(first), answer{problem: "not connected"})
 		return
 	}
 	defer c.Close()
 	bw, br := bufio.NewWriterSize(c, 4<<10), bufio.NewReaderSize(c, 4<<10)
 	for at := first; ; {
 		c.SetDeadline(at.Add(g.timeout))
-		writeMix(bw, r, g.o, g.host, g.doc)
-		ok, alive := roundTrip(bw, br)
-		took := time.Since(at)
-		g.record(took, ok && took <= g.timeout)
+		g.l.write(bw, r, g.host)
+		a, alive := roundTrip(bw, br)
+		g.l.answer(at, time.Since(at), a)
 		if !alive {
 			return
 		}
@@ -141,20 +163,32 @@ func (g *generator) connection(seed uint64, first time.Time) {
 	}
 }
 
-// roundTrip sends what bw holds and reads the answer: ok for a status
-// below 300 or 404, alive if the connection can carry another request.
-func roundTrip(bw *bufio.Writer, br *bufio.Reader) (ok, alive bool) {
+// roundTrip sends what bw holds and reads the answer; alive if the
+// connection can carry another request.
+func roundTrip(bw *bufio.Writer, br *bufio.Reader) (a answer, alive bool) {
 	if err := bw.Flush(); err != nil {
-		return false, false
+		return answer{problem: "timeout"}, false
 	}
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		return false, false
+		return answer{problem: "timeout"}, false
 	}
-	_, err = io.Copy(io.Discard, resp.Body)
+	body := io.Reader(resp.Body)
+	if resp.StatusCode >= 500 {
+		var p struct{ Type string }
+		dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<16))
+		if dec.Decode(&p) == nil {
+			a.problem = strings.TrimPrefix(p.Type, "urn:cortado:problem:")
+		}
+		body = io.MultiReader(dec.Buffered(), resp.Body)
+	}
+	_, err = io.Copy(io.Discard, body)
 	resp.Body.Close()
-	ok = err == nil && succeeded(resp.StatusCode)
-	return ok, err == nil && !resp.Close
+	if err != nil {
+		return answer{problem: "timeout"}, false
+	}
+	a.status = resp.StatusCode
+	return a, !resp.Close
 }
 
 // docJSON is the body of a PUT of the mix, with %d for its key.
@@ -202,8 +236,8 @@ func closedLoop(ctx context.Context, o Options) (float64, error) {
 				for alive := true; alive && time.Now().Before(deadline) && ctx.Err() == nil; {
 					c.SetDeadline(time.Now().Add(10 * time.Second))
 					writeMix(bw, r, o, u.Host, doc)
-					var good bool
-					if good, alive = roundTrip(bw, br); good {
+					var a answer
+					if a, alive = roundTrip(bw, br); succeeded(a.status) {
 						n++
 					}
 				}

@@ -1,8 +1,12 @@
 package bench
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -128,5 +132,52 @@ func TestSearchCapacity(t *testing.T) {
 func TestSearchCapacityNothingServed(t *testing.T) {
 	if c, err := searchCapacity(1000, func(float64) (bool, error) { return false, nil }); err == nil {
 		t.Fatalf("capacity %.0f of a server that serves nothing", c)
+	}
+}
+
+// TestOfferAnswers: each request's answer carries its status and, for a
+// problem, its type; a problem's body is read whole, so the connection
+// carries the next request.
+func TestOfferAnswers(t *testing.T) {
+	var n, conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Cache-Control") != "max-stale=10" {
+			t.Errorf("Cache-Control %q", r.Header.Get("Cache-Control"))
+		}
+		if n.Add(1)%2 == 0 {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"type":"urn:cortado:problem:overloaded","title":"` + strings.Repeat("x", 8000) + `"}`))
+			return
+		}
+		w.Write([]byte(`{}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	var mu sync.Mutex
+	got := map[string]int{}
+	err := offer(t.Context(), srv.URL, 200, 500*time.Millisecond, time.Second, openLoad{
+		write: func(bw *bufio.Writer, r *rand.Rand, host string) {
+			fmt.Fprintf(bw, "GET /b/Doc/%d HTTP/1.1\r\nHost: %s\r\nCache-Control: max-stale=10\r\n\r\n", r.IntN(10), host)
+		},
+		answer: func(_ time.Time, _ time.Duration, a answer) {
+			mu.Lock()
+			got[strconv.Itoa(a.status)+" "+a.problem]++
+			mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["200 "] != 50 || got["503 overloaded"] != 50 || len(got) != 2 {
+		t.Fatalf("answers %v, want 50 of 200 and 50 of 503 overloaded", got)
+	}
+	if conns.Load() > 5 {
+		t.Fatalf("%d connections for 100 requests 5 ms apart: problems closed them", conns.Load())
 	}
 }

@@ -155,7 +155,7 @@ func success(resp *http.Response, err error) bool {
 // succeeded reports whether an answer of the mix counts as served: a
 // read of a key not loaded is a 404, an answer all the same.
 func succeeded(status int) bool {
-	return status < 300 || status == http.StatusNotFound
+	return status > 0 && status < 300 || status == http.StatusNotFound
 }
 
 // openLoopMix sends the mix at rate for o.Duration and measures it.
