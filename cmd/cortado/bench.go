@@ -35,7 +35,7 @@ func runBench(args []string) error {
 	fs.StringVar(&o.RetainAge, "retain-age", "", "load: retention by age of the database it creates (default: the server's)")
 	listen := fs.String("listen", "127.0.0.1:8090", "floor: listen address")
 	rate := fs.Float64("rate", 1000, "multiget: requests per second (open loop)")
-	stallRate := fs.Float64("read-rate", 0, "stall: reads per second (default: 0.8 of the capacity measured through the first router)")
+	stallRate := fs.Float64("read-rate", 0, "stall: reads per second (default: 0.8 of the capacity C found open loop through the first router, as overload finds it)")
 	multi := fs.Int("multi", 10, "multiget: keys per request")
 	consumers := fs.Int("consumers", 1, "consume: concurrent consumers")
 	expect := fs.Int("expect", 0, "consume: change events each consumer waits for")
