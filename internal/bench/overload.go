@@ -17,7 +17,8 @@ import (
 // without — interleaved step by step. Each step reports goodput
 // (successful requests a second), the error rate, the p50 and p99 of
 // successes measured from when each request was due (so a queue in the
-// client counts), and the servers' peak heap and goroutines.
+// client counts), and the servers' peak heap (whole, and besides
+// Pebble's caches and memtables) and goroutines.
 
 // OverloadOptions configure the overload test.
 type OverloadOptions struct {
@@ -46,7 +47,11 @@ type Step struct {
 	// process_cpu_seconds_total) and this load generator's own.
 	ServerCPU, GeneratorCPU float64
 	HeapMiB                 float64 // the server's peak heap in use
-	Goroutines              float64 // the server's peak goroutines
+	// OtherHeapMiB is the peak of the heap besides Pebble's block
+	// caches and memtables (on the heap in a build without cgo), which
+	// fill with the data whatever the load: what overload could grow.
+	OtherHeapMiB float64
+	Goroutines   float64 // the server's peak goroutines
 }
 
 func (o *OverloadOptions) fill() {
@@ -82,8 +87,8 @@ func Overload(ctx context.Context, o OverloadOptions, progress io.Writer) (capac
 			}
 			s.Server, s.Multiple = n, m
 			steps = append(steps, s)
-			fmt.Fprintf(progress, "%-12s %4.2fC = %6.0f/s: goodput %6.0f/s (%.2fC), errors %5.1f%%, p50 %v p99 %v, heap %.0f MiB, goroutines %.0f, cores: server %.2f generator %.2f\n",
-				n, m, s.Offered, s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)
+			fmt.Fprintf(progress, "%-12s %4.2fC = %6.0f/s: goodput %6.0f/s (%.2fC), errors %5.1f%%, p50 %v p99 %v, heap %.0f MiB (%.0f besides caches), goroutines %.0f, cores: server %.2f generator %.2f\n",
+				n, m, s.Offered, s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)
 		}
 	}
 	return capacity, steps, nil
@@ -164,7 +169,7 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float
 	cpu0, self0, t0 := metricSum(hc, base, "process_cpu_seconds_total", ""), selfCPU(), time.Now()
 	peak := watchServer(base, o.Duration)
 	lat, failed, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
-	heap, goroutines := peak()
+	heap, other, goroutines := peak()
 	if err != nil {
 		return Step{}, err
 	}
@@ -172,7 +177,7 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float
 	serverCPU := (metricSum(hc, base, "process_cpu_seconds_total", "") - cpu0) / secs
 	generatorCPU := (selfCPU() - self0).Seconds() / secs
 	slices.Sort(lat)
-	s := Step{Offered: rate, Goodput: float64(len(lat)) / o.Duration.Seconds(), HeapMiB: heap / (1 << 20), Goroutines: goroutines,
+	s := Step{Offered: rate, Goodput: float64(len(lat)) / o.Duration.Seconds(), HeapMiB: heap / (1 << 20), OtherHeapMiB: other / (1 << 20), Goroutines: goroutines,
 		ServerCPU: serverCPU, GeneratorCPU: generatorCPU}
 	if sent := len(lat) + failed; sent > 0 {
 		s.ErrorRate = float64(failed) / float64(sent)
@@ -183,24 +188,25 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float
 	return s, nil
 }
 
-// watchServer samples a server's heap and goroutines (its /metrics) for
-// d; the returned function waits for the end and returns the peaks.
-func watchServer(base string, d time.Duration) func() (heap, goroutines float64) {
+// watchServer samples a server's heap, its heap besides Pebble's caches
+// and memtables, and its goroutines (its /metrics) for d; the returned
+// function waits for the end and returns the peaks.
+func watchServer(base string, d time.Duration) func() (heap, other, goroutines float64) {
 	hc := &http.Client{Timeout: 2 * time.Second}
-	var heap, goroutines float64
+	var heap, other, goroutines float64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
-			h, g := scrape(hc, base)
-			heap, goroutines = max(heap, h), max(goroutines, g)
+			h, c, g := scrape(hc, base)
+			heap, other, goroutines = max(heap, h), max(other, h-c), max(goroutines, g)
 			time.Sleep(250 * time.Millisecond)
 		}
 	}()
-	return func() (float64, float64) {
+	return func() (float64, float64, float64) {
 		<-done
-		return heap, goroutines
+		return heap, other, goroutines
 	}
 }
 
@@ -213,16 +219,20 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func scrape(hc *http.Client, base string) (heap, goroutines float64) {
-	return metricSum(hc, base, "go_memstats_heap_inuse_bytes", ""), metricSum(hc, base, "go_goroutines", "")
+// scrape reads a server's heap in use, the bytes of its Pebble block
+// caches and memtables (every node's), and its goroutines.
+func scrape(hc *http.Client, base string) (heap, caches, goroutines float64) {
+	return metricSum(hc, base, "go_memstats_heap_inuse_bytes", ""),
+		metricSum(hc, base, "cortado_pebble_block_cache_bytes", "") + metricSum(hc, base, "cortado_pebble_memtable_bytes", ""),
+		metricSum(hc, base, "go_goroutines", "")
 }
 
 // OverloadTable writes the steps as a Markdown table.
 func OverloadTable(w io.Writer, capacity float64, steps []Step) {
 	fmt.Fprintf(w, "Capacity C = %.0f requests/s (95 %% GET, 5 %% PUT): the highest rate served in open loop with at most 1 %% failed.\n\n", capacity)
-	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | goroutines peak | cores: server / generator |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | besides caches | goroutines peak | cores: server / generator |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range steps {
-		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %.0f MiB | %.0f | %.2f / %.2f |\n", s.Multiple, s.Offered, s.Server,
-			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)
+		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %.0f MiB | %.0f MiB | %.0f | %.2f / %.2f |\n", s.Multiple, s.Offered, s.Server,
+			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)
 	}
 }

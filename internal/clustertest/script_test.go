@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -163,6 +164,26 @@ func TestServeNodes(t *testing.T) {
 	// without the wire here, hold what the masters hold.
 	if out, err := exec.Command(Binary(t), "cluster", "check", "--url", s.URL).CombinedOutput(); err != nil {
 		t.Fatalf("cluster check: %v\n%s", err, out)
+	}
+	// Each node's engine is in the metrics, and each has written the
+	// commits it holds.
+	resp, err = http.Get(s.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wrote := map[string]bool{}
+	for line := range strings.Lines(string(body)) {
+		if rest, ok := strings.CutPrefix(line, `cortado_pebble_wal_bytes_written_total{node="`); ok {
+			node, value, _ := strings.Cut(rest, `"} `)
+			if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil && v > 0 {
+				wrote[node] = true
+			}
+		}
+	}
+	if len(wrote) != 3 || !strings.Contains(string(body), "cortado_pebble_block_cache_bytes{node=") {
+		t.Fatalf("metrics: the engines of %v wrote to their WAL, want three nodes, and each with its block cache:\n%s", wrote, body)
 	}
 
 	// A clean stop under write load: handlers (replication long-polls,

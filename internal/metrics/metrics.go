@@ -24,6 +24,7 @@ type Metrics struct {
 
 	admMu     sync.Mutex
 	admission *admissionCollector
+	pebble    *pebbleCollector // under admMu
 
 	// series caches each (route, method, code)'s counter and histogram:
 	// looking them up by labels cost a map and a hash per request.
@@ -123,38 +124,75 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// RegisterPebble exports a Pebble instance's statistics.
-func (m *Metrics) RegisterPebble(stats func() *pebble.Metrics) {
-	m.Registry.MustRegister(&pebbleCollector{stats: stats})
+// RegisterPebble exports the statistics of a storage node's Pebble
+// instance, labelled with the node's id (one process of `serve --nodes
+// N` holds N).
+func (m *Metrics) RegisterPebble(node string, stats func() *pebble.Metrics) {
+	m.admMu.Lock()
+	defer m.admMu.Unlock()
+	if m.pebble == nil {
+		m.pebble = &pebbleCollector{}
+		m.Registry.MustRegister(m.pebble)
+	}
+	m.pebble.mu.Lock()
+	m.pebble.engines = append(m.pebble.engines, pebbleEngine{node, stats})
+	m.pebble.mu.Unlock()
+}
+
+func pebbleDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, []string{"node"}, nil)
 }
 
 var (
-	descDiskBytes  = prometheus.NewDesc("cortado_pebble_disk_usage_bytes", "Bytes Pebble uses on disk.", nil, nil)
-	descL0Files    = prometheus.NewDesc("cortado_pebble_l0_files", "Files in Pebble's level 0 (read amplification pressure).", nil, nil)
-	descReadAmp    = prometheus.NewDesc("cortado_pebble_read_amplification", "Pebble's read amplification.", nil, nil)
-	descCompaction = prometheus.NewDesc("cortado_pebble_compactions_total", "Compactions Pebble has run.", nil, nil)
-	descMemtable   = prometheus.NewDesc("cortado_pebble_memtable_bytes", "Bytes in Pebble's memtables.", nil, nil)
-	descCacheHits  = prometheus.NewDesc("cortado_pebble_block_cache_hits_total", "Pebble block cache hits.", nil, nil)
-	descCacheMiss  = prometheus.NewDesc("cortado_pebble_block_cache_misses_total", "Pebble block cache misses.", nil, nil)
-	descWALBytes   = prometheus.NewDesc("cortado_pebble_wal_bytes_written_total", "Bytes written to Pebble's WAL.", nil, nil)
+	descDiskBytes  = pebbleDesc("cortado_pebble_disk_usage_bytes", "Bytes Pebble uses on disk.")
+	descL0Files    = pebbleDesc("cortado_pebble_l0_files", "Files in Pebble's level 0 (read amplification pressure).")
+	descReadAmp    = pebbleDesc("cortado_pebble_read_amplification", "Pebble's read amplification.")
+	descCompaction = pebbleDesc("cortado_pebble_compactions_total", "Compactions Pebble has run.")
+	descMemtable   = pebbleDesc("cortado_pebble_memtable_bytes", "Bytes in Pebble's memtables.")
+	descCacheBytes = pebbleDesc("cortado_pebble_block_cache_bytes", "Bytes in Pebble's block cache (on the Go heap: the binary is built without cgo).")
+	descCacheHits  = pebbleDesc("cortado_pebble_block_cache_hits_total", "Pebble block cache hits.")
+	descCacheMiss  = pebbleDesc("cortado_pebble_block_cache_misses_total", "Pebble block cache misses.")
+	descWALBytes   = pebbleDesc("cortado_pebble_wal_bytes_written_total", "Bytes written to Pebble's WAL.")
 )
 
-type pebbleCollector struct{ stats func() *pebble.Metrics }
+type pebbleEngine struct {
+	node  string
+	stats func() *pebble.Metrics
+}
+
+type pebbleCollector struct {
+	mu      sync.Mutex
+	engines []pebbleEngine
+}
 
 func (c *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descCacheHits, descCacheMiss, descWALBytes} {
+	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descCacheBytes, descCacheHits, descCacheMiss, descWALBytes} {
 		ch <- d
 	}
 }
 
 func (c *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.stats()
-	ch <- prometheus.MustNewConstMetric(descDiskBytes, prometheus.GaugeValue, float64(s.DiskSpaceUsage()))
-	ch <- prometheus.MustNewConstMetric(descL0Files, prometheus.GaugeValue, float64(s.Levels[0].TablesCount))
-	ch <- prometheus.MustNewConstMetric(descReadAmp, prometheus.GaugeValue, float64(s.ReadAmp()))
-	ch <- prometheus.MustNewConstMetric(descCompaction, prometheus.CounterValue, float64(s.Compact.Count))
-	ch <- prometheus.MustNewConstMetric(descMemtable, prometheus.GaugeValue, float64(s.MemTable.Size))
-	ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(s.BlockCache.Hits))
-	ch <- prometheus.MustNewConstMetric(descCacheMiss, prometheus.CounterValue, float64(s.BlockCache.Misses))
-	ch <- prometheus.MustNewConstMetric(descWALBytes, prometheus.CounterValue, float64(s.WAL.BytesWritten))
+	c.mu.Lock()
+	engines := c.engines
+	c.mu.Unlock()
+	for _, e := range engines {
+		s := e.stats()
+		for _, v := range []struct {
+			d   *prometheus.Desc
+			t   prometheus.ValueType
+			val float64
+		}{
+			{descDiskBytes, prometheus.GaugeValue, float64(s.DiskSpaceUsage())},
+			{descL0Files, prometheus.GaugeValue, float64(s.Levels[0].TablesCount)},
+			{descReadAmp, prometheus.GaugeValue, float64(s.ReadAmp())},
+			{descCompaction, prometheus.CounterValue, float64(s.Compact.Count)},
+			{descMemtable, prometheus.GaugeValue, float64(s.MemTable.Size)},
+			{descCacheBytes, prometheus.GaugeValue, float64(s.BlockCache.Size)},
+			{descCacheHits, prometheus.CounterValue, float64(s.BlockCache.Hits)},
+			{descCacheMiss, prometheus.CounterValue, float64(s.BlockCache.Misses)},
+			{descWALBytes, prometheus.CounterValue, float64(s.WAL.BytesWritten)},
+		} {
+			ch <- prometheus.MustNewConstMetric(v.d, v.t, v.val, e.node)
+		}
+	}
 }

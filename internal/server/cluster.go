@@ -50,9 +50,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	if err != nil {
 		return nil, err
 	}
-	if len(s.members) == 0 {
-		s.Metrics.RegisterPebble(eng.Metrics)
-	}
+	s.Metrics.RegisterPebble(id, eng.Metrics)
 	m := &member{id: id, engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
 		ReplicationLag:         func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
 		Retained:               s.retained,
