@@ -51,6 +51,7 @@ type roleFlags struct {
 	controllerID   *string
 	checkInterval  *time.Duration
 	relayBuffer    *int
+	relayBytes     *int
 	retainEvery    *time.Duration
 	snapshotRate   *int64
 	protocol       *uint
@@ -139,6 +140,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.nodeID = fs.String("relay-id", "", "this relay's name (default: its advertised address)")
 		f.advertise = fs.String("advertise-url", "", "URL slaves reach this relay at (default http:// + the listen address)")
 		f.relayBuffer = fs.Int("buffer", relay.DefaultBuffer, "commits kept per partition; older ones are re-read from the master")
+		f.relayBytes = fs.Int("buffer-bytes", relay.DefaultBufferBytes, "bytes of commits (keys, documents, pre-images) kept in all, each partition an equal share; older ones are re-read from the master")
 	}
 	return f
 }
@@ -189,7 +191,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		}
 	}
 	if f.relayBuffer != nil {
-		o.RelayBuffer = *f.relayBuffer
+		o.RelayBuffer, o.RelayBufferBytes = *f.relayBuffer, *f.relayBytes
 	}
 	if f.rack != nil {
 		o.Rack = *f.rack

@@ -48,8 +48,9 @@ type Step struct {
 	ServerCPU, GeneratorCPU float64
 	HeapMiB                 float64 // the server's peak heap in use
 	// OtherHeapMiB is the peak of the heap besides Pebble's block
-	// caches and memtables (on the heap in a build without cgo), which
-	// fill with the data whatever the load: what overload could grow.
+	// caches and memtables (on the heap in a build without cgo) and the
+	// relay's buffers, which fill with the data whatever the load: what
+	// overload could grow.
 	OtherHeapMiB float64
 	Goroutines   float64 // the server's peak goroutines
 }
@@ -219,11 +220,14 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// scrape reads a server's heap in use, the bytes of its Pebble block
-// caches and memtables (every node's), and its goroutines.
+// scrape reads a server's heap in use; the bytes of its Pebble block
+// caches and memtables (every node's: current, waiting for a flush, and
+// kept for reuse) and its relay's buffers, which fill with the data
+// whatever the load; and its goroutines.
 func scrape(hc *http.Client, base string) (heap, caches, goroutines float64) {
 	return metricSum(hc, base, "go_memstats_heap_inuse_bytes", ""),
-		metricSum(hc, base, "cortado_pebble_block_cache_bytes", "") + metricSum(hc, base, "cortado_pebble_memtable_bytes", ""),
+		metricSum(hc, base, "cortado_pebble_block_cache_bytes", "") + metricSum(hc, base, "cortado_pebble_memtable_bytes", "") +
+			metricSum(hc, base, "cortado_pebble_memtable_zombie_bytes", "") + metricSum(hc, base, "cortado_relay_buffer_bytes", ""),
 		metricSum(hc, base, "go_goroutines", "")
 }
 

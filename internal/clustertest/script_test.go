@@ -19,6 +19,7 @@ import (
 
 	"github.com/cortado-db/cortado/client"
 	"github.com/cortado-db/cortado/internal/controller"
+	"github.com/cortado-db/cortado/internal/relay"
 )
 
 // TestClusterScript runs `scripts/cluster up`, writes and reads through
@@ -115,6 +116,9 @@ func TestServeNodes(t *testing.T) {
 	await(t, 10*time.Second, "the relay to pull the write", func() bool {
 		return metric(t, s.URL, "cortado_relay_pulled_commits_total") > 0
 	})
+	if b := metric(t, s.URL, "cortado_relay_buffer_bytes"); b <= 0 || b > relay.DefaultBufferBytes {
+		t.Fatalf("the relay's buffers hold %v bytes after a write", b)
+	}
 
 	// The change stream, which this process's router reads from its own
 	// relay without the wire, carries every acknowledged write once, in

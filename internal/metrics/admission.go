@@ -129,3 +129,9 @@ func (m *Metrics) RegisterStreams(open func() int64) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cortado_change_streams", Help: "Change streams this router serves now (at most --max-streams)."},
 		func() float64 { return float64(open()) }))
 }
+
+// RegisterRelayBuffer exports the bytes a relay's buffers hold.
+func (m *Metrics) RegisterRelayBuffer(bytes func() int64) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cortado_relay_buffer_bytes", Help: "Bytes of commits a relay's buffers hold (at most --buffer-bytes)."},
+		func() float64 { return float64(bytes()) }))
+}

@@ -149,6 +149,7 @@ var (
 	descReadAmp    = pebbleDesc("cortado_pebble_read_amplification", "Pebble's read amplification.")
 	descCompaction = pebbleDesc("cortado_pebble_compactions_total", "Compactions Pebble has run.")
 	descMemtable   = pebbleDesc("cortado_pebble_memtable_bytes", "Bytes in Pebble's memtables.")
+	descZombie     = pebbleDesc("cortado_pebble_memtable_zombie_bytes", "Bytes of Pebble's memtables no longer in use: read by iterators, or kept for reuse.")
 	descCacheBytes = pebbleDesc("cortado_pebble_block_cache_bytes", "Bytes in Pebble's block cache (on the Go heap: the binary is built without cgo).")
 	descCacheHits  = pebbleDesc("cortado_pebble_block_cache_hits_total", "Pebble block cache hits.")
 	descCacheMiss  = pebbleDesc("cortado_pebble_block_cache_misses_total", "Pebble block cache misses.")
@@ -166,7 +167,7 @@ type pebbleCollector struct {
 }
 
 func (c *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descCacheBytes, descCacheHits, descCacheMiss, descWALBytes} {
+	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descZombie, descCacheBytes, descCacheHits, descCacheMiss, descWALBytes} {
 		ch <- d
 	}
 }
@@ -187,6 +188,7 @@ func (c *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 			{descReadAmp, prometheus.GaugeValue, float64(s.ReadAmp())},
 			{descCompaction, prometheus.CounterValue, float64(s.Compact.Count)},
 			{descMemtable, prometheus.GaugeValue, float64(s.MemTable.Size)},
+			{descZombie, prometheus.GaugeValue, float64(s.MemTable.ZombieSize)},
 			{descCacheBytes, prometheus.GaugeValue, float64(s.BlockCache.Size)},
 			{descCacheHits, prometheus.CounterValue, float64(s.BlockCache.Hits)},
 			{descCacheMiss, prometheus.CounterValue, float64(s.BlockCache.Misses)},

@@ -1,6 +1,6 @@
 // Package relay owns the relay role (Databus in the Espresso design): it
-// pulls every master partition's commit log, in SCN order, into a bounded
-// per-partition buffer, and serves it to slaves (and change-stream
+// pulls every master partition's commit log, in SCN order, into a
+// per-partition buffer bounded in commits and in bytes, and serves it to slaves (and change-stream
 // readers) through the same log API as a storage node. A reader behind
 // the buffer, or on another timeline, is served by re-reading from the
 // master. A relay that starts (or whose buffer the master's retained log
@@ -17,6 +17,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,18 +29,33 @@ import (
 	"github.com/cortado-db/cortado/internal/wire"
 )
 
-// DefaultBuffer is how many commits a partition's buffer holds unless
-// Relay.Buffer says otherwise.
-const DefaultBuffer = 10000
+// Defaults of the buffers: how many commits a partition's buffer holds,
+// and how many bytes of commits (storage.Commit.Size: keys, documents
+// and pre-images) the relay holds in all, unless Relay.Buffer and
+// Relay.BufferBytes say otherwise. The bytes bound the relay's memory
+// whatever the documents' size and the number of partitions: 10,000
+// commits of 2 MiB documents and their pre-images would be 40 GB a
+// partition. 256 MiB over the 64 partitions of a database is 4 MiB each,
+// about 2,000 commits of 1 KB documents.
+const (
+	DefaultBuffer      = 10000
+	DefaultBufferBytes = 256 << 20
+	// minShare is the least a partition's buffer may hold whatever the
+	// number of partitions (a relay of 4,096 partitions holds up to
+	// 256 MiB of them).
+	minShare = 64 << 10
+)
 
 // Relay pulls and serves commit logs.
 type Relay struct {
 	Client *clientv3.Client
 	Prefix string
 	// Buffer is how many commits a partition's buffer holds (default
-	// 10,000); older ones are re-read from the master.
-	Buffer int
-	Logger *slog.Logger
+	// 10,000), and BufferBytes how many bytes of commits the relay holds
+	// in all (default 256 MiB), each partition an equal share (at least
+	// 64 KiB); older ones are re-read from the master.
+	Buffer, BufferBytes int
+	Logger              *slog.Logger
 	// Pulled and Served, when set, count commits pulled from masters and
 	// served to readers from the buffer.
 	Pulled, Served func(n int)
@@ -52,6 +68,7 @@ type Relay struct {
 
 	mu      sync.Mutex
 	parts   map[partKey]*partition
+	nparts  atomic.Int64   // len(parts)
 	added   chan struct{}  // closed (and replaced) when a partition is added
 	remotes node.Remotes   // log streams to masters
 	pulls   sync.WaitGroup // every puller; Run waits for them
@@ -69,6 +86,7 @@ type partition struct {
 	master  string // URL pulled from
 	base    storage.SCN
 	commits []storage.Commit
+	bytes   int         // the commits' Size, summed
 	acked   storage.SCN // the master's acknowledged SCN, last heard
 	changed chan struct{}
 	cancel  context.CancelFunc
@@ -83,6 +101,51 @@ func (p *partition) last() storage.SCN {
 	return p.commits[len(p.commits)-1].SCN
 }
 
+// Buffered is the bytes of commits the buffers hold.
+func (r *Relay) Buffered() int64 {
+	r.mu.Lock()
+	parts := make([]*partition, 0, len(r.parts))
+	for _, p := range r.parts {
+		parts = append(parts, p)
+	}
+	r.mu.Unlock()
+	var n int64
+	for _, p := range parts {
+		p.mu.Lock()
+		n += int64(p.bytes)
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// share is the bytes one partition's buffer may hold.
+func (r *Relay) share() int {
+	return max(minShare, r.BufferBytes/int(max(1, r.nparts.Load())))
+}
+
+// add appends commits, which follow the buffer's last, then drops the
+// oldest until at most maxCommits and maxBytes remain (all of them, when
+// the newest alone is larger); base becomes the last dropped. The caller
+// holds mu.
+func (p *partition) add(commits []storage.Commit, maxCommits, maxBytes int) {
+	p.commits = append(p.commits, commits...)
+	for i := range commits {
+		p.bytes += commits[i].Size()
+	}
+	drop := max(0, len(p.commits)-maxCommits)
+	for i := range drop {
+		p.bytes -= p.commits[i].Size()
+	}
+	for drop < len(p.commits) && p.bytes > maxBytes {
+		p.bytes -= p.commits[drop].Size()
+		drop++
+	}
+	if drop > 0 {
+		p.base = p.commits[drop-1].SCN
+		p.commits = append([]storage.Commit(nil), p.commits[drop:]...)
+	}
+}
+
 func (p *partition) notify() {
 	if p.changed != nil {
 		close(p.changed)
@@ -95,6 +158,9 @@ func (p *partition) notify() {
 func (r *Relay) Run(ctx context.Context) error {
 	if r.Buffer <= 0 {
 		r.Buffer = DefaultBuffer
+	}
+	if r.BufferBytes <= 0 {
+		r.BufferBytes = DefaultBufferBytes
 	}
 	r.mu.Lock()
 	r.parts = map[partKey]*partition{}
@@ -169,6 +235,7 @@ func (r *Relay) part(db string, id int) *partition {
 	if p == nil {
 		p = &partition{}
 		r.parts[k] = p
+		r.nparts.Store(int64(len(r.parts)))
 		if r.added != nil {
 			close(r.added)
 			r.added = nil
@@ -228,7 +295,7 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 				// The master's retained log starts after the buffer:
 				// start the buffer over there (readers behind it are
 				// passed to the master, which sends them a snapshot).
-				p.commits, p.base = nil, res.LogStart
+				p.commits, p.base, p.bytes = nil, res.LogStart, 0
 				return errRestart
 			case res.Diverged:
 				// The new master's timeline ends our buffer's at Common.
@@ -236,19 +303,18 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 				for keep < len(p.commits) && !res.Common.Less(p.commits[keep].SCN) {
 					keep++
 				}
+				for _, c := range p.commits[keep:] {
+					p.bytes -= c.Size()
+				}
 				p.commits = p.commits[:keep]
 				if keep == 0 && res.Common.Less(p.base) {
 					p.base = res.Common
 				}
 			case len(res.Commits) > 0 && p.last() == after:
-				p.commits = append(p.commits, res.Commits...)
+				p.add(res.Commits, r.Buffer, r.share())
 				after = p.last()
 				if r.Pulled != nil {
 					r.Pulled(len(res.Commits))
-				}
-				if over := len(p.commits) - r.Buffer; over > 0 {
-					p.base = p.commits[over-1].SCN
-					p.commits = append([]storage.Commit(nil), p.commits[over:]...)
 				}
 			case len(res.Commits) > 0:
 				return errRestart // the buffer moved under the stream

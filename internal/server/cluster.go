@@ -186,10 +186,11 @@ func (s *Server) startRelay(ctx context.Context, id, url string) (*wire.Server, 
 	if id == "" {
 		id = strings.TrimPrefix(url, "http://")
 	}
-	r := &relay.Relay{Client: s.cli, Prefix: s.opts.Prefix, Buffer: s.opts.RelayBuffer, Logger: s.opts.Logger.With("relay", id), ProtocolVersion: s.opts.ProtocolVersion, Local: s.peers,
+	r := &relay.Relay{Client: s.cli, Prefix: s.opts.Prefix, Buffer: s.opts.RelayBuffer, BufferBytes: s.opts.RelayBufferBytes, Logger: s.opts.Logger.With("relay", id), ProtocolVersion: s.opts.ProtocolVersion, Local: s.peers,
 		Pulled: func(n int) { s.cluster.RelayPulled.Add(float64(n)) },
 		Served: func(n int) { s.cluster.RelayServed.Add(float64(n)) },
 	}
+	s.Metrics.RegisterRelayBuffer(r.Buffered)
 	rctx := s.background(func(ctx context.Context) { r.Run(ctx) })
 	reg, err := topo.RegisterRelay(rctx, s.cli, s.opts.Prefix, id, url, s.opts.LeaseTTL)
 	if err != nil {

@@ -92,8 +92,9 @@ type Options struct {
 	// ControllerID names a controller (default: host and process ID).
 	ControllerID string
 	// RelayBuffer is how many commits per partition a relay keeps
-	// (default 10,000).
-	RelayBuffer int
+	// (default 10,000), and RelayBufferBytes how many bytes of commits
+	// in all (default 256 MiB): relay.Relay.Buffer and BufferBytes.
+	RelayBuffer, RelayBufferBytes int
 	// CheckInterval is how often the leading controller runs the
 	// consistency check (default 10 minutes; negative disables it).
 	CheckInterval time.Duration

@@ -1,0 +1,86 @@
+package relay
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+func commit(seq uint64, size int) storage.Commit {
+	return storage.Commit{SCN: storage.SCN{Gen: 1, Seq: seq}, Events: []storage.Event{{Table: "t", Key: []byte{byte(seq)}, Value: bytes.Repeat([]byte("x"), size)}}}
+}
+
+// TestBufferBounds: a partition's buffer keeps the newest commits within
+// both bounds, contiguous after its base, and its byte count is the
+// commits' size; a commit larger than the byte bound leaves it empty,
+// its base at that commit.
+func TestBufferBounds(t *testing.T) {
+	p := &partition{}
+	check := func(wantFirst, wantLast uint64, maxBytes int) {
+		t.Helper()
+		sum := 0
+		for i, c := range p.commits {
+			sum += c.Size()
+			if i > 0 && c.SCN.Seq != p.commits[i-1].SCN.Seq+1 {
+				t.Fatalf("buffer not contiguous at %v", c.SCN)
+			}
+		}
+		if sum != p.bytes || p.bytes > maxBytes {
+			t.Fatalf("bytes %d, commits' size %d, bound %d", p.bytes, sum, maxBytes)
+		}
+		if wantLast == 0 {
+			if len(p.commits) != 0 {
+				t.Fatalf("%d commits, want none", len(p.commits))
+			}
+			return
+		}
+		if len(p.commits) == 0 || p.commits[0].SCN.Seq != wantFirst || p.last().Seq != wantLast || p.base.Seq != wantFirst-1 {
+			t.Fatalf("base %v, %d commits ending at %v; want %d..%d", p.base, len(p.commits), p.last(), wantFirst, wantLast)
+		}
+	}
+	one := commit(1, 1000)
+	size := one.Size()
+	// The commit bound binds first.
+	for seq := uint64(1); seq <= 20; seq++ {
+		p.add([]storage.Commit{commit(seq, 1000)}, 5, 100*size)
+	}
+	check(16, 20, 100*size)
+	// Then the byte bound, with several commits at once.
+	p.add([]storage.Commit{commit(21, 1000), commit(22, 1000), commit(23, 1000)}, 100, 3*size)
+	check(21, 23, 3*size)
+	// A larger document pushes out more of the smaller ones: two here.
+	p.add([]storage.Commit{commit(24, 2000)}, 100, 3*size)
+	check(23, 24, 3*size)
+	// One commit beyond the byte bound: nothing is kept, and readers
+	// from before it go to the master.
+	p.add([]storage.Commit{commit(25, 10*size)}, 100, 3*size)
+	check(0, 0, 3*size)
+	if p.base.Seq != 25 || p.last().Seq != 25 {
+		t.Fatalf("base %v, last %v; want 25", p.base, p.last())
+	}
+	// The buffer continues from there.
+	p.add([]storage.Commit{commit(26, 1000)}, 100, 3*size)
+	check(26, 26, 3*size)
+}
+
+// TestBufferShare: the relay's byte budget is split evenly between the
+// partitions it pulls, down to a floor.
+func TestBufferShare(t *testing.T) {
+	r := &Relay{BufferBytes: 64 << 20, parts: map[partKey]*partition{}}
+	if got := r.share(); got != 64<<20 {
+		t.Fatalf("no partition yet: share %d, want the whole budget", got)
+	}
+	for id := range 64 {
+		r.part("d", id)
+	}
+	if got := r.share(); got != 1<<20 {
+		t.Fatalf("64 partitions: share %d, want 1 MiB", got)
+	}
+	for id := range 4096 {
+		r.part("e", id)
+	}
+	if got := r.share(); got != minShare {
+		t.Fatalf("4,160 partitions: share %d, want the floor %d", got, minShare)
+	}
+}
