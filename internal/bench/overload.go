@@ -47,10 +47,11 @@ type Step struct {
 	// process_cpu_seconds_total) and this load generator's own.
 	ServerCPU, GeneratorCPU float64
 	HeapMiB                 float64 // the server's peak heap in use
-	// OtherHeapMiB is the peak of the heap besides Pebble's block
-	// caches and memtables (on the heap in a build without cgo) and the
-	// relay's buffers, which fill with the data whatever the load: what
-	// overload could grow.
+	// OtherHeapMiB is the peak of the live heap (as the last collection
+	// found it; the heap in use counts garbage too) besides Pebble's
+	// block caches and memtables (on the heap in a build without cgo)
+	// and the relay's buffers, which fill with the data whatever the
+	// load: what overload could grow.
 	OtherHeapMiB float64
 	Goroutines   float64 // the server's peak goroutines
 }
@@ -88,7 +89,7 @@ func Overload(ctx context.Context, o OverloadOptions, progress io.Writer) (capac
 			}
 			s.Server, s.Multiple = n, m
 			steps = append(steps, s)
-			fmt.Fprintf(progress, "%-12s %4.2fC = %6.0f/s: goodput %6.0f/s (%.2fC), errors %5.1f%%, p50 %v p99 %v, heap %.0f MiB (%.0f besides caches), goroutines %.0f, cores: server %.2f generator %.2f\n",
+			fmt.Fprintf(progress, "%-12s %4.2fC = %6.0f/s: goodput %6.0f/s (%.2fC), errors %5.1f%%, p50 %v p99 %v, heap %.0f MiB (live besides caches %.0f), goroutines %.0f, cores: server %.2f generator %.2f\n",
 				n, m, s.Offered, s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)
 		}
 	}
@@ -189,9 +190,10 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float
 	return s, nil
 }
 
-// watchServer samples a server's heap, its heap besides Pebble's caches
-// and memtables, and its goroutines (its /metrics) for d; the returned
-// function waits for the end and returns the peaks.
+// watchServer samples a server's heap, its live heap besides Pebble's
+// caches and memtables and the relay's buffers, and its goroutines (its
+// /metrics) for d; the returned function waits for the end and returns
+// the peaks.
 func watchServer(base string, d time.Duration) func() (heap, other, goroutines float64) {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	var heap, other, goroutines float64
@@ -200,8 +202,8 @@ func watchServer(base string, d time.Duration) func() (heap, other, goroutines f
 		defer close(done)
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
-			h, c, g := scrape(hc, base)
-			heap, other, goroutines = max(heap, h), max(other, h-c), max(goroutines, g)
+			h, o, g := scrape(hc, base)
+			heap, other, goroutines = max(heap, h), max(other, o), max(goroutines, g)
 			time.Sleep(250 * time.Millisecond)
 		}
 	}()
@@ -220,21 +222,22 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// scrape reads a server's heap in use; the bytes of its Pebble block
-// caches and memtables (every node's: current, waiting for a flush, and
-// kept for reuse) and its relay's buffers, which fill with the data
-// whatever the load; and its goroutines.
-func scrape(hc *http.Client, base string) (heap, caches, goroutines float64) {
-	return metricSum(hc, base, "go_memstats_heap_inuse_bytes", ""),
-		metricSum(hc, base, "cortado_pebble_block_cache_bytes", "") + metricSum(hc, base, "cortado_pebble_memtable_bytes", "") +
-			metricSum(hc, base, "cortado_pebble_memtable_zombie_bytes", "") + metricSum(hc, base, "cortado_relay_buffer_bytes", ""),
+// scrape reads a server's heap in use; its live heap (as its last
+// collection found it) besides its Pebble block caches and memtables
+// (every node's: current, waiting for a flush, and kept for reuse) and its
+// relay's buffers, which fill with the data whatever the load; and its
+// goroutines.
+func scrape(hc *http.Client, base string) (heap, other, goroutines float64) {
+	caches := metricSum(hc, base, "cortado_pebble_block_cache_bytes", "") + metricSum(hc, base, "cortado_pebble_memtable_bytes", "") +
+		metricSum(hc, base, "cortado_pebble_memtable_zombie_bytes", "") + metricSum(hc, base, "cortado_relay_buffer_bytes", "")
+	return metricSum(hc, base, "go_memstats_heap_inuse_bytes", ""), metricSum(hc, base, "go_gc_heap_live_bytes", "") - caches,
 		metricSum(hc, base, "go_goroutines", "")
 }
 
 // OverloadTable writes the steps as a Markdown table.
 func OverloadTable(w io.Writer, capacity float64, steps []Step) {
 	fmt.Fprintf(w, "Capacity C = %.0f requests/s (95 %% GET, 5 %% PUT): the highest rate served in open loop with at most 1 %% failed.\n\n", capacity)
-	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | besides caches | goroutines peak | cores: server / generator |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | live besides caches | goroutines peak | cores: server / generator |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range steps {
 		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %.0f MiB | %.0f MiB | %.0f | %.2f / %.2f |\n", s.Multiple, s.Offered, s.Server,
 			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)

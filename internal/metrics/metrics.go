@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -44,7 +45,11 @@ type series struct {
 // New returns a registry with Go runtime and process collectors.
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Besides the defaults, the heap the last collection found live
+	// (go_gc_heap_live_bytes): go_memstats_heap_inuse_bytes counts
+	// garbage not yet collected too, up to the live heap's size again.
+	live := collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(live)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &Metrics{
 		Registry: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

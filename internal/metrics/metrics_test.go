@@ -3,6 +3,7 @@ package metrics
 import (
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -67,5 +68,27 @@ func TestInstrumentBoundsSeries(t *testing.T) {
 		if len(got) != len(want) || got["GET 200"] != 3 || got["other 405"] != 50 {
 			t.Errorf("%s: %v, want %v", family, got, want)
 		}
+	}
+}
+
+// TestLiveHeap: the heap the last collection found live is exported, and
+// holds what is live.
+func TestLiveHeap(t *testing.T) {
+	m := New()
+	ballast := make([]byte, 64<<20)
+	runtime.GC()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live float64
+	for _, f := range fams {
+		if f.GetName() == "go_gc_heap_live_bytes" {
+			live = f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	runtime.KeepAlive(ballast)
+	if live < 64<<20 {
+		t.Fatalf("go_gc_heap_live_bytes %v with 64 MiB live", live)
 	}
 }
