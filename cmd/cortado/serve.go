@@ -15,6 +15,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/agent"
+	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
@@ -68,6 +69,7 @@ type roleFlags struct {
 	indexBuildRate                 *int
 	quotaRate, quotaBurst          *float64
 	maxConns, maxStreams           *int
+	streamBytes                    *int
 	idleTimeout, writeTimeout      *time.Duration
 	heapFloor                      *int64
 	procsPerCPU                    *int
@@ -117,6 +119,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
 		f.writeTimeout = fs.Duration("write-timeout", router.DefaultWriteTimeout, "how long a client may take to read a response after its request's deadline (a change stream: each write); then its connection is closed")
 		f.maxStreams = fs.Int("max-streams", router.DefaultMaxStreams, "change streams served at once; more are refused with 503 overloaded")
+		f.streamBytes = fs.Int("stream-bytes", changes.DefaultStreamBytes, "bytes one change stream holds: its events on their way to the consumer, and its partitions' log answers (each at least one commit)")
 	}
 	if name != "router" {
 		f.leaseTTL = fs.Int("lease-ttl", topo.DefaultLeaseTTL, "seconds a storage node or the leading controller may be silent before it is taken for dead")
@@ -157,6 +160,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	if f.maxBody != nil {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge},
 			WriteTimeout: *f.writeTimeout, MaxStreams: *f.maxStreams}
+		o.StreamBytes = *f.streamBytes
 		o.Stall = node.StallOptions{Calls: *f.stallCalls, After: *f.stallAfter, MaxCalls: *f.nodeMaxCalls}
 		o.NoSlowNodeReports = !*f.slowNodes
 		o.Admission = admission.Options{MaxInFlight: *f.maxInFlight, MaxQueue: *f.maxQueue, QueueTimeout: *f.queueTimeout}

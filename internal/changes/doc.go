@@ -11,6 +11,9 @@
 // commit were, so a resumed stream repeats nothing and skips nothing.
 //
 // It never writes: it reads logs and snapshots through the Sources it is
-// given, and holds per stream one partition batch at a time (a slow
-// consumer holds its readers back, never memory).
+// given. What a stream holds is bounded (Feed.StreamBytes): its events on
+// their way to the consumer, and its partitions' log answers, which it
+// asks for in shares of that bound (an answer holds at least one commit,
+// so a partition whose commits are larger holds one). A slow consumer
+// holds its readers back, never more memory.
 package changes

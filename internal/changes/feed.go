@@ -73,7 +73,23 @@ type Feed struct {
 	Plans   *schema.Plans
 	Sources Sources
 	Logger  *slog.Logger
+	// StreamBytes bounds what one stream holds in memory (default
+	// DefaultStreamBytes): its events on their way from the partitions'
+	// readers to the consumer (one event at least, whatever its size),
+	// and, shared out between its partitions, the log answers they read
+	// (each at least one commit whatever its size).
+	StreamBytes int
 }
+
+// DefaultStreamBytes is Feed.StreamBytes's default. Without a bound, 20
+// consumers that did not read, of a database holding 256 documents of
+// 1 MB, took a router to 9.5 GB: each stream held 256 rendered events
+// and each of its 64 partitions' readers a log answer of up to 16 MiB.
+const DefaultStreamBytes = 4 << 20
+
+// minAnswerBytes is the least a partition's reader asks a log answer to
+// hold (when a stream has many partitions).
+const minAnswerBytes = 16 << 10
 
 // RequestError is a request the stream cannot serve (a 400).
 type RequestError struct{ Err error }
@@ -88,6 +104,72 @@ type Stream struct {
 	db     *schema.Database
 	tables map[string]bool // nil: all
 	parts  []int
+	held   *budget // the events on their way to the consumer
+}
+
+// budget bounds the bytes of events a stream's readers have handed its
+// writer and it has not yet written: a reader waits for room, except
+// when nothing is held (an event larger than the bound passes alone).
+type budget struct {
+	max   int
+	mu    sync.Mutex
+	used  int
+	freed chan struct{} // closed (and replaced) when bytes are released
+}
+
+func newBudget(max int) *budget { return &budget{max: max, freed: make(chan struct{})} }
+
+// take waits until n bytes fit, or ctx ends (false).
+func (b *budget) take(ctx context.Context, n int) bool {
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= b.max {
+			b.used += n
+			b.mu.Unlock()
+			return true
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// adjust changes what is held by n bytes without waiting (an event
+// rendered larger or smaller than what was taken for it).
+func (b *budget) adjust(n int) {
+	if n > 0 {
+		b.mu.Lock()
+		b.used += n
+		b.mu.Unlock()
+		return
+	}
+	b.release(-n)
+}
+
+func (b *budget) release(n int) {
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+func (s *Stream) streamBytes() int {
+	if s.f.StreamBytes > 0 {
+		return s.f.StreamBytes
+	}
+	return DefaultStreamBytes
+}
+
+// answerBytes is the bytes a partition's reader asks one log answer to
+// hold at most (before its last commit): the stream's bound shared out
+// between its partitions.
+func (s *Stream) answerBytes() int {
+	return max(minAnswerBytes, s.streamBytes()/max(1, len(s.parts)))
 }
 
 // Open checks a request against the registry: the database, tables,
@@ -156,6 +238,7 @@ type item struct {
 	kind string
 	body []byte // a JSON object without its closing brace
 	pos  Position
+	size int // taken from the stream's budget
 }
 
 // Run streams events to emit until ctx ends or emit fails. Each
@@ -176,6 +259,7 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 	}
 	slices.Sort(named)
 	tw := tokenWriter{hash: dbHash(s.db.Name)}
+	s.held = newBudget(s.streamBytes())
 	out := make(chan item, 256)
 	var wg sync.WaitGroup
 	for _, p := range s.parts {
@@ -199,7 +283,9 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 		b := append(it.body, `,"token":"`...)
 		b = append(b, text...)
 		b = append(b, `"}`...)
-		if err := emit(Event{Kind: it.kind, JSON: b, Token: string(text)}); err != nil {
+		err := emit(Event{Kind: it.kind, JSON: b, Token: string(text)})
+		s.held.release(it.size)
+		if err != nil {
 			return err
 		}
 		if len(out) == 0 {
@@ -271,6 +357,16 @@ type reader struct {
 }
 
 func (r *reader) send(it item) bool {
+	it.size = len(it.body)
+	if !r.s.held.take(r.ctx, it.size) {
+		return false
+	}
+	return r.sendTaken(it)
+}
+
+// sendTaken is send for an item whose size is taken from the budget
+// already.
+func (r *reader) sendTaken(it item) bool {
 	it.part = r.part
 	select {
 	case r.out <- it:
@@ -302,7 +398,7 @@ func (r *reader) now() bool {
 // tail streams the partition's log after the position; it returns
 // errTrimmed when the log no longer holds it.
 func (r *reader) tail(src node.LogSource) error {
-	req := node.LogRequest{DB: r.s.db.Name, Partition: r.part, After: r.pos.SCN, Wait: r.s.req.Heartbeat}
+	req := node.LogRequest{DB: r.s.db.Name, Partition: r.part, After: r.pos.SCN, Wait: r.s.req.Heartbeat, MaxBytes: r.s.answerBytes()}
 	return node.StreamFrom(r.ctx, src, req, func(res *node.LogResult) error {
 		switch {
 		case res.Trimmed:
@@ -359,15 +455,24 @@ func (r *reader) commit(c *storage.Commit) error {
 	for n, i := range picked {
 		e := &c.Events[i]
 		counts[e.Table]++
+		// Room for the event before it is rendered, from its stored
+		// size: a reader waiting for room holds the commit, not its
+		// rendering too.
+		est := len(e.Value) + len(e.PrevValue) + 512
+		if !r.s.held.take(r.ctx, est) {
+			return r.ctx.Err()
+		}
 		body, err := r.change(c, e, n+1, counts[e.Table])
 		if err != nil {
+			r.s.held.release(est)
 			return err
 		}
+		r.s.held.adjust(len(body) - est)
 		pos := Position{SCN: prev, Skip: i + 1}
 		if n == len(picked)-1 && !tx {
 			pos = done
 		}
-		if !r.send(item{kind: "change", body: body, pos: pos}) {
+		if !r.sendTaken(item{kind: "change", body: body, pos: pos, size: len(body)}) {
 			return r.ctx.Err()
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/routing"
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
 	"github.com/cortado-db/cortado/internal/wire"
 )
@@ -505,4 +506,58 @@ func busiestMaster(t *topo.RoutingTable) string {
 		}
 	}
 	return best
+}
+
+// TestLogAnswerBytes: a log answer holds commits up to the first that
+// reaches the asked bytes (at least one, whatever its size), from a
+// relay, from a node in the process and from a node over the wire, so a
+// change stream's readers bound what they hold.
+func TestLogAnswerBytes(t *testing.T) {
+	c := startClusterWith(t, clusterOptions{nodes: 1, partitions: 1, replicas: 1, relayBuffer: 1000})
+	value := strings.Repeat("x", 10_000)
+	for i := range 20 {
+		c.put(fmt.Sprintf("k%d", i), value)
+	}
+	var n *clusterNode
+	for _, cn := range c.nodes {
+		n = cn
+	}
+	sources := map[string]node.LogSource{"relay": c.relay, "node": n.Node, "node over the wire": remote(t, n.url)}
+	for name, src := range sources {
+		// From the commit before the first write (a new generation
+		// opens with a commit of its own).
+		var after storage.SCN
+		await(t, 10*time.Second, name+" to hold the writes", func() bool {
+			res, err := src.Log(context.Background(), node.LogRequest{DB: "d", Partition: 0})
+			if err != nil {
+				return false
+			}
+			big := 0
+			for i, cm := range res.Commits {
+				if cm.Size() > 10_000 {
+					if big == 0 && i > 0 {
+						after = res.Commits[i-1].SCN
+					}
+					big++
+				}
+			}
+			return big == 20
+		})
+		got, err := src.Log(context.Background(), node.LogRequest{DB: "d", Partition: 0, After: after, MaxBytes: 25_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		size, last := 0, 0
+		for i := range got.Commits {
+			last = got.Commits[i].Size()
+			size += last
+		}
+		if len(got.Commits) < 2 || size-last >= 25_000 || size < 25_000 {
+			t.Fatalf("%s: %d commits of %d bytes for 25,000 asked", name, len(got.Commits), size)
+		}
+		one, err := src.Log(context.Background(), node.LogRequest{DB: "d", Partition: 0, After: after, MaxBytes: 100})
+		if err != nil || len(one.Commits) != 1 {
+			t.Fatalf("%s: asking 100 bytes: %v %d commits, want the first commit alone", name, err, len(one.Commits))
+		}
+	}
 }

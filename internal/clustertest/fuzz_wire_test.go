@@ -69,6 +69,13 @@ func FuzzInternalAPI(f *testing.F) {
 		b, _ := proto.Marshal(m)
 		f.Add(uint8(i), b)
 	}
+	// Byte bounds on log answers (Log is method 5, StreamLog 9).
+	for _, m := range []uint8{5, 9} {
+		for _, r := range []*wire.LogRequest{{Db: "d", Max: 5, MaxBytes: -1 << 62}, {Db: "d", MaxBytes: 1}} {
+			b, _ := proto.Marshal(r)
+			f.Add(m, b)
+		}
+	}
 	reg := newTestRegistry(f, schema.Database{Name: "d", Partitions: 2})
 	n := newStorageNodeWith(f, reg, node.Options{AllMaster: true})
 	sentinel := keys.Encode([]keys.Part{keys.S("sentinel")})

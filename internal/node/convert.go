@@ -202,12 +202,12 @@ func writeResultFrom(w *wire.WriteResult) (*WriteResult, error) {
 
 func logTo(r LogRequest) *wire.LogRequest {
 	return &wire.LogRequest{Db: r.DB, Partition: int32(r.Partition), After: scnTo(r.After), Max: int32(r.Max),
-		WaitNanos: int64(r.Wait), Ack: r.Ack, Replica: r.Replica, BufferOnly: r.BufferOnly}
+		WaitNanos: int64(r.Wait), Ack: r.Ack, Replica: r.Replica, BufferOnly: r.BufferOnly, MaxBytes: int64(r.MaxBytes)}
 }
 
 func logFrom(w *wire.LogRequest) LogRequest {
 	return LogRequest{DB: w.Db, Partition: int(w.Partition), After: scnFrom(w.After), Max: int(w.Max),
-		Wait: time.Duration(w.WaitNanos), Ack: w.Ack, Replica: w.Replica, BufferOnly: w.BufferOnly}
+		Wait: time.Duration(w.WaitNanos), Ack: w.Ack, Replica: w.Replica, BufferOnly: w.BufferOnly, MaxBytes: int(min(max(w.MaxBytes, 0), MaxLogBytes))}
 }
 
 func commitTo(c *storage.Commit) *wire.Commit {

@@ -14,8 +14,11 @@ type LogRequest struct {
 	DB        string
 	Partition int
 	After     storage.SCN
-	// Max bounds the commits returned (default 256).
-	Max int
+	// Max bounds the commits returned (default 256), and MaxBytes their
+	// size (storage.Commit.Size; default and at most MaxLogBytes): the
+	// answer stops at the first commit that reaches it, so it holds at
+	// least one commit whatever that one's size.
+	Max, MaxBytes int
 	// Wait is how long to wait for a commit when there is none yet.
 	Wait time.Duration
 	// Ack says the asker is a slave, Replica (its node ID), that durably
@@ -187,7 +190,7 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 			err := p.ReadLog(req.After, func(c storage.Commit) bool {
 				res.Commits = append(res.Commits, c)
 				size += c.Size()
-				return len(res.Commits) < req.Max && size < MaxLogBytes
+				return len(res.Commits) < req.Max && size < req.ByteLimit()
 			})
 			if err != nil || len(res.Commits) > 0 {
 				return res, err
@@ -210,6 +213,15 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		}
 		t.Stop()
 	}
+}
+
+// ByteLimit is the most bytes of commits an answer to r holds before its
+// last commit (MaxBytes within MaxLogBytes).
+func (r *LogRequest) ByteLimit() int {
+	if r.MaxBytes > 0 && r.MaxBytes < MaxLogBytes {
+		return r.MaxBytes
+	}
+	return MaxLogBytes
 }
 
 // Bounds on one log answer, on a node or a relay: commits, bytes (at

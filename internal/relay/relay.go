@@ -365,7 +365,7 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last(), Holds: true, Acked: p.acked}
 		if start < len(p.commits) {
 			end, size := start, 0
-			for end < len(p.commits) && end-start < req.Max && size < node.MaxLogBytes {
+			for end < len(p.commits) && end-start < req.Max && size < req.ByteLimit() {
 				size += p.commits[end].Size()
 				end++
 			}

@@ -91,6 +91,9 @@ type Options struct {
 	MaxTransitions int
 	// ControllerID names a controller (default: host and process ID).
 	ControllerID string
+	// StreamBytes bounds what one change stream holds in memory
+	// (changes.Feed.StreamBytes; default changes.DefaultStreamBytes).
+	StreamBytes int
 	// RelayBuffer is how many commits per partition a relay keeps
 	// (default 10,000), and RelayBufferBytes how many bytes of commits
 	// in all (default 256 MiB): relay.Relay.Buffer and BufferBytes.
@@ -355,7 +358,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding("node"), SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
 		s.retain(n)
 		s.Router = router.New(s.reg, plans, localBackend{inProcess{n}}, opts.Router, opts.Logger)
-		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger})
+		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger, StreamBytes: opts.StreamBytes})
 	default: // a router, or serve with several nodes
 		if r == roleAll {
 			if err := s.startLocalCluster(ctx, plans); err != nil {
@@ -384,7 +387,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		if !opts.NoLocalCalls {
 			sources.CallLocally(s.localLogs, s.localSnaps)
 		}
-		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger, Sources: sources})
+		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger, Sources: sources, StreamBytes: opts.StreamBytes})
 	}
 	s.Metrics.RegisterFanOut(s.Router.FanOutStats)
 	s.Metrics.RegisterHedges(s.Router.HedgeStats)

@@ -1255,15 +1255,19 @@ func (x *Commit) GetEvents() []*Event {
 }
 
 type LogRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Db            string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	After         *SCN                   `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
-	Max           int32                  `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
-	WaitNanos     int64                  `protobuf:"varint,5,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
-	Ack           bool                   `protobuf:"varint,6,opt,name=ack,proto3" json:"ack,omitempty"`
-	Replica       string                 `protobuf:"bytes,7,opt,name=replica,proto3" json:"replica,omitempty"`
-	BufferOnly    bool                   `protobuf:"varint,8,opt,name=buffer_only,json=bufferOnly,proto3" json:"buffer_only,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Db         string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
+	Partition  int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	After      *SCN                   `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	Max        int32                  `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	WaitNanos  int64                  `protobuf:"varint,5,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
+	Ack        bool                   `protobuf:"varint,6,opt,name=ack,proto3" json:"ack,omitempty"`
+	Replica    string                 `protobuf:"bytes,7,opt,name=replica,proto3" json:"replica,omitempty"`
+	BufferOnly bool                   `protobuf:"varint,8,opt,name=buffer_only,json=bufferOnly,proto3" json:"buffer_only,omitempty"`
+	// Bytes of commits an answer holds at most before its last commit
+	// (0: the server's bound). A server that does not know the field sends
+	// up to its own bound.
+	MaxBytes      int64 `protobuf:"varint,9,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1352,6 +1356,13 @@ func (x *LogRequest) GetBufferOnly() bool {
 		return x.BufferOnly
 	}
 	return false
+}
+
+func (x *LogRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
 }
 
 type LogResult struct {
@@ -2355,7 +2366,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x06Commit\x12&\n" +
 	"\x03scn\x18\x01 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12.\n" +
-	"\x06events\x18\x03 \x03(\v2\x16.cortado.wire.v1.EventR\x06events\"\xe4\x01\n" +
+	"\x06events\x18\x03 \x03(\v2\x16.cortado.wire.v1.EventR\x06events\"\x81\x02\n" +
 	"\n" +
 	"LogRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
@@ -2367,7 +2378,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x03ack\x18\x06 \x01(\bR\x03ack\x12\x18\n" +
 	"\areplica\x18\a \x01(\tR\areplica\x12\x1f\n" +
 	"\vbuffer_only\x18\b \x01(\bR\n" +
-	"bufferOnly\"\xed\x02\n" +
+	"bufferOnly\x12\x1b\n" +
+	"\tmax_bytes\x18\t \x01(\x03R\bmaxBytes\"\xed\x02\n" +
 	"\tLogResult\x121\n" +
 	"\acommits\x18\x01 \x03(\v2\x17.cortado.wire.v1.CommitR\acommits\x12\x1a\n" +
 	"\bdiverged\x18\x02 \x01(\bR\bdiverged\x12,\n" +
