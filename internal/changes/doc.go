@@ -14,6 +14,8 @@
 // given. What a stream holds is bounded (Feed.StreamBytes): its events on
 // their way to the consumer, and its partitions' log answers, which it
 // asks for in shares of that bound (an answer holds at least one commit,
-// so a partition whose commits are larger holds one). A slow consumer
-// holds its readers back, never more memory.
+// so a partition whose commits are larger holds one). Of a stream's
+// partitions, only a few read a backlog at once (catchUpReaders); the
+// others either are current or wait their turn. A slow consumer holds its
+// readers back, never more memory.
 package changes

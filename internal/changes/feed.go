@@ -91,6 +91,14 @@ const DefaultStreamBytes = 4 << 20
 // hold (when a stream has many partitions).
 const minAnswerBytes = 16 << 10
 
+// catchUpReaders is how many of a stream's partitions read a backlog at
+// once: a reader behind its partition's log (its answers come full)
+// holds one of these while it reads; one that is current does not. An
+// answer holds at least one commit, so without it every partition of a
+// stream replaying large documents held one while it waited for room:
+// 64 MB a stream for documents of 1 MB.
+const catchUpReaders = 4
+
 // RequestError is a request the stream cannot serve (a 400).
 type RequestError struct{ Err error }
 
@@ -104,7 +112,8 @@ type Stream struct {
 	db     *schema.Database
 	tables map[string]bool // nil: all
 	parts  []int
-	held   *budget // the events on their way to the consumer
+	held   *budget       // the events on their way to the consumer
+	behind chan struct{} // catchUpReaders slots for readers reading a backlog
 }
 
 // budget bounds the bytes of events a stream's readers have handed its
@@ -260,6 +269,7 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 	slices.Sort(named)
 	tw := tokenWriter{hash: dbHash(s.db.Name)}
 	s.held = newBudget(s.streamBytes())
+	s.behind = make(chan struct{}, catchUpReaders)
 	out := make(chan item, 256)
 	var wg sync.WaitGroup
 	for _, p := range s.parts {
@@ -354,6 +364,31 @@ type reader struct {
 	said time.Time
 	// scratch holds a document converted to the stream's version.
 	scratch []byte
+	// behind says the reader holds one of the stream's catch-up slots.
+	behind bool
+}
+
+// catchUp takes one of the stream's catch-up slots, unless the reader
+// holds one; false when the stream ends first.
+func (r *reader) catchUp() bool {
+	if r.behind {
+		return true
+	}
+	select {
+	case r.s.behind <- struct{}{}:
+		r.behind = true
+		return true
+	case <-r.ctx.Done():
+		return false
+	}
+}
+
+// caughtUp gives back the reader's catch-up slot, if it holds one.
+func (r *reader) caughtUp() {
+	if r.behind {
+		<-r.s.behind
+		r.behind = false
+	}
 }
 
 func (r *reader) send(it item) bool {
@@ -398,34 +433,66 @@ func (r *reader) now() bool {
 // tail streams the partition's log after the position; it returns
 // errTrimmed when the log no longer holds it.
 func (r *reader) tail(src node.LogSource) error {
-	req := node.LogRequest{DB: r.s.db.Name, Partition: r.part, After: r.pos.SCN, Wait: r.s.req.Heartbeat, MaxBytes: r.s.answerBytes()}
+	// The first answer is asked under a catch-up slot and at once: it
+	// tells whether the reader is behind (the answer comes full). After
+	// it, a reader that is current long-polls without a slot.
+	if !r.catchUp() {
+		return r.ctx.Err()
+	}
+	defer r.caughtUp()
+	limit := r.s.answerBytes()
+	req := node.LogRequest{DB: r.s.db.Name, Partition: r.part, After: r.pos.SCN, MaxBytes: limit}
 	return node.StreamFrom(r.ctx, src, req, func(res *node.LogResult) error {
-		switch {
-		case res.Trimmed:
-			return errTrimmed
-		case res.Diverged:
-			// Events after Common were on a timeline the partition no
-			// longer has (lost in a failover): the consumer rewinds.
-			r.pos = Position{SCN: res.Common}
-			if !r.send(item{kind: "rollback", body: r.rollback(res.Common), pos: r.pos}) {
-				return r.ctx.Err()
-			}
-			return nil
-		case !res.Holds:
-			return nil // the source is catching up
+		err := r.answer(res)
+		if err != nil {
+			return err
 		}
+		size := 0
 		for i := range res.Commits {
-			if err := r.commit(&res.Commits[i]); err != nil {
-				return err
-			}
+			size += res.Commits[i].Size()
 		}
-		if r.pos != r.sent && (time.Since(r.said) >= r.s.req.Heartbeat || len(res.Commits) == 0) || time.Since(r.said) >= 10*r.s.req.Heartbeat {
-			if !r.send(item{kind: "resolved", body: r.resolved(), pos: r.pos}) {
+		if len(res.Commits) >= defaultLogBatch || size >= limit {
+			if !r.catchUp() { // more is waiting: read it under a slot
 				return r.ctx.Err()
 			}
+		} else {
+			r.caughtUp()
 		}
 		return nil
 	})
+}
+
+// defaultLogBatch is the commits a log answer holds at most when the
+// request does not say (node.Log's default).
+const defaultLogBatch = 256
+
+// answer sends the events of one log answer.
+func (r *reader) answer(res *node.LogResult) error {
+	switch {
+	case res.Trimmed:
+		return errTrimmed
+	case res.Diverged:
+		// Events after Common were on a timeline the partition no
+		// longer has (lost in a failover): the consumer rewinds.
+		r.pos = Position{SCN: res.Common}
+		if !r.send(item{kind: "rollback", body: r.rollback(res.Common), pos: r.pos}) {
+			return r.ctx.Err()
+		}
+		return nil
+	case !res.Holds:
+		return nil // the source is catching up
+	}
+	for i := range res.Commits {
+		if err := r.commit(&res.Commits[i]); err != nil {
+			return err
+		}
+	}
+	if r.pos != r.sent && (time.Since(r.said) >= r.s.req.Heartbeat || len(res.Commits) == 0) || time.Since(r.said) >= 10*r.s.req.Heartbeat {
+		if !r.send(item{kind: "resolved", body: r.resolved(), pos: r.pos}) {
+			return r.ctx.Err()
+		}
+	}
+	return nil
 }
 
 // commit sends a commit's events that pass the filters.
