@@ -92,8 +92,9 @@ const DefaultStreamBytes = 4 << 20
 const minAnswerBytes = 16 << 10
 
 // catchUpReaders is how many of a stream's partitions read a backlog at
-// once: a reader behind its partition's log (its answers come full)
-// holds one of these while it reads; one that is current does not. An
+// once: a reader behind its partition's log (its answers come full), or
+// reading its snapshot, holds one of these while it reads; one that is
+// current does not. An
 // answer holds at least one commit, so without it every partition of a
 // stream replaying large documents held one while it waited for room:
 // 64 MB a stream for documents of 1 MB.
@@ -324,7 +325,12 @@ func (s *Stream) follow(ctx context.Context, part int, pos Position, known bool,
 			err = r.tail(src)
 		}
 		if errors.Is(err, errTrimmed) {
-			err = r.snapshot()
+			// A snapshot is a backlog too: read under a catch-up slot.
+			err = r.ctx.Err()
+			if r.catchUp() {
+				err = r.snapshot()
+				r.caughtUp()
+			}
 		}
 		if err == nil {
 			backoff = 100 * time.Millisecond
