@@ -228,10 +228,10 @@ func selfCPU() time.Duration {
 // relay's buffers, which fill with the data whatever the load; and its
 // goroutines.
 func scrape(hc *http.Client, base string) (heap, other, goroutines float64) {
-	caches := metricSum(hc, base, "cortado_pebble_block_cache_bytes", "") + metricSum(hc, base, "cortado_pebble_memtable_bytes", "") +
-		metricSum(hc, base, "cortado_pebble_memtable_zombie_bytes", "") + metricSum(hc, base, "cortado_relay_buffer_bytes", "")
-	return metricSum(hc, base, "go_memstats_heap_inuse_bytes", ""), metricSum(hc, base, "go_gc_heap_live_bytes", "") - caches,
-		metricSum(hc, base, "go_goroutines", "")
+	m := fetchMetrics(hc, base)
+	caches := m.sum("cortado_pebble_block_cache_bytes", "") + m.sum("cortado_pebble_memtable_bytes", "") +
+		m.sum("cortado_pebble_memtable_zombie_bytes", "") + m.sum("cortado_relay_buffer_bytes", "")
+	return m.sum("go_memstats_heap_inuse_bytes", ""), m.sum("go_gc_heap_live_bytes", "") - caches, m.sum("go_goroutines", "")
 }
 
 // OverloadTable writes the steps as a Markdown table.

@@ -145,8 +145,8 @@ func stallRun(ctx context.Context, o StallOptions, base string) (StallRun, error
 	for id, u := range o.Watch {
 		sampling.Go(func() {
 			for sampleCtx.Err() == nil {
-				in := metricSum(mc, u, "cortado_admission_in_flight", `edge="rpc:`+id+`"`)
-				limit := metricSum(mc, u, "cortado_admission_limit", `edge="rpc:`+id+`"`)
+				m := fetchMetrics(mc, u)
+				in, limit := m.sum("cortado_admission_in_flight", `edge="rpc:`+id+`"`), m.sum("cortado_admission_limit", `edge="rpc:`+id+`"`)
 				smu.Lock()
 				if in >= run.PeakInFlight[id] {
 					run.PeakInFlight[id], run.LimitAtPeak[id] = in, limit
@@ -247,23 +247,42 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 }
 
 func hedgeCounts(hc *http.Client, base string) (sent, denied float64) {
-	return metricSum(hc, base, "cortado_hedged_reads_total", `result="sent"`),
-		metricSum(hc, base, "cortado_hedged_reads_total", `result="denied"`)
+	m := fetchMetrics(hc, base)
+	return m.sum("cortado_hedged_reads_total", `result="sent"`), m.sum("cortado_hedged_reads_total", `result="denied"`)
 }
 
 // metricSum sums the samples of a metric whose labels contain label (""
 // for every sample) on a server's /metrics.
+// metricSum is the sum of a server's metric name over the series whose
+// labels contain label (see metricsPage.sum).
 func metricSum(hc *http.Client, base, name, label string) float64 {
+	return fetchMetrics(hc, base).sum(name, label)
+}
+
+// metricsPage is a server's /metrics, one line a series.
+type metricsPage []string
+
+// fetchMetrics reads a server's /metrics once (nothing when it fails), for
+// reading several metrics of the same moment without asking again.
+func fetchMetrics(hc *http.Client, base string) metricsPage {
 	resp, err := hc.Get(base + "/metrics")
 	if err != nil {
-		return 0
+		return nil
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	var sum float64
+	var m metricsPage
 	for sc.Scan() {
-		line := sc.Text()
+		m = append(m, sc.Text())
+	}
+	return m
+}
+
+// sum adds up metric name over its series whose labels contain label.
+func (m metricsPage) sum(name, label string) float64 {
+	var sum float64
+	for _, line := range m {
 		rest, ok := strings.CutPrefix(line, name)
 		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
 			continue
