@@ -94,10 +94,9 @@ const minAnswerBytes = 16 << 10
 // catchUpReaders is how many of a stream's partitions read a backlog at
 // once: a reader behind its partition's log (its answers come full), or
 // reading its snapshot, holds one of these while it reads; one that is
-// current does not. An
-// answer holds at least one commit, so without it every partition of a
-// stream replaying large documents held one while it waited for room:
-// 64 MB a stream for documents of 1 MB.
+// current does not. An answer holds at least one commit, so without it
+// every partition of a stream replaying large documents held one while
+// it waited for room: 64 MB a stream for documents of 1 MB.
 const catchUpReaders = 4
 
 // RequestError is a request the stream cannot serve (a 400).
@@ -457,7 +456,7 @@ func (r *reader) tail(src node.LogSource) error {
 		for i := range res.Commits {
 			size += res.Commits[i].Size()
 		}
-		if len(res.Commits) >= defaultLogBatch || size >= limit {
+		if len(res.Commits) >= node.DefaultLogBatch || size >= limit {
 			if !r.catchUp() { // more is waiting: read it under a slot
 				return r.ctx.Err()
 			}
@@ -467,10 +466,6 @@ func (r *reader) tail(src node.LogSource) error {
 		return nil
 	})
 }
-
-// defaultLogBatch is the commits a log answer holds at most when the
-// request does not say (node.Log's default).
-const defaultLogBatch = 256
 
 // answer sends the events of one log answer.
 func (r *reader) answer(res *node.LogResult) error {

@@ -14,7 +14,7 @@ type LogRequest struct {
 	DB        string
 	Partition int
 	After     storage.SCN
-	// Max bounds the commits returned (default 256), and MaxBytes their
+	// Max bounds the commits returned (default DefaultLogBatch), and MaxBytes their
 	// size (storage.Commit.Size; default and at most MaxLogBytes): the
 	// answer stops at the first commit that reaches it, so it holds at
 	// least one commit whatever that one's size.
@@ -157,7 +157,7 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 	}
 	// Bounded whatever the asker says: a long poll holds a goroutine.
 	if req.Max <= 0 || req.Max > MaxLogBatch {
-		req.Max = min(max(req.Max, 256), MaxLogBatch)
+		req.Max = min(max(req.Max, DefaultLogBatch), MaxLogBatch)
 	}
 	req.Wait = min(req.Wait, MaxLogWait)
 	deadline := time.Now().Add(req.Wait)
@@ -228,9 +228,12 @@ func (r *LogRequest) ByteLimit() int {
 // least one commit is sent whatever its size; a wire message holds up to
 // wire.MaxMessageBytes), and time waited.
 const (
-	MaxLogBatch = 10000
-	MaxLogBytes = 16 << 20
-	MaxLogWait  = 10 * time.Second
+	// DefaultLogBatch is the commits an answer holds at most when the
+	// request does not say.
+	DefaultLogBatch = 256
+	MaxLogBatch     = 10000
+	MaxLogBytes     = 16 << 20
+	MaxLogWait      = 10 * time.Second
 )
 
 // behind reports whether replica p is behind a follower at after in the

@@ -1,14 +1,15 @@
 // Package relay owns the relay role (Databus in the Espresso design): it
 // pulls every master partition's commit log, in SCN order, into a
-// per-partition buffer bounded in commits and in bytes, and serves it to slaves (and change-stream
-// readers) through the same log API as a storage node. A reader behind
-// the buffer, or on another timeline, is served by re-reading from the
-// master. A relay that starts (or whose buffer the master's retained log
-// has passed) fills its buffer from where the master's retained log
-// starts, not from before it. The relay's copy is in memory, so it acknowledges nothing: a
-// semi-sync write is acknowledged once slaves durably hold it (slaves that
-// read through the relay acknowledge to the master directly). A new
-// master chosen in a failover drains the relay before it takes over.
+// per-partition buffer bounded in commits and in bytes, and serves it to
+// slaves (and change-stream readers) through the same log API as a storage
+// node. A reader behind the buffer, or on another timeline, is served by
+// re-reading from the master. A relay that starts (or whose buffer the
+// master's retained log has passed) fills its buffer from where the
+// master's retained log starts, not from before it. The relay's copy is in
+// memory, so it acknowledges nothing: a semi-sync write is acknowledged
+// once slaves durably hold it (slaves that read through the relay
+// acknowledge to the master directly). A new master chosen in a failover
+// drains the relay before it takes over.
 package relay
 
 import (
@@ -340,7 +341,7 @@ var errRestart = errors.New("relay: restart the log stream")
 // asker is behind it, or on another timeline) is passed to the master.
 func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
 	if req.Max <= 0 || req.Max > node.MaxLogBatch {
-		req.Max = min(max(req.Max, 256), node.MaxLogBatch)
+		req.Max = min(max(req.Max, node.DefaultLogBatch), node.MaxLogBatch)
 	}
 	req.Wait = min(req.Wait, node.MaxLogWait)
 	p := r.awaitPart(ctx, req.DB, req.Partition)
