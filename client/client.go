@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"net/url"
 	"strconv"
 	"time"
@@ -121,6 +123,9 @@ type Document struct {
 	SchemaVersion int
 	// Body is the JSON document (or Avro binary from GetAvro).
 	Body json.RawMessage
+	// NotFound marks a key MultiGetStream found no document for (only
+	// Key is set).
+	NotFound bool
 }
 
 // Decode unmarshals the JSON body into v.
@@ -232,6 +237,10 @@ type Transport interface {
 	Get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error)
 	Collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) (body []byte, scn string, err error)
 	MultiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) (body []byte, scn string, err error)
+	// MultiGetLines streams a multi-get's lines (Accept:
+	// application/x-ndjson), one JSON object each, to fn until the
+	// answer ends or fn fails.
+	MultiGetLines(ctx context.Context, db, table string, keys [][]string, o *ReadOptions, fn func(line []byte) error) error
 	Query(ctx context.Context, db, table string, prefix []string, q *Query, o *ReadOptions) (body []byte, scn string, err error)
 	Put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
 	Insert(ctx context.Context, db, table string, prefix []string, body []byte) (*WriteResult, error)
@@ -373,6 +382,82 @@ func (c *Client) MultiGet(ctx context.Context, db, table string, keys []Key, o *
 	}
 	p, err := page(c.t.MultiGet(ctx, db, table, texts, o))
 	return p, err
+}
+
+// MultiGetStream reads documents by full keys as MultiGet does, but
+// yields them as their partitions answer (Accept: application/x-ndjson):
+// the first arrive before the slowest partition has answered, and no
+// page is held, so it also reads documents too large together for one
+// page. A partition's keys come in request order, partitions in the
+// order they answered. A key without a document yields a Document with
+// only Key set and NotFound true. With o.PartialOK, partitions that did
+// not answer end the iteration with a *PartialError naming them; any
+// other failure ends it with that error (io.ErrUnexpectedEOF when the
+// answer broke off before its end).
+func (c *Client) MultiGetStream(ctx context.Context, db, table string, keys []Key, o *ReadOptions) iter.Seq2[*Document, error] {
+	return func(yield func(*Document, error) bool) {
+		texts := make([][]string, len(keys))
+		for i, k := range keys {
+			texts[i] = k.texts()
+		}
+		stopped := errors.New("stopped")
+		ended := false
+		err := c.t.MultiGetLines(ctx, db, table, texts, o, func(line []byte) error {
+			var l struct {
+				Key               Key             `json:"key"`
+				ETag              string          `json:"etag"`
+				SCN               string          `json:"scn"`
+				LastModified      time.Time       `json:"lastModified"`
+				Document          json.RawMessage `json:"document"`
+				Missing           bool            `json:"missing"`
+				End               bool            `json:"end"`
+				MissingPartitions []int           `json:"missingPartitions"`
+				Error             *Error          `json:"error"`
+			}
+			dec := json.NewDecoder(bytesReader(line))
+			dec.UseNumber()
+			if err := dec.Decode(&l); err != nil {
+				return fmt.Errorf("cortado: bad multi-get line: %w", err)
+			}
+			switch {
+			case l.Error != nil:
+				return l.Error
+			case l.End:
+				ended = true
+				if len(l.MissingPartitions) > 0 {
+					return &PartialError{Partitions: l.MissingPartitions}
+				}
+				return nil
+			case l.Missing:
+				if !yield(&Document{Key: l.Key.normalize(), NotFound: true}, nil) {
+					return stopped
+				}
+			default:
+				if !yield(&Document{Key: l.Key.normalize(), SCN: l.SCN, ETag: l.ETag, LastModified: l.LastModified, Body: l.Document}, nil) {
+					return stopped
+				}
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, stopped):
+		case err != nil:
+			yield(nil, err)
+		case !ended:
+			yield(nil, io.ErrUnexpectedEOF)
+		}
+	}
+}
+
+// PartialError ends a partial multi-get stream (ReadOptions.PartialOK):
+// these partitions did not answer, so their keys were neither yielded
+// nor reported missing.
+type PartialError struct {
+	Partitions []int
+}
+
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("cortado: partitions %v did not answer", e.Partitions)
 }
 
 func marshalDoc(doc any) ([]byte, error) {

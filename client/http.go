@@ -232,25 +232,47 @@ func (t *httpTransport) Query(ctx context.Context, db, table string, prefix []st
 }
 
 func (t *httpTransport) MultiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) ([]byte, string, error) {
-	if len(keys) == 0 {
-		return nil, "", fmt.Errorf("cortado: multi-get needs keys")
-	}
-	// /db/table/k1/(a,b): every key shares all parts but the last.
-	lead := keys[0][:len(keys[0])-1]
-	lasts := make([]string, len(keys))
-	for i, k := range keys {
-		if len(k) != len(keys[0]) || strings.Join(k[:len(k)-1], "\x00") != strings.Join(lead, "\x00") {
-			return nil, "", fmt.Errorf("cortado: multi-get keys must share every part but the last")
-		}
-		lasts[i] = strings.ReplaceAll(url.PathEscape(k[len(k)-1]), ",", "%2C")
+	path, err := multiGetPath(db, table, keys)
+	if err != nil {
+		return nil, "", err
 	}
 	q, h := readQuery(o)
-	path := docPath(db, table, lead) + "/(" + strings.Join(lasts, ",") + ")"
 	r, err := t.do(ctx, http.MethodGet, path, q, h, nil)
 	if err != nil {
 		return nil, "", err
 	}
 	return r.body, r.header.Get("X-Cortado-SCN"), nil
+}
+
+func (t *httpTransport) MultiGetLines(ctx context.Context, db, table string, keys [][]string, o *ReadOptions, fn func([]byte) error) error {
+	path, err := multiGetPath(db, table, keys)
+	if err != nil {
+		return err
+	}
+	q, h := readQuery(o)
+	accept := "application/x-ndjson"
+	if o != nil && o.Version > 0 {
+		accept += fmt.Sprintf("; version=%d", o.Version)
+	}
+	h.Set("Accept", accept)
+	return t.lines(ctx, path, q, h, fn)
+}
+
+// multiGetPath is /db/table/k1/(a,b): every key shares all parts but
+// the last.
+func multiGetPath(db, table string, keys [][]string) (string, error) {
+	if len(keys) == 0 {
+		return "", fmt.Errorf("cortado: multi-get needs keys")
+	}
+	lead := keys[0][:len(keys[0])-1]
+	lasts := make([]string, len(keys))
+	for i, k := range keys {
+		if len(k) != len(keys[0]) || strings.Join(k[:len(k)-1], "\x00") != strings.Join(lead, "\x00") {
+			return "", fmt.Errorf("cortado: multi-get keys must share every part but the last")
+		}
+		lasts[i] = strings.ReplaceAll(url.PathEscape(k[len(k)-1]), ",", "%2C")
+	}
+	return docPath(db, table, lead) + "/(" + strings.Join(lasts, ",") + ")", nil
 }
 
 func writeResult(r *response, key []string) *WriteResult {
@@ -319,12 +341,25 @@ func (t *httpTransport) Txn(ctx context.Context, db, partitionKey string, body [
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
-// maxChangeEventBytes bounds one change event (a document before and
-// after, each up to a router's response limit, and the envelope).
+// maxChangeEventBytes bounds one line of a stream: a change event (a
+// document before and after, each up to a router's response limit, and
+// the envelope), or a streamed multi-get's document.
 const maxChangeEventBytes = 16 << 20
 
 func (t *httpTransport) Changes(ctx context.Context, db string, query url.Values, fn func([]byte) error) error {
-	u := t.base + "/" + url.PathEscape(db) + "/_changes"
+	h := http.Header{}
+	h.Set("Accept", "application/x-ndjson")
+	if err := t.lines(ctx, "/"+url.PathEscape(db)+"/_changes", query, h, fn); err != nil {
+		return err
+	}
+	return io.ErrUnexpectedEOF // the server never ends a stream
+}
+
+// lines sends a GET answered with NDJSON and passes each line to fn
+// until the answer ends, ctx does, or fn fails; an error status is an
+// *Error.
+func (t *httpTransport) lines(ctx context.Context, path string, query url.Values, header http.Header, fn func([]byte) error) error {
+	u := t.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
@@ -334,14 +369,16 @@ func (t *httpTransport) Changes(ctx context.Context, db string, query url.Values
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "application/x-ndjson")
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	resp, err := t.hc.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	// Leaving a stream closes its connection at once (before the body,
-	// whose Close would otherwise wait on the endless stream).
+	// Leaving a stream early closes its connection at once (before the
+	// body, whose Close would otherwise wait on the rest of it).
 	defer cancel()
 	if resp.StatusCode >= 400 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -361,8 +398,5 @@ func (t *httpTransport) Changes(ctx context.Context, db string, query url.Values
 			return err
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	return io.ErrUnexpectedEOF // the server never ends a stream
+	return sc.Err()
 }

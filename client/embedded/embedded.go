@@ -6,6 +6,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -206,6 +207,29 @@ func (e *embedded) MultiGet(ctx context.Context, db, table string, keys [][]stri
 		return nil, "", problemErr(err)
 	}
 	return p.Body, scnString(p), nil
+}
+
+func (e *embedded) MultiGetLines(ctx context.Context, db, table string, keys [][]string, o *client.ReadOptions, fn func([]byte) error) error {
+	f := format(o, false)
+	f.Lines = true
+	var fnErr error // fn's own, passed back as it is
+	end, err := e.r.StreamMultiGet(ctx, db, table, keys, f, func(lines []byte, _ bool) error {
+		for len(lines) > 0 {
+			line, rest, _ := bytes.Cut(lines, []byte{'\n'})
+			if fnErr = fn(line); fnErr != nil {
+				return fnErr
+			}
+			lines = rest
+		}
+		return nil
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
+		return problemErr(err)
+	}
+	return fn(bytes.TrimSuffix(end.AppendLine(nil), []byte{'\n'}))
 }
 
 func (e *embedded) result(res *router.WriteResult) *client.WriteResult {

@@ -37,6 +37,7 @@ func runBench(args []string) error {
 	rate := fs.Float64("rate", 1000, "multiget: requests per second (open loop)")
 	stallRate := fs.Float64("read-rate", 0, "stall: reads per second (default: 0.8 of the capacity C found open loop through the first router, as overload finds it)")
 	multi := fs.Int("multi", 10, "multiget: keys per request")
+	accept := fs.String("accept", "", "multiget: the requests' Accept header (application/x-ndjson: streamed; default a page)")
 	consumers := fs.Int("consumers", 1, "consume: concurrent consumers")
 	expect := fs.Int("expect", 0, "consume: change events each consumer waits for")
 	since := fs.String("since", "beginning", "consume: where the stream starts")
@@ -170,7 +171,7 @@ func runBench(args []string) error {
 			return f.Close()
 		}
 	case "multiget":
-		p, err := bench.OpenLoop(ctx, o, *rate, *multi)
+		p, err := bench.OpenLoop(ctx, o, *rate, *multi, *accept)
 		if err != nil {
 			return err
 		}

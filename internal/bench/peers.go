@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,7 +103,9 @@ func Floor(ctx context.Context, ln net.Listener, o Options) error {
 // requests per second for Duration, each at its scheduled time whether
 // or not earlier ones have answered, and measures latency from the
 // scheduled time (so a stall counts for every request it delays).
-func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int) (Phase, error) {
+// accept, when set, is the requests' Accept header
+// (application/x-ndjson: streamed multi-gets).
+func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int, accept string) (Phase, error) {
 	o.fill()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 30 * time.Second}
 	interval := time.Duration(float64(time.Second) / rate)
@@ -125,11 +128,20 @@ func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int) (Phas
 		}
 		url := fmt.Sprintf("%s/%s/Doc/(%s)", o.URL, o.DB, strings.Join(ids, ","))
 		wg.Go(func() {
-			resp, err := hc.Get(url)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				panic(err) // a URL this function built
+			}
+			if accept != "" {
+				req.Header.Set("Accept", accept)
+			}
+			resp, err := hc.Do(req)
 			ok := err == nil && resp.StatusCode == 200
 			if err == nil {
-				io.Copy(io.Discard, resp.Body)
+				body, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
+				// A stream is whole only with its end line.
+				ok = ok && err == nil && (resp.Header.Get("Content-Type") != "application/x-ndjson" || bytes.Contains(body, []byte(`{"end":true`)))
 			}
 			took := time.Since(at)
 			mu.Lock()

@@ -51,6 +51,8 @@ func FuzzInternalAPI(f *testing.F) {
 		&wire.GetRequest{Db: "d", Table: "T", Partition: 0, Key: keys.Encode([]keys.Part{keys.S("a")})},
 		&wire.GetRequest{Db: "d", Table: "T", Partition: -1, Key: []byte{0xff, 0x00}},
 		&wire.MultiGetRequest{Db: "d", Table: "T", Keys: [][]byte{{0x10}, nil}},
+		&wire.MultiGetRequest{Db: "d", Table: "T", Keys: [][]byte{keys.Encode([]keys.Part{keys.S("a")}), keys.Encode([]keys.Part{keys.S("a")})}, MaxBytes: 1},
+		&wire.MultiGetRequest{Db: "d", Table: "T", Keys: [][]byte{keys.Encode([]keys.Part{keys.S("a")})}, MaxBytes: -1 << 62},
 		&wire.ScanRequest{Db: "d", Table: "T", Limit: -5, After: []byte{}},
 		&wire.ScanRequest{Db: "d", Table: "T", Prefix: keys.Encode([]keys.Part{keys.S("a")}), Query: "v:x OR (NOT \"a b\")", Sort: "-v", After: []byte{1, 0xff, 2}},
 		&wire.ScanRequest{Db: "d", Table: "T", Query: "x", Limit: 1 << 30},

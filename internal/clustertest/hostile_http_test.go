@@ -42,7 +42,7 @@ var (
 	hostileHeaders = map[string][]string{
 		"If-Match":          {"", "*", `"x"`, `W/"x"`, "garbage", `"a", b`, strings.Repeat(`"x",`, 500)},
 		"If-None-Match":     {"", "*", `"x"`, "garbage"},
-		"Accept":            {"application/json", "avro/binary; version=0", "avro/binary; version=1", "avro/binary; version=99", "avro/binary; version=-1", "text/html", "*/*", ";;;"},
+		"Accept":            {"application/json", "avro/binary; version=0", "avro/binary; version=1", "avro/binary; version=99", "avro/binary; version=-1", "text/html", "*/*", ";;;", "application/x-ndjson", "application/x-ndjson, application/json"},
 		"Content-Type":      {"application/json", "avro/binary; version=1", "avro/binary; version=0", "avro/binary", "text/plain", "application/json; charset=latin1"},
 		"Cache-Control":     {"max-stale", "max-stale=abc", "no-cache", "max-stale=-1"},
 		"If-Modified-Since": {"yesterday", "Mon, 01 Jan 3000 00:00:00 GMT"},

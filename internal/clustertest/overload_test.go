@@ -286,6 +286,46 @@ func TestPartialOK(t *testing.T) {
 		t.Fatalf("partial multi-get: %d %v, %d documents (want %d), missing %d, missing partitions %v (want %v)",
 			resp.StatusCode, resp.Header, len(page.Documents), wantDocs, len(page.Missing), page.MissingPartitions, want)
 	}
+	// Streamed: the answering partitions' lines, then an end line (and a
+	// trailer) naming the others; without partial-ok, a problem or a
+	// stream that ends in an error, never one that looks complete.
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	lines := parseLines(t, raw)
+	end := lines[len(lines)-1]
+	if resp.StatusCode != 200 || len(lines) != wantDocs+1 || !end.End || end.Documents != wantDocs || end.MissingKeys != 0 ||
+		strings.Trim(strings.Join(strings.Fields(fmt.Sprint(end.MissingPartitions)), ","), "[]") != strings.Join(want, ",") ||
+		resp.Trailer.Get("X-Cortado-Missing-Partitions") != strings.Join(want, ",") {
+		t.Fatalf("partial stream: %d, trailer %v, %d lines (want %d documents), end %+v (want missing partitions %v)",
+			resp.StatusCode, resp.Trailer, len(lines), wantDocs, end, want)
+	}
+	req.Header.Del("Prefer")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case 503:
+	case 200:
+		lines := parseLines(t, raw)
+		if last := lines[len(lines)-1]; last.Error == nil || fmt.Sprint(last.Error["status"]) != "503" {
+			t.Fatalf("a stream over a dead partition without partial-ok ended with %+v", last)
+		}
+		for _, l := range lines {
+			if l.End {
+				t.Fatalf("a stream over a dead partition without partial-ok has an end line: %s", raw)
+			}
+		}
+	default:
+		t.Fatalf("a stream over a dead partition without partial-ok: %d %s", resp.StatusCode, raw)
+	}
 	// A query without a partition key, through the client.
 	if _, err := cl.Query(c.ctx, "d", "Q", nil, client.Query{Where: "NOT from:nobody"}, nil); err == nil {
 		t.Fatal("a query over a dead partition answered without partial-ok")

@@ -273,10 +273,41 @@ func runSuite(t *testing.T, c *client.Client) {
 			t.Fatalf("multi-get %+v", p)
 		}
 		wantJSON(t, p.Documents[1].Body, `{"size":0}`)
+		// Streamed: one partition's keys in request order, the absent
+		// one marked; the same documents as the page's.
+		var streamed []*client.Document
+		for d, err := range c.MultiGetStream(ctx, "mail", "Message", []client.Key{{"bob", 12}, {"bob", 99}, {"bob", 10}}, &client.ReadOptions{Fields: []string{"size"}}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			streamed = append(streamed, d)
+		}
+		if len(streamed) != 3 || !streamed[1].NotFound || !reflect.DeepEqual(streamed[1].Key, client.Key{"bob", int64(99)}) ||
+			!reflect.DeepEqual(*streamed[0], p.Documents[0]) || !reflect.DeepEqual(*streamed[2], p.Documents[1]) {
+			t.Fatalf("streamed multi-get %+v, page %+v", streamed, p.Documents)
+		}
+		for range c.MultiGetStream(ctx, "mail", "Message", []client.Key{{"bob", 12}, {"bob", 10}}, nil) {
+			break // leaving early ends the stream
+		}
+		for _, err := range c.MultiGetStream(ctx, "mail", "Message", []client.Key{{"bob", "x"}}, nil) {
+			if e := (*client.Error)(nil); !errors.As(err, &e) || e.Type != "urn:cortado:problem:invalid-key" {
+				t.Fatalf("a streamed multi-get of a bad key: %v", err)
+			}
+		}
 		// Across document groups (partitions).
 		p, err = c.MultiGet(ctx, "mail", "Stats", []client.Key{{"nobody1"}, {"nobody2"}}, nil)
 		if err != nil || len(p.Missing) != 2 {
 			t.Fatalf("multi-get across groups: %+v %v", p, err)
+		}
+		n := 0
+		for d, err := range c.MultiGetStream(ctx, "mail", "Stats", []client.Key{{"nobody1"}, {"nobody2"}}, nil) {
+			if err != nil || !d.NotFound {
+				t.Fatalf("streamed across groups: %+v %v", d, err)
+			}
+			n++
+		}
+		if n != 2 {
+			t.Fatalf("streamed across groups: %d keys", n)
 		}
 	})
 

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -112,6 +113,47 @@ type MultiGetRequest struct {
 	Partition int
 	Keys      [][]keys.Part
 	Read      ReadSpec
+	// MaxBytes bounds the answer (ByteLimit): it stops after the
+	// document whose body brings the answer's bodies to MaxBytes or
+	// more, so it holds the documents of a prefix of Keys, and the
+	// caller asks again for the rest (Answered).
+	MaxBytes int
+}
+
+// MaxReadBytes bounds the bodies of one multi-get answer, whatever the
+// request asks: a node never holds more for one caller.
+const MaxReadBytes = 16 << 20
+
+// ByteLimit is the bodies' bytes an answer to r holds before its last
+// document (MaxBytes within MaxReadBytes).
+func (r *MultiGetRequest) ByteLimit() int {
+	if r.MaxBytes > 0 && r.MaxBytes < MaxReadBytes {
+		return r.MaxBytes
+	}
+	return MaxReadBytes
+}
+
+// Answered is how many of r's keys an answer of items covers: all of
+// them unless the answer reached r's byte limit, else those up to its
+// last document (a key after it may have a document the answer left
+// out).
+func (r *MultiGetRequest) Answered(items []*Item) int {
+	size := 0
+	for _, it := range items {
+		size += len(it.Body)
+	}
+	if size < r.ByteLimit() || len(items) == 0 {
+		return len(r.Keys)
+	}
+	i := 0
+	for j, k := range r.Keys {
+		if bytes.Equal(keys.Encode(k), keys.Encode(items[i].Key)) {
+			if i++; i == len(items) {
+				return j + 1
+			}
+		}
+	}
+	return len(r.Keys) // an answer not in the keys' order: take it whole
 }
 
 // ScanRequest reads a collection in key order.

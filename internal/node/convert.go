@@ -117,11 +117,12 @@ func multiGetTo(r MultiGetRequest) *wire.MultiGetRequest {
 	for i, k := range r.Keys {
 		ks[i] = keys.Encode(k)
 	}
-	return &wire.MultiGetRequest{Db: r.DB, Table: r.Table, Partition: int32(r.Partition), Keys: ks, Read: readTo(r.Read)}
+	return &wire.MultiGetRequest{Db: r.DB, Table: r.Table, Partition: int32(r.Partition), Keys: ks, Read: readTo(r.Read), MaxBytes: int64(r.MaxBytes)}
 }
 
 func multiGetFrom(w *wire.MultiGetRequest) (MultiGetRequest, error) {
-	r := MultiGetRequest{DB: w.Db, Table: w.Table, Partition: int(w.Partition), Read: readFrom(w.Read), Keys: make([][]keys.Part, len(w.Keys))}
+	r := MultiGetRequest{DB: w.Db, Table: w.Table, Partition: int(w.Partition), Read: readFrom(w.Read), Keys: make([][]keys.Part, len(w.Keys)),
+		MaxBytes: int(min(max(w.MaxBytes, 0), MaxReadBytes))}
 	for i, b := range w.Keys {
 		var err error
 		if r.Keys[i], err = keyFrom(b); err != nil {

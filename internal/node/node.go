@@ -179,9 +179,13 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 	}
 	var items []*Item
 	before, newest := p.SCN(), storage.SCN{}
+	limit, size := req.ByteLimit(), 0
 	for _, k := range req.Keys {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if size >= limit {
+			break // the caller asks again for the rest (Answered)
 		}
 		d, ok, err := p.Get(req.Table, k)
 		if err != nil {
@@ -197,6 +201,7 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 			return nil, err
 		}
 		items = append(items, it)
+		size += len(it.Body)
 	}
 	if err := n.awaitReplicated(ctx, p, newest); err != nil {
 		return nil, err

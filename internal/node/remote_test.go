@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/cortado-db/cortado/internal/keys"
 )
 
 // A call on a connection closed meanwhile (the router dropped a node that
@@ -32,6 +34,43 @@ func TestLogRequestWire(t *testing.T) {
 		w.MaxBytes = hostile
 		if got := logFrom(w).MaxBytes; got < 0 || got > MaxLogBytes {
 			t.Fatalf("max_bytes %d from the wire became %d", hostile, got)
+		}
+	}
+}
+
+// TestMultiGetAnswered: an answer under its byte bound covers every key;
+// one that reached it covers the keys up to its last document, missing
+// and repeated keys included; a bound from the wire stays within
+// MaxReadBytes.
+func TestMultiGetAnswered(t *testing.T) {
+	k := func(s string) []keys.Part { return []keys.Part{keys.S(s)} }
+	item := func(s string, n int) *Item { return &Item{Key: k(s), Body: make([]byte, n)} }
+	r := MultiGetRequest{Keys: [][]keys.Part{k("a"), k("b"), k("a"), k("c"), k("d")}, MaxBytes: 100}
+	cases := []struct {
+		name  string
+		items []*Item
+		want  int
+	}{
+		{"nothing found", nil, 5},
+		{"under the bound", []*Item{item("a", 40), item("a", 40), item("d", 19)}, 5},
+		{"reached at the repeated key", []*Item{item("a", 40), item("a", 60)}, 3},
+		{"reached at the first", []*Item{item("a", 100)}, 1},
+		{"reached at the last", []*Item{item("a", 40), item("a", 40), item("d", 20)}, 5},
+		{"b missing, reached at c", []*Item{item("a", 10), item("a", 10), item("c", 80)}, 4},
+	}
+	for _, tc := range cases {
+		if got := r.Answered(tc.items); got != tc.want {
+			t.Errorf("%s: %d keys answered, want %d", tc.name, got, tc.want)
+		}
+	}
+	w := multiGetTo(r)
+	if got, err := multiGetFrom(w); err != nil || got.MaxBytes != 100 || len(got.Keys) != 5 {
+		t.Fatalf("%+v crossed the wire as %+v (%v)", r, got, err)
+	}
+	for _, hostile := range []int64{-1, 1 << 40} {
+		w.MaxBytes = hostile
+		if got, _ := multiGetFrom(w); got.MaxBytes < 0 || got.MaxBytes > MaxReadBytes || got.ByteLimit() > MaxReadBytes {
+			t.Fatalf("max_bytes %d from the wire became %d", hostile, got.MaxBytes)
 		}
 	}
 }

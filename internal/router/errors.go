@@ -42,14 +42,19 @@ var errBodyTimeout = errors.New("the request body did not arrive within the body
 // responseTooLarge is a response over the size limit (413).
 type responseTooLarge struct {
 	size, limit int
-	partial     bool
+	partial     bool // a page: fewer documents would do
+	multiGet    bool // a multi-get's page: fewer keys, or a stream
 }
 
 func (e *responseTooLarge) Error() string {
+	if e.size <= e.limit {
+		return fmt.Sprintf("the documents are %d bytes or more before their conversion to JSON, over the response limit of %d", e.size, e.limit)
+	}
 	return fmt.Sprintf("response of %d bytes is over the limit of %d", e.size, e.limit)
 }
 
 var errAvroMulti = errors.New("avro/binary is served for single documents only; multi-document responses are JSON")
+var errLinesMulti = errors.New("application/x-ndjson is served for multi-gets (and the change stream) only; other reads answer application/json")
 
 // ErrNotAcceptable is returned for an Accept header the API cannot serve.
 var ErrNotAcceptable = errors.New("not acceptable")
@@ -139,7 +144,10 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusRequestTimeout, problem.TypeRequestTimeout, "Request body too slow", err.Error())
 	case errors.As(err, &rt):
 		detail := err.Error() + "; ask for fewer fields with ?fields=a,b.c"
-		if rt.partial {
+		switch {
+		case rt.multiGet:
+			detail += ", fewer keys, or the documents one line each as they are read with Accept: application/x-ndjson"
+		case rt.partial:
 			detail += " or fewer documents with ?limit="
 		}
 		return problem.New(http.StatusRequestEntityTooLarge, problem.TypeResponseTooLarge, "Response too large", detail)
@@ -155,7 +163,7 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusPreconditionFailed, problem.TypePrecondition, "Precondition failed", "the document's ETag or Last-Modified does not satisfy the request's conditional headers")
 	case errors.Is(err, registry.ErrDatabaseExists), errors.Is(err, registry.ErrKeyChanged), errors.Is(err, registry.ErrContention):
 		return problem.New(http.StatusConflict, problem.TypeConflict, "Conflict", err.Error())
-	case errors.Is(err, errAvroMulti), errors.Is(err, ErrNotAcceptable):
+	case errors.Is(err, errAvroMulti), errors.Is(err, errLinesMulti), errors.Is(err, ErrNotAcceptable):
 		return problem.New(http.StatusNotAcceptable, problem.TypeNotAcceptable, "Not acceptable", err.Error())
 	case errors.Is(err, ErrUnsupportedMedia):
 		return problem.New(http.StatusUnsupportedMediaType, problem.TypeUnsupportedMedia, "Unsupported media type", err.Error())

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -136,6 +137,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			r.fail(w, Problem(err))
 			return
 		}
+		if f.Lines {
+			r.streamMultiGet(w, req, db, table, keyTexts, f)
+			return
+		}
 		page, err := r.MultiGet(req.Context(), db, table, keyTexts, f)
 		if err != nil {
 			r.fail(w, Problem(err))
@@ -157,6 +162,9 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 	switch req.Method {
 	case http.MethodGet, http.MethodHead:
 		f, err := readFormat(req)
+		if err == nil && f.Lines {
+			err = errLinesMulti
+		}
 		if err != nil {
 			r.fail(w, Problem(err))
 			return
@@ -388,8 +396,9 @@ func readFormat(req *http.Request) (Format, error) {
 			continue
 		}
 		switch mt {
-		case "application/json", "application/*", "*/*", MediaAvro:
+		case "application/json", "application/*", "*/*", MediaAvro, MediaNDJSON:
 			f.Avro = mt == MediaAvro
+			f.Lines = mt == MediaNDJSON
 			if v := params["version"]; v != "" {
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 0 {
@@ -400,7 +409,7 @@ func readFormat(req *http.Request) (Format, error) {
 			return f, nil
 		}
 	}
-	return f, fmt.Errorf("%w: %q (use application/json or avro/binary; version=N)", ErrNotAcceptable, accept)
+	return f, fmt.Errorf("%w: %q (use application/json, avro/binary; version=N, or for multi-gets application/x-ndjson)", ErrNotAcceptable, accept)
 }
 
 // bodyFormat reads Content-Type: 0 for JSON, N for avro/binary; version=N.
@@ -662,6 +671,69 @@ func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
 		return
 	}
 	writeJSON(w, http.StatusOK, p.Body)
+}
+
+// streamMultiGet answers a multi-get as NDJSON, partition by partition
+// (StreamMultiGet). Nothing is sent before the first partition answers,
+// so a multi-get that fails before that is a problem as usual. The last
+// line is {"end":true,"documents":N,"missingKeys":M} — with
+// "missingPartitions" (and the trailer X-Cortado-Missing-Partitions) when
+// a partial-ok answer lacks some: a stream without it is incomplete.
+// A failure after the first lines ends the stream with
+// {"error":{problem}} instead.
+func (r *Router) streamMultiGet(w http.ResponseWriter, req *http.Request, db, table string, keyTexts [][]string, f Format) {
+	rc := http.NewResponseController(w)
+	started := false
+	start := func() {
+		started = true
+		h := w.Header()
+		h.Set("Content-Type", MediaNDJSON)
+		h.Set("X-Content-Type-Options", "nosniff")
+		if f.PartialOK {
+			h.Set("Preference-Applied", "partial-ok")
+			h.Set("Trailer", HeaderMissingPartitions)
+		}
+		w.WriteHeader(http.StatusOK)
+	}
+	end, err := r.StreamMultiGet(req.Context(), db, table, keyTexts, f, func(lines []byte, remote bool) error {
+		if !started {
+			start()
+		}
+		if req.Method == http.MethodHead {
+			return nil
+		}
+		if _, err := w.Write(lines); err != nil {
+			return err
+		}
+		if !remote {
+			return nil // the writer sends what fills its buffer; the rest follows soon
+		}
+		return rc.Flush()
+	})
+	if err != nil {
+		p := Problem(err)
+		if !started {
+			r.fail(w, p)
+			return
+		}
+		if p.Status >= 500 && p.Type == problem.TypeInternal {
+			r.log.Error("internal error ending a stream", "detail", p.Detail)
+		}
+		b, _ := json.Marshal(map[string]any{"error": p})
+		w.Write(append(b, '\n'))
+		return
+	}
+	if !started {
+		start()
+	}
+	if len(end.MissingPartitions) > 0 {
+		parts := make([]string, len(end.MissingPartitions))
+		for i, n := range end.MissingPartitions {
+			parts[i] = strconv.Itoa(n)
+		}
+		w.Header().Set(HeaderMissingPartitions, strings.Join(parts, ","))
+	}
+	w.Write(end.AppendLine(nil))
 }
 
 func writeResult(w http.ResponseWriter, req *http.Request, db, table string, res *WriteResult) {

@@ -129,6 +129,10 @@ type Format struct {
 	// without a partition key) answer without the partitions that are
 	// unavailable, naming them (Prefer: partial-ok), instead of 503.
 	PartialOK bool
+	// Lines streams a multi-get as NDJSON lines, partition by partition
+	// (Accept: application/x-ndjson; see StreamMultiGet). Other reads
+	// refuse it.
+	Lines bool
 }
 
 // Document is one rendered document.
@@ -584,109 +588,16 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 	return out, missing, nil
 }
 
-// MultiGet reads documents by full keys, fanning out to their partitions in
-// parallel. Documents come back in request order; keys not found are
-// listed under "missing".
-func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]string, f Format) (*Page, error) {
-	if f.Avro {
-		return nil, errAvroMulti
-	}
-	if len(keyTexts) == 0 {
-		return nil, &keyError{fmt.Errorf("a multi-get needs at least one key")}
-	}
-	if len(keyTexts) > r.opts.MaxLimit {
-		return nil, &keyError{fmt.Errorf("a multi-get takes at most %d keys", r.opts.MaxLimit)}
-	}
-	var t *schema.Table
-	type group struct {
-		part int
-		keys [][]keys.Part
-	}
-	groups := map[int]*group{}
-	var order []int
-	all := make([][]keys.Part, len(keyTexts))
-	for i, kt := range keyTexts {
-		tg, err := r.resolve(db, table, kt, false)
-		if err != nil {
-			return nil, err
-		}
-		if !r.full(tg) {
-			return nil, &keyError{fmt.Errorf("multi-get key %d has %d of %d key parts", i, len(tg.key), len(tg.table.Key))}
-		}
-		t = tg.table
-		all[i] = tg.key
-		g, ok := groups[tg.part]
-		if !ok {
-			g = &group{part: tg.part}
-			groups[tg.part] = g
-			order = append(order, tg.part)
-		}
-		g.keys = append(g.keys, tg.key)
-	}
-	spec, err := r.readSpec(t, f)
-	if err != nil {
-		return nil, err
-	}
-	d, _ := r.reg.Database(db)
-	results := make([][]*node.Item, len(order))
-	missingParts, err := r.fanOut(ctx, d.Name, order, f.PartialOK, func(ctx context.Context, i int, n node.Service) (err error) {
-		results[i], err = n.MultiGet(ctx, node.MultiGetRequest{DB: db, Table: table, Partition: order[i], Keys: groups[order[i]].keys, Read: spec})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	unanswered := map[int]bool{}
-	var lacking []int
-	for _, i := range missingParts {
-		unanswered[order[i]] = true
-		lacking = append(lacking, order[i])
-	}
-	found := map[string]*node.Item{}
-	for _, items := range results {
-		for _, it := range items {
-			found[string(keys.Encode(it.Key))] = it
-		}
-	}
-	var items []*node.Item
-	var missing [][]keys.Part
-	for _, k := range all {
-		if it, ok := found[string(keys.Encode(k))]; ok {
-			items = append(items, it)
-		} else if !unanswered[d.PartitionOf(k[0])] {
-			missing = append(missing, k) // not found; a key of an unanswered partition is neither
-		}
-	}
-	page, err := r.renderPage(t, items, missing, "", f)
-	if err != nil {
-		return nil, err
-	}
-	page.setMissingPartitions(lacking)
-	if len(order) == 1 {
-		// One partition: its SCNs are comparable; report the newest.
-		for _, it := range items {
-			if page.SCN.Less(it.SCN) {
-				page.SCN = it.SCN
-			}
-		}
-	}
-	return page, nil
-}
-
 func (r *Router) renderPage(t *schema.Table, items []*node.Item, missing [][]keys.Part, next string, f Format) (*Page, error) {
 	b := []byte(`{"documents":[`)
 	for i, it := range items {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"key":`...)
-		b = append(b, schema.KeyJSON(it.Key)...)
-		b = fmt.Appendf(b, `,"etag":%q,"scn":"%s","lastModified":%q,"document":`, it.ETag, it.SCN, it.Modified.UTC().Format(time.RFC3339Nano))
 		var err error
-		if b, err = r.appendJSON(b, t, it, f); err != nil {
+		if b, err = r.appendItem(b, t, it, f); err != nil {
 			return nil, err
 		}
-		b = append(b, '}')
 		if len(b) > r.opts.MaxResponseBytes {
 			return nil, &responseTooLarge{size: len(b), limit: r.opts.MaxResponseBytes, partial: true}
 		}

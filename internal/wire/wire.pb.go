@@ -549,12 +549,19 @@ func (x *GetRequest) GetMaxStaleNanos() int64 {
 }
 
 type MultiGetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Db            string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
-	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
-	Partition     int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	Keys          [][]byte               `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
-	Read          *ReadSpec              `protobuf:"bytes,5,opt,name=read,proto3" json:"read,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Db        string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
+	Table     string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Partition int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Keys      [][]byte               `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	Read      *ReadSpec              `protobuf:"bytes,5,opt,name=read,proto3" json:"read,omitempty"`
+	// max_bytes bounds the answer: it stops after the document whose body
+	// brings its bodies to max_bytes or more, so it holds the documents
+	// of a prefix of keys, and the asker asks again from the key after its
+	// last document. 0 or more than the node's own bound: that bound. A
+	// node that does not know the field answers every key, which an asker
+	// takes the same way.
+	MaxBytes      int64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -622,6 +629,13 @@ func (x *MultiGetRequest) GetRead() *ReadSpec {
 		return x.Read
 	}
 	return nil
+}
+
+func (x *MultiGetRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
 }
 
 type ScanRequest struct {
@@ -2305,13 +2319,14 @@ const file_wire_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x01(\fR\x03key\x12-\n" +
 	"\x04read\x18\x05 \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\x122\n" +
 	"\x04cond\x18\x06 \x01(\v2\x1e.cortado.wire.v1.PreconditionsR\x04cond\x12&\n" +
-	"\x0fmax_stale_nanos\x18\a \x01(\x03R\rmaxStaleNanos\"\x98\x01\n" +
+	"\x0fmax_stale_nanos\x18\a \x01(\x03R\rmaxStaleNanos\"\xb5\x01\n" +
 	"\x0fMultiGetRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04keys\x18\x04 \x03(\fR\x04keys\x12-\n" +
-	"\x04read\x18\x05 \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\"\xfd\x01\n" +
+	"\x04read\x18\x05 \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\x12\x1b\n" +
+	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\"\xfd\x01\n" +
 	"\vScanRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1c\n" +

@@ -1,0 +1,116 @@
+package clustertest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// streamLine is a line of a streamed multi-get: a document, a key
+// without one, the end, or an error.
+type streamLine struct {
+	Key               []any
+	Missing           bool
+	Document          map[string]any
+	End               bool
+	Documents         int
+	MissingKeys       int
+	MissingPartitions []int
+	Error             map[string]any
+}
+
+func parseLines(t *testing.T, body []byte) []streamLine {
+	t.Helper()
+	var out []streamLine
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var l streamLine
+		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		d.UseNumber()
+		if err := d.Decode(&l); err != nil {
+			t.Fatalf("line %q: %v", sc.Bytes(), err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// TestStreamedMultiGet: with Accept: application/x-ndjson a multi-get
+// answers one line per key as its partition answers, documents too
+// large for one page included, and ends with a line counting them;
+// other reads refuse the type, and a bad request is a problem as usual.
+func TestStreamedMultiGet(t *testing.T) {
+	s := StartServe(t, ServeOptions{})
+	h := httpCase{t, s.URL}
+	h.want(h.do("PUT", "/_schemata/s", nil, `{"partitions":2}`), 201)
+	h.want(h.do("PUT", "/_schemata/s/Big", nil, `{"key":[{"name":"id","type":"long"}],
+	  "schema":{"type":"record","name":"Big","fields":[{"name":"v","type":"string"},{"name":"n","type":"int","default":0}]}}`), 201)
+	// 40 documents of 300 KB in two partitions: 12 MB, more than a
+	// page's 2 MiB and, in each partition, several answers of 1 MiB.
+	const n, size = 40, 300_000
+	var ids []string
+	for i := 1; i <= n; i++ {
+		v := fmt.Sprintf("%d-%s", i, strings.Repeat("x", size))
+		h.want(h.do("PUT", fmt.Sprintf("/s/Big/%d", i), nil, fmt.Sprintf(`{"v":"%s","n":%d}`, v, i)), 201)
+		ids = append(ids, fmt.Sprint(i))
+	}
+	path := "/s/Big/(" + strings.Join(append(ids, "999"), ",") + ")"
+	p := h.problem(h.do("GET", path, nil, ""), 413, "urn:cortado:problem:response-too-large")
+	if !strings.Contains(fmt.Sprint(p["detail"]), "application/x-ndjson") {
+		t.Fatalf("a multi-get too large for a page does not point to the stream: %v", p)
+	}
+
+	ndjson := map[string]string{"Accept": "application/x-ndjson"}
+	r := h.want(h.do("GET", path, ndjson, ""), 200)
+	if ct := r.header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Fatalf("content type %q", ct)
+	}
+	lines := parseLines(t, r.body)
+	seen := map[string]bool{}
+	for i, l := range lines[:len(lines)-1] {
+		if len(l.Key) != 1 || l.End || l.Error != nil {
+			t.Fatalf("line %d: %+v", i, l)
+		}
+		id := fmt.Sprint(l.Key[0])
+		if seen[id] {
+			t.Fatalf("key %s twice", id)
+		}
+		seen[id] = true
+		switch {
+		case id == "999":
+			if !l.Missing || l.Document != nil {
+				t.Fatalf("the absent key's line: %+v", l)
+			}
+		case l.Missing || !strings.HasPrefix(fmt.Sprint(l.Document["v"]), id+"-") || len(fmt.Sprint(l.Document["v"])) != len(id)+1+size:
+			t.Fatalf("key %s: missing %v, document of %d bytes", id, l.Missing, len(fmt.Sprint(l.Document["v"])))
+		}
+	}
+	end := lines[len(lines)-1]
+	if len(seen) != n+1 || !end.End || end.Documents != n || end.MissingKeys != 1 || end.MissingPartitions != nil {
+		t.Fatalf("%d keys answered (want %d), end %+v", len(seen), n+1, end)
+	}
+
+	// A projection; HEAD; the type refused elsewhere; a bad key.
+	r = h.want(h.do("GET", "/s/Big/(3,1)?fields=n", ndjson, ""), 200)
+	if lines := parseLines(t, r.body); len(lines) != 3 || len(lines[0].Document) != 1 || lines[0].Document["n"] == nil || !lines[2].End {
+		t.Fatalf("projected stream: %s", r.body)
+	}
+	if r := h.want(h.do("HEAD", path, ndjson, ""), 200); len(r.body) != 0 || r.header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("HEAD: %v %q", r.header, r.body)
+	}
+	h.problem(h.do("GET", "/s/Big/1", ndjson, ""), 406, "urn:cortado:problem:not-acceptable")
+	h.problem(h.do("GET", "/s/Big/(1,x)", ndjson, ""), 400, "urn:cortado:problem:invalid-key")
+	resp, err := http.Get(s.URL + "/s/Big/(1,2)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("a small page: %d", resp.StatusCode)
+	}
+}
