@@ -120,15 +120,22 @@ type MultiGetRequest struct {
 	MaxBytes int
 }
 
-// MaxReadBytes bounds the bodies of one multi-get answer, whatever the
+// MaxReadBytes bounds one multi-get's or scan's answer, whatever the
 // request asks: a node never holds more for one caller.
 const MaxReadBytes = 16 << 20
 
+// itemOverhead is what a scan counts for a document besides its body
+// (its key, ETag, SCN, position), so that a scan of empty documents is
+// bounded too.
+const itemOverhead = 64
+
 // ByteLimit is the bodies' bytes an answer to r holds before its last
 // document (MaxBytes within MaxReadBytes).
-func (r *MultiGetRequest) ByteLimit() int {
-	if r.MaxBytes > 0 && r.MaxBytes < MaxReadBytes {
-		return r.MaxBytes
+func (r *MultiGetRequest) ByteLimit() int { return byteLimit(r.MaxBytes) }
+
+func byteLimit(max int) int {
+	if max > 0 && max < MaxReadBytes {
+		return max
 	}
 	return MaxReadBytes
 }
@@ -170,7 +177,16 @@ type ScanRequest struct {
 	// "-field", or "": relevance for a text query, else key order);
 	// After is then a token of the previous page's last hit.
 	Query, Sort string
+	// MaxBytes bounds the answer as a multi-get's (ByteLimit): it stops
+	// after the document whose body brings the answer to MaxBytes or
+	// more, with Next set if there may be more.
+	MaxBytes int
 }
+
+// ByteLimit is what an answer to r holds before its last document
+// (MaxBytes within MaxReadBytes); each document counts its body and
+// itemOverhead.
+func (r *ScanRequest) ByteLimit() int { return byteLimit(r.MaxBytes) }
 
 // ScanResult is one page of a collection.
 type ScanResult struct {

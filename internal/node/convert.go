@@ -134,13 +134,13 @@ func multiGetFrom(w *wire.MultiGetRequest) (MultiGetRequest, error) {
 
 func scanTo(r ScanRequest) *wire.ScanRequest {
 	return &wire.ScanRequest{Db: r.DB, Table: r.Table, Partition: int32(r.Partition), Prefix: keys.Encode(r.Prefix),
-		After: r.After, Limit: int32(r.Limit), Read: readTo(r.Read), Query: r.Query, Sort: r.Sort}
+		After: r.After, Limit: int32(r.Limit), Read: readTo(r.Read), Query: r.Query, Sort: r.Sort, MaxBytes: int64(r.MaxBytes)}
 }
 
 func scanFrom(w *wire.ScanRequest) (ScanRequest, error) {
 	k, err := keyFrom(w.Prefix)
 	return ScanRequest{DB: w.Db, Table: w.Table, Partition: int(w.Partition), Prefix: k, After: w.After,
-		Limit: int(w.Limit), Read: readFrom(w.Read), Query: w.Query, Sort: w.Sort}, err
+		Limit: int(w.Limit), Read: readFrom(w.Read), Query: w.Query, Sort: w.Sort, MaxBytes: int(min(max(w.MaxBytes, 0), MaxReadBytes))}, err
 }
 
 func writeTo(r WriteRequest) (*wire.WriteRequest, error) {

@@ -290,11 +290,11 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 		return res, nil
 	}
 	res := &ScanResult{SCN: p.SCN()}
-	limit := req.Limit
+	limit, maxBytes, size := req.Limit, req.ByteLimit(), 0
 	var renderErr error
 	var last []byte
 	err = p.Scan(storage.ScanOptions{Table: req.Table, Prefix: req.Prefix, After: req.After}, func(k []keys.Part, enc []byte, d storage.Doc) bool {
-		if limit > 0 && len(res.Items) == limit {
+		if limit > 0 && len(res.Items) == limit || size >= maxBytes {
 			res.Next = last // there is at least one more
 			return false
 		}
@@ -306,6 +306,7 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 			return false
 		}
 		res.Items = append(res.Items, it)
+		size += len(it.Body) + itemOverhead
 		last = enc
 		return true
 	})

@@ -95,9 +95,14 @@ func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition,
 		return nil, err
 	}
 	res := &ScanResult{SCN: r.SCN}
-	for _, h := range hits {
+	maxBytes, size := req.ByteLimit(), 0
+	for i, h := range hits {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if size >= maxBytes {
+			hits, more = hits[:i], true // the rest on the next page
+			break
 		}
 		d, ok, err := r.Doc(t.Name, h.Key)
 		if err != nil {
@@ -116,6 +121,7 @@ func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition,
 		}
 		it.Position = index.Position(h)
 		res.Items = append(res.Items, it)
+		size += len(it.Body) + itemOverhead
 	}
 	if more && len(hits) > 0 {
 		res.Next = index.Position(hits[len(hits)-1])

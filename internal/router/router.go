@@ -403,7 +403,13 @@ func (r *Router) scanRequest(tg *target, f Format, limit int, token string) (nod
 			return node.ScanRequest{}, &keyError{fmt.Errorf("bad continuation token")}
 		}
 	}
-	return node.ScanRequest{DB: tg.db.Name, Table: tg.table.Name, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec}, nil
+	// A node's answer stops at half the page's bound in Avro bytes (the
+	// JSON of text is about as large, with field names larger), with a
+	// next token: a page of large documents holds fewer than limit, where
+	// before it was refused as too large (it still is when its JSON
+	// exceeds the bound), and a node holds no more for it.
+	return node.ScanRequest{DB: tg.db.Name, Table: tg.table.Name, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec,
+		MaxBytes: max(r.opts.MaxResponseBytes/2, 1)}, nil
 }
 
 // scanPage renders a page of scan results, with its token and, for a
@@ -563,6 +569,9 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 	missing, err := r.fanOut(ctx, tg.db.Name, parts, partial, func(ctx context.Context, i int, n node.Service) (err error) {
 		q := req
 		q.Partition = parts[i]
+		// The partitions share the page's bound (each answers at least
+		// one document), so the router holds about one page's worth.
+		q.MaxBytes = max(req.ByteLimit()/len(parts), 64<<10)
 		results[i], err = n.Scan(ctx, q)
 		return err
 	})
@@ -571,16 +580,39 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 	}
 	out := &node.ScanResult{}
 	more := false
+	// A partition with more to give bounds the page at its last item:
+	// past it, that partition's items are not known yet.
+	var bound []byte
 	for _, res := range results {
 		if res == nil {
 			continue // a partition left out
 		}
 		out.Items = append(out.Items, res.Items...)
 		more = more || res.Next != nil
+		if res.Next != nil && len(res.Items) > 0 {
+			if p := res.Items[len(res.Items)-1].Position; bound == nil || index.ComparePositions(order, p, bound) < 0 {
+				bound = p
+			}
+		}
 	}
 	slices.SortStableFunc(out.Items, func(a, b *node.Item) int { return index.ComparePositions(order, a.Position, b.Position) })
+	if bound != nil {
+		n := len(out.Items)
+		for n > 0 && index.ComparePositions(order, out.Items[n-1].Position, bound) > 0 {
+			n--
+		}
+		out.Items = out.Items[:n]
+	}
 	if len(out.Items) > req.Limit {
 		out.Items, more = out.Items[:req.Limit], true
+	}
+	size := 0
+	for i, it := range out.Items {
+		if size >= req.ByteLimit() {
+			out.Items, more = out.Items[:i], true // as a node stops its answer
+			break
+		}
+		size += len(it.Body) + 64
 	}
 	if more && len(out.Items) > 0 {
 		out.Next = out.Items[len(out.Items)-1].Position

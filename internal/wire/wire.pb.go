@@ -648,8 +648,14 @@ type ScanRequest struct {
 	Limit     int32                  `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	Read      *ReadSpec              `protobuf:"bytes,7,opt,name=read,proto3" json:"read,omitempty"`
 	// Protocol version 4: a query over the collection, and its order.
-	Query         string `protobuf:"bytes,8,opt,name=query,proto3" json:"query,omitempty"`
-	Sort          string `protobuf:"bytes,9,opt,name=sort,proto3" json:"sort,omitempty"`
+	Query string `protobuf:"bytes,8,opt,name=query,proto3" json:"query,omitempty"`
+	Sort  string `protobuf:"bytes,9,opt,name=sort,proto3" json:"sort,omitempty"`
+	// max_bytes bounds the answer as a multi-get's: it stops after the
+	// document that brings it to max_bytes or more (each document counted
+	// with a small overhead), with next set. 0 or more than the node's own
+	// bound: that bound. A node that does not know the field stops at
+	// limit only.
+	MaxBytes      int64 `protobuf:"varint,10,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -745,6 +751,13 @@ func (x *ScanRequest) GetSort() string {
 		return x.Sort
 	}
 	return ""
+}
+
+func (x *ScanRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
 }
 
 type ScanResult struct {
@@ -2326,7 +2339,7 @@ const file_wire_proto_rawDesc = "" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04keys\x18\x04 \x03(\fR\x04keys\x12-\n" +
 	"\x04read\x18\x05 \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\x12\x1b\n" +
-	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\"\xfd\x01\n" +
+	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\"\x9a\x02\n" +
 	"\vScanRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1c\n" +
@@ -2336,7 +2349,9 @@ const file_wire_proto_rawDesc = "" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12-\n" +
 	"\x04read\x18\a \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\x12\x14\n" +
 	"\x05query\x18\b \x01(\tR\x05query\x12\x12\n" +
-	"\x04sort\x18\t \x01(\tR\x04sortB\b\n" +
+	"\x04sort\x18\t \x01(\tR\x04sort\x12\x1b\n" +
+	"\tmax_bytes\x18\n" +
+	" \x01(\x03R\bmaxBytesB\b\n" +
 	"\x06_after\"\x83\x01\n" +
 	"\n" +
 	"ScanResult\x12+\n" +
