@@ -56,6 +56,8 @@ func FuzzInternalAPI(f *testing.F) {
 		&wire.ScanRequest{Db: "d", Table: "T", Limit: -5, After: []byte{}},
 		&wire.ScanRequest{Db: "d", Table: "T", Prefix: keys.Encode([]keys.Part{keys.S("a")}), Query: "v:x OR (NOT \"a b\")", Sort: "-v", After: []byte{1, 0xff, 2}},
 		&wire.ScanRequest{Db: "d", Table: "T", Query: "x", Limit: 1 << 30},
+		&wire.ScanRequest{Db: "d", Table: "T", Limit: 0, MaxBytes: 1},
+		&wire.ScanRequest{Db: "d", Table: "T", Query: "x", MaxBytes: 1 << 62},
 		&wire.WriteRequest{Db: "d", Ops: []*wire.Op{{Kind: "put", Table: "T", Key: keys.Encode([]keys.Part{keys.S("x")}), Version: 1, Value: []byte{0x02, 'h'}}}},
 		&wire.WriteRequest{Db: "d", Ops: []*wire.Op{{Kind: "patch", Table: "T", Key: keys.Encode([]keys.Part{keys.S("x")}), Patch: []byte(`{"set":{"v":`)}}},
 		&wire.WriteRequest{Db: "d", Ops: []*wire.Op{{Kind: "deleteCollection", Table: "T"}, {Kind: "bogus"}}},

@@ -72,5 +72,10 @@ func TestMultiGetAnswered(t *testing.T) {
 		if got, _ := multiGetFrom(w); got.MaxBytes < 0 || got.MaxBytes > MaxReadBytes || got.ByteLimit() > MaxReadBytes {
 			t.Fatalf("max_bytes %d from the wire became %d", hostile, got.MaxBytes)
 		}
+		s := scanTo(ScanRequest{DB: "d", Table: "T"})
+		s.MaxBytes = hostile
+		if got, _ := scanFrom(s); got.MaxBytes < 0 || got.MaxBytes > MaxReadBytes || got.ByteLimit() > MaxReadBytes {
+			t.Fatalf("a scan's max_bytes %d from the wire became %d", hostile, got.MaxBytes)
+		}
 	}
 }
