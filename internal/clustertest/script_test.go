@@ -164,6 +164,16 @@ func TestServeNodes(t *testing.T) {
 		}
 	}
 
+	// Both lags are measured: the slaves' from each commit's timestamp,
+	// the masters' from each commit's fsync to a replica's
+	// acknowledgement (every write here was acknowledged by a slave).
+	await(t, 10*time.Second, "the lags of the writes", func() bool {
+		return metric(t, s.URL, "cortado_replication_lag_seconds_count") >= n && metric(t, s.URL, "cortado_replication_ack_lag_seconds_count") >= n
+	})
+	if sum := metric(t, s.URL, "cortado_replication_ack_lag_seconds_sum"); sum <= 0 || sum > n*5 {
+		t.Fatalf("acknowledgement lags sum to %v s over at least %d commits", sum, n)
+	}
+
 	// The slaves, which read the relay and acknowledge to their masters
 	// without the wire here, hold what the masters hold.
 	if out, err := exec.Command(Binary(t), "cluster", "check", "--url", s.URL).CombinedOutput(); err != nil {

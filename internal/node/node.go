@@ -37,6 +37,12 @@ type Options struct {
 	// ReplicationLag, when set, is told for every commit a slave applies
 	// how long after its master committed it (same clock assumed).
 	ReplicationLag func(time.Duration)
+	// AckLag, when set, is told on a master for every commit of its own
+	// a replica acknowledges how long after it became durable on the
+	// master (PostgreSQL's replay lag, measured where it is: from the
+	// primary's flush to the standby's feedback). ReplicationLag counts
+	// from the commit's timestamp, before the master's own fsync.
+	AckLag func(time.Duration)
 	// SnapshotBytesPerSecond caps how fast a snapshot is streamed
 	// (default DefaultSnapshotRate).
 	SnapshotBytesPerSecond int64

@@ -139,13 +139,29 @@ func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
 	held := p.OnTimeline(req.SCN)
 	e := n.roles.entry(req.DB, req.Partition)
 	if held && req.Replica != "" {
-		e.ack(req.Replica, req.SCN)
+		n.acked(p, e, req.Replica, req.SCN)
 	}
 	// Authoritative here means established too: the asker, a former
 	// master, takes it as confirmation that its own commits up to SCN
 	// survived the hand-over.
 	auth := n.authoritative(req.DB, req.Partition) && e.established(n.syncSlaves(req.DB))
 	return &AckResult{Held: held, Authoritative: auth}, nil
+}
+
+// acked records that replica holds everything up to scn and tells
+// Options.AckLag, for each commit this acknowledges that this replica
+// made as master, how long after it became durable here.
+func (n *Node) acked(p *storage.Partition, e *partRole, replica string, scn storage.SCN) {
+	prev := e.ack(replica, scn)
+	if n.opts.AckLag == nil || prev.Gen != scn.Gen || !prev.Less(scn) {
+		return // the first acknowledgement, or of a new generation: no known start
+	}
+	now := time.Now()
+	for seq := max(prev.Seq+1, scn.Seq-min(scn.Seq, storage.DurableRing-1)); seq <= scn.Seq; seq++ {
+		if at, ok := p.DurableAt(storage.SCN{Gen: scn.Gen, Seq: seq}); ok {
+			n.opts.AckLag(now.Sub(at))
+		}
+	}
 }
 
 // Log serves a partition's commits after req.After, waiting up to req.Wait
@@ -174,7 +190,7 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 			ok := p.OnTimeline(req.After)
 			res.Holds = ok
 			if ok && req.Ack && req.Replica != "" {
-				n.roles.entry(req.DB, req.Partition).ack(req.Replica, req.After)
+				n.acked(p, n.roles.entry(req.DB, req.Partition), req.Replica, req.After)
 			}
 			if !ok && !behind(p, req.After) && n.authoritative(req.DB, req.Partition) {
 				// The asker has a commit the partition's timeline does

@@ -105,16 +105,18 @@ func (e *partRole) changedLocked() {
 }
 
 // ack records that replica holds every commit up to scn, durably.
-func (e *partRole) ack(replica string, scn storage.SCN) {
+func (e *partRole) ack(replica string, scn storage.SCN) (prev storage.SCN) {
 	e.ackMu.Lock()
 	defer e.ackMu.Unlock()
 	if e.acks == nil {
 		e.acks = map[string]storage.SCN{}
 	}
-	if e.acks[replica].Less(scn) {
+	prev = e.acks[replica]
+	if prev.Less(scn) {
 		e.acks[replica] = scn
 		e.changedLocked()
 	}
+	return prev
 }
 
 // confirm records that the partition's current master holds every commit

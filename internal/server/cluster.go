@@ -53,6 +53,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	s.Metrics.RegisterPebble(id, eng.Metrics)
 	m := &member{id: id, engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
 		ReplicationLag:         func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
+		AckLag:                 func(d time.Duration) { s.cluster.AckLag.Observe(d.Seconds()) },
 		Retained:               s.retained,
 		IndexBuilding:          s.indexBuilding(id),
 		SnapshotBytesPerSecond: s.opts.SnapshotBytesPerSecond,

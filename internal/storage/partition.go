@@ -47,7 +47,17 @@ type Partition struct {
 	// tail is the newest part of the log, in memory (logtail.go); it
 	// ends at scn or is not read.
 	tail logTail
+
+	// durableAt is when this replica's last commits as master became
+	// durable, by sequence modulo its size (DurableAt).
+	durableAt [DurableRing]struct {
+		scn SCN
+		at  time.Time
+	}
 }
+
+// DurableRing is how many of a master's newest commits DurableAt knows.
+const DurableRing = 1024
 
 func openPartition(e *Engine, db string, id int) (*Partition, error) {
 	p := &Partition{e: e, DB: db, ID: id}
@@ -390,6 +400,19 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 	}
 	p.mu.Lock()
 	p.markDurableLocked(next)
+	d := &p.durableAt[next.Seq%DurableRing]
+	d.scn, d.at = next, time.Now()
 	p.mu.Unlock()
 	return next, nil
+}
+
+// DurableAt is when this replica's commit at scn became durable, if it
+// is among the last commits it made as master (about a thousand): what
+// replication lag is measured from, as PostgreSQL measures its replicas'
+// lag from the primary's flush.
+func (p *Partition) DurableAt(scn SCN) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.durableAt[scn.Seq%DurableRing]
+	return d.at, d.scn == scn
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cortado-db/cortado/internal/keys"
 )
@@ -167,5 +168,42 @@ func TestDocETag(t *testing.T) {
 		if got, want := d.ETag(), fmt.Sprintf(`"%08x"`, crc); got != want {
 			t.Fatalf("ETag of %#x: %s, want %s", crc, got, want)
 		}
+	}
+}
+
+// TestDurableAt: a master knows when each of its last DurableRing
+// commits became durable, no earlier than it started and no later than
+// Update returned; an older commit, or one of another generation, it
+// does not know.
+func TestDurableAt(t *testing.T) {
+	m, _ := pair(t, 1)
+	var scns []SCN
+	var before, after []time.Time
+	for i := range DurableRing + 5 {
+		t0 := time.Now()
+		scn, err := m.Update(func(tx *Tx) error {
+			_, err := tx.Put("T", []keys.Part{keys.I(int64(i))}, 1, []byte{1})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scns, before, after = append(scns, scn), append(before, t0), append(after, time.Now())
+	}
+	for i, scn := range scns {
+		at, ok := m.DurableAt(scn)
+		if i < 5 {
+			if ok {
+				t.Fatalf("commit %s, %d commits back, still known", scn, len(scns)-i)
+			}
+			continue
+		}
+		if !ok || at.Before(before[i]) || at.After(after[i]) {
+			t.Fatalf("commit %s durable at %v (known %v), between %v and %v", scn, at, ok, before[i], after[i])
+		}
+	}
+	last := scns[len(scns)-1]
+	if _, ok := m.DurableAt(SCN{Gen: last.Gen + 1, Seq: last.Seq}); ok {
+		t.Fatal("a commit of another generation is known")
 	}
 }
