@@ -280,6 +280,15 @@ func table(h *History, res *Result, faults []Fault) []Row {
 	}
 	gaps := map[string][]time.Duration{}
 	for _, f := range faults {
+		// A gap that outlasts the fault is its own until the next fault
+		// starts: from then on that one is to blame (a kill-router right
+		// before a kill-two was charged the kill-two's 16 s).
+		until := time.Time{}
+		for _, g := range faults {
+			if !g.Start.Before(f.Done) && (until.IsZero() || g.Start.Before(until)) {
+				until = g.Start
+			}
+		}
 		for _, ts := range ok {
 			slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 			var worst time.Duration
@@ -289,6 +298,9 @@ func table(h *History, res *Result, faults []Fault) []Row {
 					continue
 				}
 				if t.After(f.Done) {
+					if !until.IsZero() && t.After(until) {
+						t = until
+					}
 					worst = max(worst, t.Sub(prev))
 					break
 				}
