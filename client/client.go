@@ -239,7 +239,7 @@ type Transport interface {
 	MultiGet(ctx context.Context, db, table string, keys [][]string, o *ReadOptions) (body []byte, scn string, err error)
 	// MultiGetLines streams a multi-get's lines (Accept:
 	// application/x-ndjson), one JSON object each, to fn until the
-	// answer ends or fn fails.
+	// answer ends or fn fails. A line is valid only during fn's call.
 	MultiGetLines(ctx context.Context, db, table string, keys [][]string, o *ReadOptions, fn func(line []byte) error) error
 	Query(ctx context.Context, db, table string, prefix []string, q *Query, o *ReadOptions) (body []byte, scn string, err error)
 	Put(ctx context.Context, db, table string, key []string, body []byte, c *Conditions) (*WriteResult, error)
@@ -248,7 +248,8 @@ type Transport interface {
 	Delete(ctx context.Context, db, table string, key []string, c *Conditions) (*WriteResult, error)
 	Txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error)
 	// Changes streams the change stream's events, one JSON object each,
-	// to fn until ctx ends, the stream breaks, or fn fails.
+	// to fn until ctx ends, the stream breaks, or fn fails. An event is
+	// valid only during fn's call.
 	Changes(ctx context.Context, db string, query url.Values, fn func(event []byte) error) error
 	Close() error
 }

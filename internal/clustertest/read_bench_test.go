@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/cortado-db/cortado/internal/bench"
@@ -40,6 +41,42 @@ func BenchmarkGetDocument(b *testing.B) {
 				h.ServeHTTP(w, reqs[i%keys])
 				if w.Code != http.StatusOK {
 					b.Fatalf("GET: %d %s", w.Code, w.Body)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkMultiGet reads 10 random documents of 1,000 (1 KB each) per
+// multi-get through the whole handler, as a page and as a stream.
+func BenchmarkMultiGet(b *testing.B) {
+	s := openServer(b)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	const keys = 1000
+	if err := bench.Load(context.Background(), bench.Options{URL: ts.URL, Keys: keys, Replicas: 1}, io.Discard); err != nil {
+		b.Fatal(err)
+	}
+	h := s.Handler()
+	for _, f := range []struct{ name, accept string }{{"page", "application/json"}, {"stream", "application/x-ndjson"}} {
+		b.Run(f.name, func(b *testing.B) {
+			reqs := make([]*http.Request, 100)
+			for i := range reqs {
+				ids := make([]string, 10)
+				for j := range ids {
+					ids[j] = fmt.Sprint((i*37 + j*101) % keys)
+				}
+				reqs[i] = httptest.NewRequest("GET", "/bench/Doc/("+strings.Join(ids, ",")+")", nil)
+				reqs[i].Header.Set("Accept", f.accept)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, reqs[i%len(reqs)])
+				if w.Code != http.StatusOK {
+					b.Fatalf("multi-get: %d %s", w.Code, w.Body)
 				}
 				i++
 			}

@@ -641,6 +641,7 @@ func preferPartial(req *http.Request) bool {
 }
 
 func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
+	defer p.Release()
 	if p.SCN != (storage.SCN{}) {
 		w.Header().Set(HeaderSCN, p.SCN.String())
 	}

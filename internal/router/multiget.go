@@ -205,7 +205,9 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 		for _, it := range items {
 			found[string(keys.Encode(it.Key))] = it
 		}
-		var b []byte
+		buf := pageBuffer(renderedSize(items) + 32*(len(ks)-len(items)))
+		b := (*buf)[:0]
+		defer func() { releasePage(buf, b) }() // emit has written or copied the lines
 		docs := 0
 		for _, k := range ks {
 			it, ok := found[string(keys.Encode(k))]
