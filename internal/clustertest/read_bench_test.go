@@ -83,3 +83,29 @@ func BenchmarkMultiGet(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPutDocument replaces documents of 1 KB through the whole
+// handler, fsync included.
+func BenchmarkPutDocument(b *testing.B) {
+	s := openServer(b)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	const keys = 1000
+	if err := bench.Load(context.Background(), bench.Options{URL: ts.URL, Keys: keys, Replicas: 1}, io.Discard); err != nil {
+		b.Fatal(err)
+	}
+	h := s.Handler()
+	body := `{"n":1,"payload":"` + strings.Repeat("x", 1024) + `"}`
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		req := httptest.NewRequest("PUT", fmt.Sprintf("/bench/Doc/%d", i%keys), strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusNoContent {
+			b.Fatalf("PUT: %d %s", w.Code, w.Body)
+		}
+		i++
+	}
+}
