@@ -183,6 +183,19 @@ type ScanRequest struct {
 	MaxBytes int
 }
 
+// MaxScanLimit bounds the documents of one scan or query answer (and the
+// index hits a query collects for it), whatever the request asks: a
+// router asks for a page, at most 1,000.
+const MaxScanLimit = 10000
+
+// CountLimit is how many documents an answer to r holds at most.
+func (r *ScanRequest) CountLimit() int {
+	if r.Limit > 0 && r.Limit < MaxScanLimit {
+		return r.Limit
+	}
+	return MaxScanLimit
+}
+
 // ByteLimit is what an answer to r holds before its last document
 // (MaxBytes within MaxReadBytes); each document counts its body and
 // itemOverhead.

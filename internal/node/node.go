@@ -296,11 +296,11 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 		return res, nil
 	}
 	res := &ScanResult{SCN: p.SCN()}
-	limit, maxBytes, size := req.Limit, req.ByteLimit(), 0
+	limit, maxBytes, size := req.CountLimit(), req.ByteLimit(), 0
 	var renderErr error
 	var last []byte
 	err = p.Scan(storage.ScanOptions{Table: req.Table, Prefix: req.Prefix, After: req.After}, func(k []keys.Part, enc []byte, d storage.Doc) bool {
-		if limit > 0 && len(res.Items) == limit || size >= maxBytes {
+		if len(res.Items) == limit || size >= maxBytes {
 			res.Next = last // there is at least one more
 			return false
 		}

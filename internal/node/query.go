@@ -74,10 +74,7 @@ func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition,
 	if err != nil {
 		return nil, err
 	}
-	limit := req.Limit
-	if limit <= 0 {
-		limit = 1 << 20
-	}
+	limit := req.CountLimit()
 	var hits []index.Hit
 	var more bool
 	if coll != nil {

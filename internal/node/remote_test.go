@@ -41,7 +41,7 @@ func TestLogRequestWire(t *testing.T) {
 // TestMultiGetAnswered: an answer under its byte bound covers every key;
 // one that reached it covers the keys up to its last document, missing
 // and repeated keys included; a bound from the wire stays within
-// MaxReadBytes.
+// MaxReadBytes, and a scan's count within MaxScanLimit.
 func TestMultiGetAnswered(t *testing.T) {
 	k := func(s string) []keys.Part { return []keys.Part{keys.S(s)} }
 	item := func(s string, n int) *Item { return &Item{Key: k(s), Body: make([]byte, n)} }
@@ -73,9 +73,9 @@ func TestMultiGetAnswered(t *testing.T) {
 			t.Fatalf("max_bytes %d from the wire became %d", hostile, got.MaxBytes)
 		}
 		s := scanTo(ScanRequest{DB: "d", Table: "T"})
-		s.MaxBytes = hostile
-		if got, _ := scanFrom(s); got.MaxBytes < 0 || got.MaxBytes > MaxReadBytes || got.ByteLimit() > MaxReadBytes {
-			t.Fatalf("a scan's max_bytes %d from the wire became %d", hostile, got.MaxBytes)
+		s.MaxBytes, s.Limit = hostile, int32(hostile)
+		if got, _ := scanFrom(s); got.MaxBytes < 0 || got.MaxBytes > MaxReadBytes || got.ByteLimit() > MaxReadBytes || got.CountLimit() != MaxScanLimit {
+			t.Fatalf("a scan's max_bytes %d and limit %d from the wire became %d bytes, %d documents", hostile, s.Limit, got.ByteLimit(), got.CountLimit())
 		}
 	}
 }
