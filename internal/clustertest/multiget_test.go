@@ -70,8 +70,8 @@ func TestStreamedMultiGet(t *testing.T) {
 
 	ndjson := map[string]string{"Accept": "application/x-ndjson"}
 	r := h.want(h.do("GET", path, ndjson, ""), 200)
-	if ct := r.header.Get("Content-Type"); ct != "application/x-ndjson" {
-		t.Fatalf("content type %q", ct)
+	if ct := r.header.Get("Content-Type"); ct != "application/x-ndjson" || r.header.Get("Vary") != "Accept" {
+		t.Fatalf("content type %q, vary %q", ct, r.header.Get("Vary"))
 	}
 	lines := parseLines(t, r.body)
 	seen := map[string]bool{}
@@ -113,8 +113,8 @@ func TestStreamedMultiGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("a small page: %d", resp.StatusCode)
+	if resp.StatusCode != 200 || resp.Header.Get("Vary") != "Accept" {
+		t.Fatalf("a small page: %d, vary %q", resp.StatusCode, resp.Header.Get("Vary"))
 	}
 }
 

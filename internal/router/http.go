@@ -642,6 +642,7 @@ func preferPartial(req *http.Request) bool {
 
 func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
 	defer p.Release()
+	w.Header()["Vary"] = varyAccept // a multi-get may be streamed instead
 	if p.SCN != (storage.SCN{}) {
 		w.Header().Set(HeaderSCN, p.SCN.String())
 	}
@@ -690,6 +691,7 @@ func (r *Router) streamMultiGet(w http.ResponseWriter, req *http.Request, db, ta
 		h := w.Header()
 		h.Set("Content-Type", MediaNDJSON)
 		h.Set("X-Content-Type-Options", "nosniff")
+		h["Vary"] = varyAccept
 		if f.PartialOK {
 			h.Set("Preference-Applied", "partial-ok")
 			h.Set("Trailer", HeaderMissingPartitions)
