@@ -405,15 +405,11 @@ func (c *Client) MultiGetStream(ctx context.Context, db, table string, keys []Ke
 		ended := false
 		err := c.t.MultiGetLines(ctx, db, table, texts, o, func(line []byte) error {
 			var l struct {
-				Key               Key             `json:"key"`
-				ETag              string          `json:"etag"`
-				SCN               string          `json:"scn"`
-				LastModified      time.Time       `json:"lastModified"`
-				Document          json.RawMessage `json:"document"`
-				Missing           bool            `json:"missing"`
-				End               bool            `json:"end"`
-				MissingPartitions []int           `json:"missingPartitions"`
-				Error             *Error          `json:"error"`
+				docJSON
+				Missing           bool   `json:"missing"`
+				End               bool   `json:"end"`
+				MissingPartitions []int  `json:"missingPartitions"`
+				Error             *Error `json:"error"`
 			}
 			dec := json.NewDecoder(bytesReader(line))
 			dec.UseNumber()
@@ -434,7 +430,7 @@ func (c *Client) MultiGetStream(ctx context.Context, db, table string, keys []Ke
 					return stopped
 				}
 			default:
-				if !yield(&Document{Key: l.Key.normalize(), SCN: l.SCN, ETag: l.ETag, LastModified: l.LastModified, Body: l.Document}, nil) {
+				if !yield(l.document(), nil) {
 					return stopped
 				}
 			}
@@ -523,18 +519,26 @@ func (c *Client) Txn(ctx context.Context, db string, partitionKey any, ops []Txn
 	return &r, json.Unmarshal(b, &r)
 }
 
+// docJSON is the wire form of a document in a page or a streamed
+// multi-get.
+type docJSON struct {
+	Key          Key             `json:"key"`
+	ETag         string          `json:"etag"`
+	SCN          string          `json:"scn"`
+	LastModified time.Time       `json:"lastModified"`
+	Document     json.RawMessage `json:"document"`
+}
+
+func (d *docJSON) document() *Document {
+	return &Document{Key: d.Key.normalize(), SCN: d.SCN, ETag: d.ETag, LastModified: d.LastModified, Body: d.Document}
+}
+
 // pageJSON is the wire form of a Page.
 type pageJSON struct {
-	Documents []struct {
-		Key          Key             `json:"key"`
-		ETag         string          `json:"etag"`
-		SCN          string          `json:"scn"`
-		LastModified time.Time       `json:"lastModified"`
-		Document     json.RawMessage `json:"document"`
-	} `json:"documents"`
-	Missing           []Key  `json:"missing"`
-	Next              string `json:"next"`
-	MissingPartitions []int  `json:"missingPartitions"`
+	Documents         []docJSON `json:"documents"`
+	Missing           []Key     `json:"missing"`
+	Next              string    `json:"next"`
+	MissingPartitions []int     `json:"missingPartitions"`
 }
 
 func parsePage(b []byte, scn string) (*Page, error) {
@@ -549,7 +553,7 @@ func parsePage(b []byte, scn string) (*Page, error) {
 		p.Missing = append(p.Missing, k.normalize())
 	}
 	for _, d := range pj.Documents {
-		p.Documents = append(p.Documents, Document{Key: d.Key.normalize(), SCN: d.SCN, ETag: d.ETag, LastModified: d.LastModified, Body: d.Document})
+		p.Documents = append(p.Documents, *d.document())
 	}
 	return p, nil
 }

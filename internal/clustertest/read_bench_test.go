@@ -19,14 +19,8 @@ import (
 //
 //	go test ./internal/clustertest -run '^$' -bench GetDocument -benchmem
 func BenchmarkGetDocument(b *testing.B) {
-	s := openServer(b)
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
 	const keys = 1000
-	if err := bench.Load(context.Background(), bench.Options{URL: ts.URL, Keys: keys, Replicas: 1}, io.Discard); err != nil {
-		b.Fatal(err)
-	}
-	h := s.Handler()
+	h := loadedHandler(b, keys)
 	for _, f := range []struct{ name, accept string }{{"json", "application/json"}, {"avro", "avro/binary; version=1"}} {
 		b.Run(f.name, func(b *testing.B) {
 			reqs := make([]*http.Request, keys)
@@ -51,14 +45,8 @@ func BenchmarkGetDocument(b *testing.B) {
 // BenchmarkMultiGet reads 10 random documents of 1,000 (1 KB each) per
 // multi-get through the whole handler, as a page and as a stream.
 func BenchmarkMultiGet(b *testing.B) {
-	s := openServer(b)
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
 	const keys = 1000
-	if err := bench.Load(context.Background(), bench.Options{URL: ts.URL, Keys: keys, Replicas: 1}, io.Discard); err != nil {
-		b.Fatal(err)
-	}
-	h := s.Handler()
+	h := loadedHandler(b, keys)
 	for _, f := range []struct{ name, accept string }{{"page", "application/json"}, {"stream", "application/x-ndjson"}} {
 		b.Run(f.name, func(b *testing.B) {
 			reqs := make([]*http.Request, 100)
@@ -87,14 +75,8 @@ func BenchmarkMultiGet(b *testing.B) {
 // BenchmarkPutDocument replaces documents of 1 KB through the whole
 // handler, fsync included.
 func BenchmarkPutDocument(b *testing.B) {
-	s := openServer(b)
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
 	const keys = 1000
-	if err := bench.Load(context.Background(), bench.Options{URL: ts.URL, Keys: keys, Replicas: 1}, io.Discard); err != nil {
-		b.Fatal(err)
-	}
-	h := s.Handler()
+	h := loadedHandler(b, keys)
 	body := `{"n":1,"payload":"` + strings.Repeat("x", 1024) + `"}`
 	b.ReportAllocs()
 	i := 0
@@ -108,4 +90,16 @@ func BenchmarkPutDocument(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// loadedHandler is the whole handler of a server in this process, with
+// keys documents of 1 KB in table bench.Doc.
+func loadedHandler(b *testing.B, keys int) http.Handler {
+	s := openServer(b)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	if err := bench.Load(context.Background(), bench.Options{URL: ts.URL, Keys: keys, Replicas: 1}, io.Discard); err != nil {
+		b.Fatal(err)
+	}
+	return s.Handler()
 }
