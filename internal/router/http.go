@@ -686,6 +686,7 @@ func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
 func (r *Router) streamMultiGet(w http.ResponseWriter, req *http.Request, db, table string, keyTexts [][]string, f Format) {
 	rc := http.NewResponseController(w)
 	started := false
+	var gone error // the client's connection failed: nothing more to say
 	start := func() {
 		started = true
 		h := w.Header()
@@ -705,14 +706,18 @@ func (r *Router) streamMultiGet(w http.ResponseWriter, req *http.Request, db, ta
 		if req.Method == http.MethodHead {
 			return nil
 		}
-		if _, err := w.Write(lines); err != nil {
-			return err
+		if _, gone = w.Write(lines); gone != nil {
+			return gone
 		}
 		if !remote {
 			return nil // the writer sends what fills its buffer; the rest follows soon
 		}
-		return rc.Flush()
+		gone = rc.Flush()
+		return gone
 	})
+	if gone != nil {
+		return
+	}
 	if err != nil {
 		p := Problem(err)
 		if !started {
