@@ -448,7 +448,8 @@ func (c *Client) MultiGetStream(ctx context.Context, db, table string, keys []Ke
 
 // PartialError ends a partial multi-get stream (ReadOptions.PartialOK):
 // these partitions did not answer, so their keys were neither yielded
-// nor reported missing.
+// nor reported missing (but for those a partition answered before it
+// failed partway through an answer of more than 1 MiB).
 type PartialError struct {
 	Partitions []int
 }
