@@ -1,7 +1,8 @@
 // Package router owns Cortado's document API: it parses requests (HTTP, or
 // typed calls from the embedded client), validates documents against the
 // registry's latest schema, computes each key's partition, sends the work to
-// the storage node that serves it, merges fan-out results, and renders
+// the storage node that serves it, merges fan-out results (or streams a
+// multi-get's as they come), and renders
 // documents as JSON or Avro.
 //
 // It never touches storage directly: every partition is reached through a
