@@ -84,7 +84,11 @@ type openLoad struct {
 type answer struct {
 	status  int
 	problem string
+	// tail is the body's last bytes (up to tailBytes): a stream's end line.
+	tail []byte
 }
+
+const tailBytes = 256
 
 // offer sends l's requests at rate to base for d, open loop, as openLoop
 // describes.
@@ -182,13 +186,29 @@ func roundTrip(bw *bufio.Writer, br *bufio.Reader) (a answer, alive bool) {
 		}
 		body = io.MultiReader(dec.Buffered(), resp.Body)
 	}
-	_, err = io.Copy(io.Discard, body)
+	t := &tailWriter{}
+	_, err = io.Copy(t, body)
 	resp.Body.Close()
 	if err != nil {
 		return answer{problem: "timeout"}, false
 	}
-	a.status = resp.StatusCode
+	a.status, a.tail = resp.StatusCode, t.b
 	return a, !resp.Close
+}
+
+// tailWriter keeps the last tailBytes written to it.
+type tailWriter struct{ b []byte }
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	if len(p) >= tailBytes {
+		t.b = append(t.b[:0], p[len(p)-tailBytes:]...)
+		return len(p), nil
+	}
+	if keep := tailBytes - len(p); len(t.b) > keep {
+		t.b = append(t.b[:0], t.b[len(t.b)-keep:]...)
+	}
+	t.b = append(t.b, p...)
+	return len(p), nil
 }
 
 // docJSON is the body of a PUT of the mix, with %d for its key.

@@ -181,3 +181,40 @@ func TestOfferAnswers(t *testing.T) {
 		t.Fatalf("%d connections for 100 requests 5 ms apart: problems closed them", conns.Load())
 	}
 }
+
+// TestMultiGetOpenLoop: the multi-get generator sends every request of
+// its schedule with multiKeys keys of the table and its Accept header,
+// and counts a stream without its end line as failed.
+func TestMultiGetOpenLoop(t *testing.T) {
+	var seen atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := seen.Add(1)
+		ids, ok := strings.CutPrefix(r.URL.Path, "/b/Doc/(")
+		if !ok || !strings.HasSuffix(ids, ")") || len(strings.Split(strings.TrimSuffix(ids, ")"), ",")) != 3 {
+			t.Errorf("path %q", r.URL.Path)
+		}
+		for _, id := range strings.Split(strings.TrimSuffix(ids, ")"), ",") {
+			if k, err := strconv.Atoi(id); err != nil || k < 0 || k >= 100 {
+				t.Errorf("key %q", id)
+			}
+		}
+		if r.Header.Get("Accept") != "application/x-ndjson" {
+			t.Errorf("Accept %q", r.Header.Get("Accept"))
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, strings.Repeat(`{"key":[1],"document":{"payload":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}`+"\n", 20))
+		if n%4 != 0 { // every fourth stream breaks off before its end
+			io.WriteString(w, `{"end":true,"documents":3,"missingKeys":0}`+"\n")
+		}
+	}))
+	defer srv.Close()
+	const rate, d = 400, 500 * time.Millisecond
+	p, err := OpenLoop(t.Context(), Options{URL: srv.URL, DB: "b", Keys: 100, Duration: d}, rate, 3, "application/x-ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(rate * d.Seconds())
+	if p.Requests+p.Errors != n || int(seen.Load()) != n || p.Errors != n/4 {
+		t.Fatalf("%d answered + %d failed (server saw %d), want %d requests, a quarter of them failed", p.Requests, p.Errors, seen.Load(), n)
+	}
+}
