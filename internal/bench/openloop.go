@@ -76,6 +76,9 @@ type openLoad struct {
 	// answer is called once for each request of the schedule, from
 	// any goroutine, with its due time and latency from it.
 	answer func(due time.Time, took time.Duration, a answer)
+	// tail keeps each answer's last bytes (answer.tail); without it a
+	// body is discarded as it is read.
+	tail bool
 }
 
 // answer is what became of a request: its status (0 when it got none:
@@ -84,7 +87,9 @@ type openLoad struct {
 type answer struct {
 	status  int
 	problem string
-	// tail is the body's last bytes (up to tailBytes): a stream's end line.
+	// tail is the body's last bytes (up to tailBytes: a stream's end
+	// line) when the load asks for them, valid only during its answer
+	// call.
 	tail []byte
 }
 
@@ -152,10 +157,14 @@ func (g *generator) connection(seed uint64, first time.Time) {
 	}
 	defer c.Close()
 	bw, br := bufio.NewWriterSize(c, 4<<10), bufio.NewReaderSize(c, 4<<10)
+	var tail *tailWriter
+	if g.l.tail {
+		tail = &tailWriter{buf: make([]byte, 4<<10)}
+	}
 	for at := first; ; {
 		c.SetDeadline(at.Add(g.timeout))
 		g.l.write(bw, r, g.host)
-		a, alive := roundTrip(bw, br)
+		a, alive := roundTrip(bw, br, tail)
 		g.l.answer(at, time.Since(at), a)
 		if !alive {
 			return
@@ -168,8 +177,9 @@ func (g *generator) connection(seed uint64, first time.Time) {
 }
 
 // roundTrip sends what bw holds and reads the answer; alive if the
-// connection can carry another request.
-func roundTrip(bw *bufio.Writer, br *bufio.Reader) (a answer, alive bool) {
+// connection can carry another request. With tail, the answer keeps the
+// body's last bytes; without, the body is discarded.
+func roundTrip(bw *bufio.Writer, br *bufio.Reader, tail *tailWriter) (a answer, alive bool) {
 	if err := bw.Flush(); err != nil {
 		return answer{problem: "timeout"}, false
 	}
@@ -186,18 +196,24 @@ func roundTrip(bw *bufio.Writer, br *bufio.Reader) (a answer, alive bool) {
 		}
 		body = io.MultiReader(dec.Buffered(), resp.Body)
 	}
-	t := &tailWriter{}
-	_, err = io.Copy(t, body)
+	if tail == nil {
+		_, err = io.Copy(io.Discard, body)
+	} else {
+		tail.b = tail.b[:0]
+		_, err = io.CopyBuffer(tail, body, tail.buf)
+		a.tail = tail.b
+	}
 	resp.Body.Close()
 	if err != nil {
 		return answer{problem: "timeout"}, false
 	}
-	a.status, a.tail = resp.StatusCode, t.b
+	a.status = resp.StatusCode
 	return a, !resp.Close
 }
 
-// tailWriter keeps the last tailBytes written to it.
-type tailWriter struct{ b []byte }
+// tailWriter keeps the last tailBytes written to it; buf is its
+// connection's copy buffer (io.Copy would allocate 32 KB an answer).
+type tailWriter struct{ b, buf []byte }
 
 func (t *tailWriter) Write(p []byte) (int, error) {
 	if len(p) >= tailBytes {
@@ -257,7 +273,7 @@ func closedLoop(ctx context.Context, o Options) (float64, error) {
 					c.SetDeadline(time.Now().Add(10 * time.Second))
 					writeMix(bw, r, o, u.Host, doc)
 					var a answer
-					if a, alive = roundTrip(bw, br); succeeded(a.status) {
+					if a, alive = roundTrip(bw, br, nil); succeeded(a.status) {
 						n++
 					}
 				}

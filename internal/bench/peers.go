@@ -142,6 +142,7 @@ func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int, accep
 			}
 			lat = append(lat, took)
 		},
+		tail: accept != "",
 	})
 	if err != nil {
 		return Phase{}, err
