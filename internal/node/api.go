@@ -129,15 +129,21 @@ const MaxReadBytes = 16 << 20
 // bounded too.
 const itemOverhead = 64
 
+// ScanBytes is what it counts toward a scan or query answer's byte bound
+// (ScanRequest.ByteLimit): its body and itemOverhead.
+func (it *Item) ScanBytes() int { return len(it.Body) + itemOverhead }
+
 // ByteLimit is the bodies' bytes an answer to r holds before its last
 // document (MaxBytes within MaxReadBytes).
-func (r *MultiGetRequest) ByteLimit() int { return byteLimit(r.MaxBytes) }
+func (r *MultiGetRequest) ByteLimit() int { return within(r.MaxBytes, MaxReadBytes) }
 
-func byteLimit(max int) int {
-	if max > 0 && max < MaxReadBytes {
-		return max
+// within is asked if it is positive and below bound, else bound: a
+// request's own bound, 0 when it states none, within the node's.
+func within(asked, bound int) int {
+	if asked > 0 && asked < bound {
+		return asked
 	}
-	return MaxReadBytes
+	return bound
 }
 
 // Answered is how many of r's keys an answer of items covers: all of
@@ -189,17 +195,12 @@ type ScanRequest struct {
 const MaxScanLimit = 10000
 
 // CountLimit is how many documents an answer to r holds at most.
-func (r *ScanRequest) CountLimit() int {
-	if r.Limit > 0 && r.Limit < MaxScanLimit {
-		return r.Limit
-	}
-	return MaxScanLimit
-}
+func (r *ScanRequest) CountLimit() int { return within(r.Limit, MaxScanLimit) }
 
 // ByteLimit is what an answer to r holds before its last document
 // (MaxBytes within MaxReadBytes); each document counts its body and
 // itemOverhead.
-func (r *ScanRequest) ByteLimit() int { return byteLimit(r.MaxBytes) }
+func (r *ScanRequest) ByteLimit() int { return within(r.MaxBytes, MaxReadBytes) }
 
 // ScanResult is one page of a collection.
 type ScanResult struct {

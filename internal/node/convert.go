@@ -122,7 +122,7 @@ func multiGetTo(r MultiGetRequest) *wire.MultiGetRequest {
 
 func multiGetFrom(w *wire.MultiGetRequest) (MultiGetRequest, error) {
 	r := MultiGetRequest{DB: w.Db, Table: w.Table, Partition: int(w.Partition), Read: readFrom(w.Read), Keys: make([][]keys.Part, len(w.Keys)),
-		MaxBytes: int(min(max(w.MaxBytes, 0), MaxReadBytes))}
+		MaxBytes: bytesFrom(w.MaxBytes, MaxReadBytes)}
 	for i, b := range w.Keys {
 		var err error
 		if r.Keys[i], err = keyFrom(b); err != nil {
@@ -140,7 +140,7 @@ func scanTo(r ScanRequest) *wire.ScanRequest {
 func scanFrom(w *wire.ScanRequest) (ScanRequest, error) {
 	k, err := keyFrom(w.Prefix)
 	return ScanRequest{DB: w.Db, Table: w.Table, Partition: int(w.Partition), Prefix: k, After: w.After,
-		Limit: int(w.Limit), Read: readFrom(w.Read), Query: w.Query, Sort: w.Sort, MaxBytes: int(min(max(w.MaxBytes, 0), MaxReadBytes))}, err
+		Limit: int(w.Limit), Read: readFrom(w.Read), Query: w.Query, Sort: w.Sort, MaxBytes: bytesFrom(w.MaxBytes, MaxReadBytes)}, err
 }
 
 func writeTo(r WriteRequest) (*wire.WriteRequest, error) {
@@ -208,7 +208,7 @@ func logTo(r LogRequest) *wire.LogRequest {
 
 func logFrom(w *wire.LogRequest) LogRequest {
 	return LogRequest{DB: w.Db, Partition: int(w.Partition), After: scnFrom(w.After), Max: int(w.Max),
-		Wait: time.Duration(w.WaitNanos), Ack: w.Ack, Replica: w.Replica, BufferOnly: w.BufferOnly, MaxBytes: int(min(max(w.MaxBytes, 0), MaxLogBytes))}
+		Wait: time.Duration(w.WaitNanos), Ack: w.Ack, Replica: w.Replica, BufferOnly: w.BufferOnly, MaxBytes: bytesFrom(w.MaxBytes, MaxLogBytes)}
 }
 
 func commitTo(c *storage.Commit) *wire.Commit {
@@ -296,3 +296,7 @@ func snapshotChunkFrom(w *wire.SnapshotChunk) *SnapshotChunk {
 	}
 	return c
 }
+
+// bytesFrom reads a byte bound from the wire: 0 (none stated) up to the
+// node's own bound, whatever the sender wrote.
+func bytesFrom(v int64, bound int) int { return int(min(max(v, 0), int64(bound))) }

@@ -312,7 +312,7 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 			return false
 		}
 		res.Items = append(res.Items, it)
-		size += len(it.Body) + itemOverhead
+		size += it.ScanBytes()
 		last = enc
 		return true
 	})

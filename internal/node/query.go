@@ -118,7 +118,7 @@ func (n *Node) query(ctx context.Context, t *schema.Table, p *storage.Partition,
 		}
 		it.Position = index.Position(h)
 		res.Items = append(res.Items, it)
-		size += len(it.Body) + itemOverhead
+		size += it.ScanBytes()
 	}
 	if more && len(hits) > 0 {
 		res.Next = index.Position(hits[len(hits)-1])

@@ -233,12 +233,7 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 
 // ByteLimit is the most bytes of commits an answer to r holds before its
 // last commit (MaxBytes within MaxLogBytes).
-func (r *LogRequest) ByteLimit() int {
-	if r.MaxBytes > 0 && r.MaxBytes < MaxLogBytes {
-		return r.MaxBytes
-	}
-	return MaxLogBytes
-}
+func (r *LogRequest) ByteLimit() int { return within(r.MaxBytes, MaxLogBytes) }
 
 // Bounds on one log answer, on a node or a relay: commits, bytes (at
 // least one commit is sent whatever its size; a wire message holds up to

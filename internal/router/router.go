@@ -616,7 +616,7 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 			out.Items, more = out.Items[:i], true // as a node stops its answer
 			break
 		}
-		size += len(it.Body) + 64
+		size += it.ScanBytes()
 	}
 	if more && len(out.Items) > 0 {
 		out.Next = out.Items[len(out.Items)-1].Position
