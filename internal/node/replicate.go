@@ -157,11 +157,7 @@ func (n *Node) acked(p *storage.Partition, e *partRole, replica string, scn stor
 		return // the first acknowledgement, or of a new generation: no known start
 	}
 	now := time.Now()
-	for seq := max(prev.Seq+1, scn.Seq-min(scn.Seq, storage.DurableRing-1)); seq <= scn.Seq; seq++ {
-		if at, ok := p.DurableAt(storage.SCN{Gen: scn.Gen, Seq: seq}); ok {
-			n.opts.AckLag(now.Sub(at))
-		}
-	}
+	p.DurableBetween(prev, scn, func(_ storage.SCN, at time.Time) { n.opts.AckLag(now.Sub(at)) })
 }
 
 // Log serves a partition's commits after req.After, waiting up to req.Wait

@@ -406,13 +406,25 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 	return next, nil
 }
 
-// DurableAt is when this replica's commit at scn became durable, if it
-// is among the last commits it made as master (about a thousand): what
+// DurableBetween calls fn, in order, with each of this replica's commits
+// after after and up to upTo (of upTo's generation) that is among the
+// last DurableRing it made as master, and when it became durable: what
 // replication lag is measured from, as PostgreSQL measures its replicas'
-// lag from the primary's flush.
-func (p *Partition) DurableAt(scn SCN) (time.Time, bool) {
+// lag from the primary's flush. fn runs under the partition's lock and
+// must not call it.
+func (p *Partition) DurableBetween(after, upTo SCN, fn func(scn SCN, at time.Time)) {
+	from := uint64(1)
+	if after.Gen == upTo.Gen {
+		from = after.Seq + 1
+	}
+	if upTo.Seq >= DurableRing {
+		from = max(from, upTo.Seq-DurableRing+1)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	d := p.durableAt[scn.Seq%DurableRing]
-	return d.at, d.scn == scn
+	for seq := from; seq <= upTo.Seq; seq++ {
+		if d := p.durableAt[seq%DurableRing]; d.scn == (SCN{Gen: upTo.Gen, Seq: seq}) {
+			fn(d.scn, d.at)
+		}
+	}
 }

@@ -171,11 +171,11 @@ func TestDocETag(t *testing.T) {
 	}
 }
 
-// TestDurableAt: a master knows when each of its last DurableRing
+// TestDurableBetween: a master knows when each of its last DurableRing
 // commits became durable, no earlier than it started and no later than
-// Update returned; an older commit, or one of another generation, it
-// does not know.
-func TestDurableAt(t *testing.T) {
+// Update returned; an older commit, one at or before the range's start,
+// or one of another generation, it does not report.
+func TestDurableBetween(t *testing.T) {
 	m, _ := pair(t, 1)
 	var scns []SCN
 	var before, after []time.Time
@@ -190,20 +190,23 @@ func TestDurableAt(t *testing.T) {
 		}
 		scns, before, after = append(scns, scn), append(before, t0), append(after, time.Now())
 	}
-	for i, scn := range scns {
-		at, ok := m.DurableAt(scn)
-		if i < 5 {
-			if ok {
-				t.Fatalf("commit %s, %d commits back, still known", scn, len(scns)-i)
-			}
-			continue
-		}
-		if !ok || at.Before(before[i]) || at.After(after[i]) {
-			t.Fatalf("commit %s durable at %v (known %v), between %v and %v", scn, at, ok, before[i], after[i])
-		}
-	}
 	last := scns[len(scns)-1]
-	if _, ok := m.DurableAt(SCN{Gen: last.Gen + 1, Seq: last.Seq}); ok {
-		t.Fatal("a commit of another generation is known")
+	i := 5 // the five oldest are no longer known
+	m.DurableBetween(SCN{}, last, func(scn SCN, at time.Time) {
+		if i >= len(scns) || scn != scns[i] || at.Before(before[i]) || at.After(after[i]) {
+			t.Fatalf("commit %s durable at %v; want %s between %v and %v", scn, at, scns[min(i, len(scns)-1)], before[min(i, len(scns)-1)], after[min(i, len(scns)-1)])
+		}
+		i++
+	})
+	if i != len(scns) {
+		t.Fatalf("%d commits reported, want the last %d", i-5, DurableRing)
 	}
+	n := 0
+	m.DurableBetween(scns[len(scns)-3], last, func(SCN, time.Time) { n++ })
+	if n != 2 {
+		t.Fatalf("%d commits after the third newest, want 2", n)
+	}
+	m.DurableBetween(SCN{}, SCN{Gen: last.Gen + 1, Seq: last.Seq}, func(scn SCN, _ time.Time) {
+		t.Fatalf("commit %s reported for another generation", scn)
+	})
 }
