@@ -13,7 +13,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/admission"
@@ -514,12 +513,8 @@ func quoteShort(s string) string {
 // serveGet answers a read of one document. A JSON body is rendered into
 // a pooled buffer, returned to the pool once written.
 func (r *Router) serveGet(w http.ResponseWriter, req *http.Request, tg *target, f Format, cond node.Preconditions) {
-	buf := bodyBuffers.Get().(*[]byte)
-	defer func() {
-		if cap(*buf) <= maxPooledBody {
-			bodyBuffers.Put(buf)
-		}
-	}()
+	buf := bodyBuffers.get(0)
+	defer func() { bodyBuffers.put(buf, *buf) }()
 	doc, err := r.get(req.Context(), tg, f, cond, (*buf)[:0])
 	if errors.Is(err, node.ErrNotModified) {
 		docHeaders(w, doc)
@@ -552,12 +547,8 @@ func (r *Router) serveGet(w http.ResponseWriter, req *http.Request, tg *target, 
 	}
 }
 
-// bodyBuffers hold the JSON bodies of document reads between requests;
-// a buffer grown past maxPooledBody (a large document) is left to the
-// collector rather than kept.
-var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
-
-const maxPooledBody = 64 << 10
+// bodyBuffers hold the JSON bodies of document reads.
+var bodyBuffers = &bufferPool{initial: 4 << 10, max: 64 << 10}
 
 // Header values every document response carries, shared: net/http only
 // reads them (Header.Set would allocate a slice per response).
@@ -649,11 +640,7 @@ func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
 	if preferPartial(req) {
 		w.Header().Set("Preference-Applied", "partial-ok")
 		if len(p.MissingPartitions) > 0 {
-			parts := make([]string, len(p.MissingPartitions))
-			for i, n := range p.MissingPartitions {
-				parts[i] = strconv.Itoa(n)
-			}
-			w.Header().Set(HeaderMissingPartitions, strings.Join(parts, ","))
+			w.Header().Set(HeaderMissingPartitions, string(appendInts(nil, p.MissingPartitions)))
 		}
 	}
 	etag := fmt.Sprintf(`W/"%08x"`, crc(p.Body))
@@ -735,11 +722,7 @@ func (r *Router) streamMultiGet(w http.ResponseWriter, req *http.Request, db, ta
 		start()
 	}
 	if len(end.MissingPartitions) > 0 {
-		parts := make([]string, len(end.MissingPartitions))
-		for i, n := range end.MissingPartitions {
-			parts[i] = strconv.Itoa(n)
-		}
-		w.Header().Set(HeaderMissingPartitions, strings.Join(parts, ","))
+		w.Header().Set(HeaderMissingPartitions, string(appendInts(nil, end.MissingPartitions)))
 	}
 	w.Write(end.AppendLine(nil))
 }

@@ -16,7 +16,7 @@ import (
 
 // multiGet is a multi-get's keys resolved and grouped by partition.
 type multiGet struct {
-	db    string // the database's registered name
+	db    *schema.Database
 	table *schema.Table
 	spec  node.ReadSpec
 	all   [][]keys.Part // every key, in request order
@@ -45,7 +45,7 @@ func (r *Router) planMultiGet(db, table string, keyTexts [][]string, f Format) (
 		if !r.full(tg) {
 			return nil, &keyError{fmt.Errorf("multi-get key %d has %d of %d key parts", i, len(tg.key), len(tg.table.Key))}
 		}
-		m.table = tg.table
+		m.db, m.table = tg.db, tg.table
 		m.all[i] = tg.key
 		if _, ok := m.keys[tg.part]; !ok {
 			m.order = append(m.order, tg.part)
@@ -56,8 +56,6 @@ func (r *Router) planMultiGet(db, table string, keyTexts [][]string, f Format) (
 	if m.spec, err = r.readSpec(m.table, f); err != nil {
 		return nil, err
 	}
-	d, _ := r.reg.Database(db)
-	m.db = d.Name
 	return m, nil
 }
 
@@ -72,10 +70,10 @@ const streamChunkBytes = 1 << 20
 // partitions on other processes: remote). It returns the partitions that
 // did not answer (Prefer: partial-ok).
 func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxBytes int, got func(part int, ks [][]keys.Part, items []*node.Item, remote bool) error) ([]int, error) {
-	missing, err := r.fanOut(ctx, m.db, m.order, f.PartialOK, func(ctx context.Context, i int, n node.Service) error {
+	missing, err := r.fanOut(ctx, m.db.Name, m.order, f.PartialOK, func(ctx context.Context, i int, n node.Service) error {
 		p := m.order[i]
 		for ks := m.keys[p]; len(ks) > 0; {
-			req := node.MultiGetRequest{DB: m.db, Table: m.table.Name, Partition: p, Keys: ks, Read: m.spec, MaxBytes: maxBytes}
+			req := node.MultiGetRequest{DB: m.db.Name, Table: m.table.Name, Partition: p, Keys: ks, Read: m.spec, MaxBytes: maxBytes}
 			items, err := n.MultiGet(ctx, req)
 			if err != nil {
 				return err
@@ -126,13 +124,12 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	if err != nil {
 		return nil, err
 	}
-	d, _ := r.reg.Database(m.db)
 	var items []*node.Item
 	var missing [][]keys.Part
 	for _, k := range m.all {
 		if it, ok := found[string(keys.Encode(k))]; ok {
 			items = append(items, it)
-		} else if !slices.Contains(lacking, d.PartitionOf(k[0])) {
+		} else if !slices.Contains(lacking, m.db.PartitionOf(k[0])) {
 			missing = append(missing, k) // not found; a key of an unanswered partition is neither
 		}
 	}
@@ -168,14 +165,7 @@ type StreamEnd struct {
 func (e *StreamEnd) AppendLine(b []byte) []byte {
 	b = fmt.Appendf(b, `{"end":true,"documents":%d,"missingKeys":%d`, e.Documents, e.Missing)
 	if len(e.MissingPartitions) > 0 {
-		b = append(b, `,"missingPartitions":[`...)
-		for i, p := range e.MissingPartitions {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, int64(p), 10)
-		}
-		b = append(b, ']')
+		b = append(appendInts(append(b, `,"missingPartitions":[`...), e.MissingPartitions), ']')
 	}
 	return append(b, "}\n"...)
 }
@@ -190,9 +180,9 @@ func (e *StreamEnd) AppendLine(b []byte) []byte {
 // (the client went away) stops the read. remote says the lines came from
 // another process: such answers arrive apart, and are worth sending at
 // once; this process's nodes answer one after another in the request's
-// goroutine, so their lines may wait for the next ones. After the last line the caller
-// writes the end (StreamEnd); an error after lines were emitted means
-// the stream is incomplete.
+// goroutine, so their lines may wait for the next ones. After the last
+// line the caller writes the end (StreamEnd); an error after lines were
+// emitted means the stream is incomplete.
 func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts [][]string, f Format, emit func(lines []byte, remote bool) error) (*StreamEnd, error) {
 	m, err := r.planMultiGet(db, table, keyTexts, f)
 	if err != nil {
@@ -205,9 +195,9 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 		for _, it := range items {
 			found[string(keys.Encode(it.Key))] = it
 		}
-		buf := pageBuffer(renderedSize(items) + 32*(len(ks)-len(items)))
+		buf := pageBuffers.get(renderedSize(items) + 32*(len(ks)-len(items)))
 		b := (*buf)[:0]
-		defer func() { releasePage(buf, b) }() // emit has written or copied the lines
+		defer func() { pageBuffers.put(buf, b) }() // emit has written or copied the lines
 		docs := 0
 		for _, k := range ks {
 			it, ok := found[string(keys.Encode(k))]

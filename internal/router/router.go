@@ -161,10 +161,8 @@ type Page struct {
 	// MissingPartitions are the partitions a partial answer lacks
 	// (Format.PartialOK).
 	MissingPartitions []int
-	// buf is the pooled buffer Body was rendered into, buf0 what it grew
-	// to (Body may have moved since: setMissingPartitions).
-	buf  *[]byte
-	buf0 []byte
+	// buf is the pooled buffer Body was rendered into (Release).
+	buf *[]byte
 }
 
 // setMissingPartitions records the partitions a partial page lacks, in
@@ -175,14 +173,20 @@ func (p *Page) setMissingPartitions(parts []int) {
 	}
 	slices.Sort(parts)
 	p.MissingPartitions = parts
-	b := append(p.Body[:len(p.Body)-1:len(p.Body)-1], `,"missingPartitions":[`...)
-	for i, n := range parts {
+	b := append(p.Body[:len(p.Body)-1], `,"missingPartitions":[`...)
+	p.Body = append(appendInts(b, parts), "]}"...)
+}
+
+// appendInts appends ns to b, separated by commas: a JSON array's
+// elements, or a header's list.
+func appendInts(b []byte, ns []int) []byte {
+	for i, n := range ns {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(b, int64(n), 10)
 	}
-	p.Body = append(b, "]}"...)
+	return b
 }
 
 // WriteResult reports a committed write.
@@ -624,31 +628,40 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 	return out, missing, nil
 }
 
-// pageBuffers hold rendered pages and streamed lines between requests
-// (Page.Release); a buffer grown past maxPooledPage is left to the
-// collector. A multi-get of 10 documents of 1 KB allocated 55 KB, most
-// of it its page growing by doubling, and its collections were the
-// tail of its latency.
-var pageBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+// bufferPool holds response bodies between requests; a buffer grown
+// past max (a large document or page) is left to the collector rather
+// than kept.
+type bufferPool struct {
+	pool    sync.Pool
+	initial int
+	max     int
+}
 
-const maxPooledPage = 256 << 10
-
-// pageBuffer returns a pooled buffer of at least size bytes.
-func pageBuffer(size int) *[]byte {
-	buf := pageBuffers.Get().(*[]byte)
+// get returns a pooled buffer of at least size bytes.
+func (p *bufferPool) get(size int) *[]byte {
+	buf, _ := p.pool.Get().(*[]byte)
+	if buf == nil {
+		b := make([]byte, 0, p.initial)
+		buf = &b
+	}
 	if cap(*buf) < size {
 		*buf = make([]byte, 0, size)
 	}
 	return buf
 }
 
-// releasePage gives a pooled buffer back, b being what it grew to.
-func releasePage(buf *[]byte, b []byte) {
-	if cap(b) <= maxPooledPage {
+// put gives buf back, b being what it grew to.
+func (p *bufferPool) put(buf *[]byte, b []byte) {
+	if cap(b) <= p.max {
 		*buf = b[:0]
-		pageBuffers.Put(buf)
+		p.pool.Put(buf)
 	}
 }
+
+// pageBuffers hold rendered pages and streamed lines (Page.Release). A
+// multi-get of 10 documents of 1 KB allocated 55 KB, most of it its page
+// growing by doubling, and its collections were the tail of its latency.
+var pageBuffers = &bufferPool{initial: 16 << 10, max: 256 << 10}
 
 // renderedSize guesses the JSON of items: their Avro bodies, a quarter
 // more for names and quoting, and each entry's key, ETag, SCN and time.
@@ -664,13 +677,13 @@ func renderedSize(items []*node.Item) int {
 // the page is not used after.
 func (p *Page) Release() {
 	if p.buf != nil {
-		releasePage(p.buf, p.buf0)
-		p.buf, p.buf0, p.Body = nil, nil, nil
+		pageBuffers.put(p.buf, p.Body)
+		p.buf, p.Body = nil, nil
 	}
 }
 
 func (r *Router) renderPage(t *schema.Table, items []*node.Item, missing [][]keys.Part, next string, f Format) (*Page, error) {
-	buf := pageBuffer(renderedSize(items) + 32*len(missing) + len(next))
+	buf := pageBuffers.get(renderedSize(items) + 32*len(missing) + len(next))
 	b := append((*buf)[:0], `{"documents":[`...)
 	for i, it := range items {
 		if i > 0 {
@@ -678,11 +691,11 @@ func (r *Router) renderPage(t *schema.Table, items []*node.Item, missing [][]key
 		}
 		var err error
 		if b, err = r.appendItem(b, t, it, f); err != nil {
-			releasePage(buf, b)
+			pageBuffers.put(buf, b)
 			return nil, err
 		}
 		if len(b) > r.opts.MaxResponseBytes {
-			releasePage(buf, b)
+			pageBuffers.put(buf, b)
 			return nil, &responseTooLarge{size: len(b), limit: r.opts.MaxResponseBytes, partial: true}
 		}
 	}
@@ -701,7 +714,7 @@ func (r *Router) renderPage(t *schema.Table, items []*node.Item, missing [][]key
 		b = fmt.Appendf(b, `,"next":%q`, next)
 	}
 	b = append(b, '}')
-	return &Page{Body: b, Documents: len(items), buf: buf, buf0: b}, nil
+	return &Page{Body: b, Documents: len(items), buf: buf}, nil
 }
 
 // replicaBackend is a Backend that also knows a partition's slaves.
