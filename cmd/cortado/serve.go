@@ -23,6 +23,7 @@ import (
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/server"
+	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
 	"github.com/cortado-db/cortado/internal/wire"
 )
@@ -55,6 +56,7 @@ type roleFlags struct {
 	relayBytes     *int
 	retainEvery    *time.Duration
 	snapshotRate   *int64
+	rowCache       *int64
 	protocol       *uint
 	cpuProfile     *string
 	// Overload protection: the document API's and a storage node's
@@ -95,6 +97,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.maxTransitions = fs.Int("max-transitions", agent.DefaultMaxTransitions, "partitions changing role at once on a storage node")
 		f.retainEvery = fs.Duration("retention-interval", node.DefaultRetentionInterval, "how often commit logs are trimmed by their databases' retention (0 disables)")
 		f.indexBuildRate = fs.Int("index-build-rate", node.DefaultIndexBuildRate, "documents a second a storage node rewrites in the latest schema version to build the indexes it adds (-1: never)")
+		f.rowCache = fs.Int64("row-cache", storage.DefaultRowCacheBytes, "bytes of documents read by key a storage node keeps in memory in front of Pebble, exact under every write (-1: none)")
 		f.snapshotRate = fs.Int64("snapshot-rate", node.DefaultSnapshotRate, "bytes per second a partition snapshot streams at, at most (bootstrap of consumers and replicas)")
 	}
 	if name == "serve" || name == "storage" {
@@ -183,6 +186,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	if f.maxTransitions != nil {
 		o.MaxTransitions = *f.maxTransitions
 		o.RetentionInterval, o.SnapshotBytesPerSecond, o.IndexBuildRate = *f.retainEvery, *f.snapshotRate, *f.indexBuildRate
+		o.Storage.RowCacheBytes = *f.rowCache
 		if o.RetentionInterval == 0 {
 			o.RetentionInterval = -1
 		}

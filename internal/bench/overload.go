@@ -224,13 +224,14 @@ func selfCPU() time.Duration {
 
 // scrape reads a server's heap in use; its live heap (as its last
 // collection found it) besides its Pebble block caches and memtables
-// (every node's: current, waiting for a flush, and kept for reuse) and its
-// relay's buffers, which fill with the data whatever the load; and its
-// goroutines.
+// (every node's: current, waiting for a flush, and kept for reuse), its
+// row caches and its relay's buffers, which fill with the data whatever
+// the load; and its goroutines.
 func scrape(hc *http.Client, base string) (heap, other, goroutines float64) {
 	m := fetchMetrics(hc, base)
 	caches := m.sum("cortado_pebble_block_cache_bytes", "") + m.sum("cortado_pebble_memtable_bytes", "") +
-		m.sum("cortado_pebble_memtable_zombie_bytes", "") + m.sum("cortado_relay_buffer_bytes", "")
+		m.sum("cortado_pebble_memtable_zombie_bytes", "") + m.sum("cortado_row_cache_bytes", "") +
+		m.sum("cortado_relay_buffer_bytes", "")
 	return m.sum("go_memstats_heap_inuse_bytes", ""), m.sum("go_gc_heap_live_bytes", "") - caches, m.sum("go_goroutines", "")
 }
 

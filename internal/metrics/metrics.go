@@ -129,10 +129,17 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// RegisterPebble exports the statistics of a storage node's Pebble
-// instance, labelled with the node's id (one process of `serve --nodes
-// N` holds N).
-func (m *Metrics) RegisterPebble(node string, stats func() *pebble.Metrics) {
+// Engine is a storage node's engine as metrics sees it: Pebble's
+// statistics and its row cache's.
+type Engine interface {
+	Metrics() *pebble.Metrics
+	RowCache() (bytes, hits, misses uint64)
+}
+
+// RegisterPebble exports the statistics of a storage node's engine,
+// labelled with the node's id (one process of `serve --nodes N` holds
+// N).
+func (m *Metrics) RegisterPebble(node string, e Engine) {
 	m.admMu.Lock()
 	defer m.admMu.Unlock()
 	if m.pebble == nil {
@@ -140,7 +147,7 @@ func (m *Metrics) RegisterPebble(node string, stats func() *pebble.Metrics) {
 		m.Registry.MustRegister(m.pebble)
 	}
 	m.pebble.mu.Lock()
-	m.pebble.engines = append(m.pebble.engines, pebbleEngine{node, stats})
+	m.pebble.engines = append(m.pebble.engines, pebbleEngine{node, e})
 	m.pebble.mu.Unlock()
 }
 
@@ -159,11 +166,14 @@ var (
 	descCacheHits  = pebbleDesc("cortado_pebble_block_cache_hits_total", "Pebble block cache hits.")
 	descCacheMiss  = pebbleDesc("cortado_pebble_block_cache_misses_total", "Pebble block cache misses.")
 	descWALBytes   = pebbleDesc("cortado_pebble_wal_bytes_written_total", "Bytes written to Pebble's WAL.")
+	descRowBytes   = pebbleDesc("cortado_row_cache_bytes", "Bytes the row cache holds (documents read by key, in front of Pebble).")
+	descRowHits    = pebbleDesc("cortado_row_cache_hits_total", "Reads by key the row cache answered.")
+	descRowMisses  = pebbleDesc("cortado_row_cache_misses_total", "Reads by key the row cache did not answer (Pebble did).")
 )
 
 type pebbleEngine struct {
-	node  string
-	stats func() *pebble.Metrics
+	node string
+	e    Engine
 }
 
 type pebbleCollector struct {
@@ -172,7 +182,7 @@ type pebbleCollector struct {
 }
 
 func (c *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descZombie, descCacheBytes, descCacheHits, descCacheMiss, descWALBytes} {
+	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descZombie, descCacheBytes, descCacheHits, descCacheMiss, descWALBytes, descRowBytes, descRowHits, descRowMisses} {
 		ch <- d
 	}
 }
@@ -182,7 +192,8 @@ func (c *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	engines := c.engines
 	c.mu.Unlock()
 	for _, e := range engines {
-		s := e.stats()
+		s := e.e.Metrics()
+		rowBytes, rowHits, rowMisses := e.e.RowCache()
 		for _, v := range []struct {
 			d   *prometheus.Desc
 			t   prometheus.ValueType
@@ -198,6 +209,9 @@ func (c *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 			{descCacheHits, prometheus.CounterValue, float64(s.BlockCache.Hits)},
 			{descCacheMiss, prometheus.CounterValue, float64(s.BlockCache.Misses)},
 			{descWALBytes, prometheus.CounterValue, float64(s.WAL.BytesWritten)},
+			{descRowBytes, prometheus.GaugeValue, float64(rowBytes)},
+			{descRowHits, prometheus.CounterValue, float64(rowHits)},
+			{descRowMisses, prometheus.CounterValue, float64(rowMisses)},
 		} {
 			ch <- prometheus.MustNewConstMetric(v.d, v.t, v.val, e.node)
 		}

@@ -50,7 +50,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	if err != nil {
 		return nil, err
 	}
-	s.Metrics.RegisterPebble(id, eng.Metrics)
+	s.Metrics.RegisterPebble(id, eng)
 	m := &member{id: id, engine: eng, node: node.New(eng, s.reg, plans, s.opts.Logger, node.Options{
 		ReplicationLag:         func(d time.Duration) { s.cluster.Lag.Observe(d.Seconds()) },
 		AckLag:                 func(d time.Duration) { s.cluster.AckLag.Observe(d.Seconds()) },

@@ -18,8 +18,8 @@ const DefaultHeapFloor = 64 << 20
 var heapTuned atomic.Bool
 
 // tuneHeap keeps the garbage collector's heap goal at floor bytes or more
-// until the server stops. A server's live heap is small (documents live in
-// Pebble's memory, outside it), so with GOGC=100 the goal is a few MB and
+// until the server stops. A server's live heap is small until its caches
+// (Pebble's block cache, the row cache) fill, so with GOGC=100 the goal is a few MB and
 // a loaded server collected 25–30 times a second, each cycle's marking
 // and assists taken from requests. The goal becomes max(floor, the goal
 // GOGC gives): once the live heap passes floor/2, GOGC is what it was.

@@ -354,7 +354,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		if s.engine, err = storage.Open(filepath.Join(opts.DataDir, "storage"), opts.Storage); err != nil {
 			return nil, err
 		}
-		s.Metrics.RegisterPebble("node", s.engine.Metrics)
+		s.Metrics.RegisterPebble("node", s.engine)
 		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding("node"), SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
 		s.retain(n)
 		s.Router = router.New(s.reg, plans, localBackend{inProcess{n}}, opts.Router, opts.Logger)

@@ -4,7 +4,8 @@
 // (with the timeline's generation history, which outlives trimmed
 // commits), SCN assignment, partition snapshots and their install, and the
 // keys of local secondary indexes (postings, document ordinals, text
-// statistics), whose entries an Indexer derives from documents.
+// statistics), whose entries an Indexer derives from documents, and the
+// row cache of documents read by key in front of Pebble (rowcache.go).
 //
 // Invariants:
 //   - One commit of a partition is one Pebble batch that holds the document
@@ -22,7 +23,12 @@
 //     stored (logtail.go); a commit, an apply, a truncation, a trim or a
 //     rebuild changes that copy with the log, and a copy that does not
 //     end at the partition's SCN is not read.
-//   - A document row is never read without checking its CRC.
+//   - A document row is never read without checking its CRC (the row
+//     cache holds rows checked when read from Pebble).
+//   - The row cache never answers with a row Pebble no longer holds:
+//     every batch that writes rows moves their stripes' stamps before
+//     and after it is applied, under the partition's lock, and an entry
+//     is served only while its stamp is unchanged.
 //   - A truncation never removes a commit at or below the partition's
 //     acknowledged watermark (ErrTruncateAcknowledged), nor does a trim
 //     remove one above it.

@@ -26,6 +26,10 @@ type Options struct {
 	NoSync bool
 	// CacheBytes is Pebble's block cache size (default 256 MiB).
 	CacheBytes int64
+	// RowCacheBytes bounds the cache of documents read by key in front
+	// of Pebble (rowcache.go; default DefaultRowCacheBytes, negative:
+	// none).
+	RowCacheBytes int64
 	// MemTableBytes is the size Pebble's memtables grow to (default 64
 	// MiB, CockroachDB's). Pebble's own default, 4 MiB, flushes so often
 	// that compactions took 40 % of a PUT load's CPU.
@@ -40,6 +44,10 @@ type Options struct {
 	ProbeInterval, StallTimeout time.Duration
 }
 
+// DefaultRowCacheBytes is the row cache's default bound: 100,000 documents
+// of 1 KB with their keys.
+const DefaultRowCacheBytes = 128 << 20
+
 // Engine is one storage node's Pebble instance and the partitions it hosts.
 type Engine struct {
 	db   *pebble.DB
@@ -48,6 +56,7 @@ type Engine struct {
 	mu         sync.Mutex
 	partitions map[partitionID]*Partition
 
+	rows      *rowCache // nil: none
 	fail      *failure
 	indexer   Indexer
 	stopProbe chan struct{}
@@ -90,6 +99,9 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = 256 << 20
 	}
+	if opts.RowCacheBytes == 0 {
+		opts.RowCacheBytes = DefaultRowCacheBytes
+	}
 	if opts.MemTableBytes == 0 {
 		opts.MemTableBytes = 64 << 20
 	}
@@ -128,7 +140,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pebble in %s: %w", dir, err)
 	}
-	e := &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail,
+	e := &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail, rows: newRowCache(opts.RowCacheBytes),
 		stopProbe: make(chan struct{}), probeDone: make(chan struct{})}
 	if opts.ProbeInterval > 0 {
 		go e.probeDisk(dir)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -47,6 +48,10 @@ type Partition struct {
 	// tail is the newest part of the log, in memory (logtail.go); it
 	// ends at scn or is not read.
 	tail logTail
+
+	// stamps guard the row cache (rowcache.go): a stripe is odd while a
+	// batch that writes one of its rows is applied. Moved under mu.
+	stamps [rowStripes]atomic.Uint64
 
 	// durableAt is when this replica's last commits as master became
 	// durable, by sequence modulo its size (DurableAt).
@@ -189,7 +194,7 @@ func (p *Partition) dataKey(table string, key []keys.Part) []byte {
 
 // Get reads one document.
 func (p *Partition) Get(table string, key []keys.Part) (Doc, bool, error) {
-	return getDoc(p.e.db, p.dataKey(table, key))
+	return p.cachedGet(p.e.db, p.dataKey(table, key))
 }
 
 type getter interface {
@@ -366,7 +371,7 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 		// mode) opens generation 1 with its first commit.
 		next.Gen = 1
 	}
-	tx := &Tx{p: p, b: p.e.db.NewIndexedBatch(), scn: next, now: time.Now()}
+	tx := &Tx{p: p, b: p.e.db.NewIndexedBatch(), scn: next, now: time.Now(), rows: rowWrites{p: p}}
 	defer tx.b.Close()
 	if err := fn(tx); err != nil {
 		p.mu.Unlock()
@@ -388,7 +393,9 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 		}
 	}
 	c := Commit{SCN: next, Timestamp: tx.now, Events: tx.events}
+	tx.rows.move() // to odd: the rows are about to change (rowcache.go)
 	wait, err := p.writeLog(tx.b, &c, true)
+	tx.rows.move() // to even, applied or not
 	if err != nil {
 		p.mu.Unlock()
 		return SCN{}, err

@@ -115,10 +115,11 @@ func (s *Snapshot) Marks() ([]Mark, error) {
 // then starts after the snapshot's SCN. Only a slave is rebuilt; its
 // follower is the only writer while it runs.
 type Install struct {
-	p    *Partition
-	b    *pebble.Batch
-	rows int
-	done bool
+	p         *Partition
+	b         *pebble.Batch
+	rows      int
+	done      bool
+	rowWrites rowWrites // all of them, odd until the install ends
 }
 
 // Rows returns how many rows were added.
@@ -131,10 +132,17 @@ const installBatchBytes = 1 << 20
 func (p *Partition) BeginInstall() (*Install, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	in := &Install{p: p, rowWrites: rowWrites{p: p}}
+	// Odd from here until the install ends, so nothing is cached or
+	// served from the cache meanwhile (rowcache.go).
+	in.rowWrites.all()
+	in.rowWrites.move()
 	if err := p.wipe(); err != nil {
+		in.rowWrites.move()
 		return nil, err
 	}
-	return &Install{p: p, b: p.e.db.NewIndexedBatch()}, nil
+	in.b = p.e.db.NewIndexedBatch()
+	return in, nil
 }
 
 // wipe removes the partition's rows, log, history, marks and positions,
@@ -261,5 +269,8 @@ func (in *Install) Abort() {
 	if !in.done {
 		in.done = true
 		in.b.Close()
+		in.p.mu.Lock()
+		in.rowWrites.move()
+		in.p.mu.Unlock()
 	}
 }

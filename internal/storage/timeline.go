@@ -59,6 +59,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	b := p.e.db.NewIndexedBatch() // the index reads what earlier commits of the batch wrote
 	defer b.Close()
 	last := p.scn
+	rows := rowWrites{p: p}
 	var closed []SCN
 	var added int64
 	entries := make([]tailEntry, 0, len(cs))
@@ -77,6 +78,9 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 				return err
 			}
 			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
+			if e.Op != OpAutoIncrement {
+				rows.add(k)
+			}
 			switch e.Op {
 			case OpInsert, OpUpdate:
 				d := Doc{Version: e.Version, SCN: c.SCN, Modified: c.Timestamp, CRC: crc32.ChecksumIEEE(e.Value), Value: e.Value}
@@ -121,7 +125,10 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	if err != nil {
 		return err
 	}
-	if err := p.e.commit(b); err != nil {
+	rows.move() // to odd: the rows are about to change (rowcache.go)
+	err = p.e.commit(b)
+	rows.move() // to even, applied or not
+	if err != nil {
 		return fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
 	}
 	for _, e := range closed {
@@ -366,7 +373,12 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 			dropped = append(dropped, g)
 		}
 	}
-	if err := p.e.commit(b); err != nil {
+	rows := rowWrites{p: p}
+	rows.all()
+	rows.move() // to odd: the rows are about to change (rowcache.go)
+	err = p.e.commit(b)
+	rows.move() // to even, applied or not
+	if err != nil {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s: %w", p.DB, p.ID, keep, err)
 	}
 	for _, g := range dropped {

@@ -19,6 +19,7 @@ type Tx struct {
 	scn    SCN
 	now    time.Time
 	events []Event
+	rows   rowWrites // the stripes of the rows it writes
 	// read is the last document Get read, until anything is written: a
 	// write of the document just read (preconditions, then the write)
 	// takes its pre-image from here instead of reading it again.
@@ -34,6 +35,16 @@ func (tx *Tx) prev(k []byte) (Doc, bool, error) {
 	if tx.read.key != nil && string(tx.read.key) == string(k) {
 		return tx.read.doc, tx.read.exists, nil
 	}
+	return tx.get(k)
+}
+
+// get reads the document at data key k as the transaction sees it:
+// through the row cache until the transaction writes anything (its batch
+// holds only what the partition does; its lock keeps the stamps still).
+func (tx *Tx) get(k []byte) (Doc, bool, error) {
+	if tx.b.Empty() {
+		return tx.p.cachedGet(tx.b, k)
+	}
 	return getDoc(tx.b, k)
 }
 
@@ -46,7 +57,7 @@ func (tx *Tx) Now() time.Time { return tx.now }
 // Get reads a document as the transaction sees it.
 func (tx *Tx) Get(table string, key []keys.Part) (Doc, bool, error) {
 	k := tx.p.dataKey(table, key)
-	d, ok, err := getDoc(tx.b, k)
+	d, ok, err := tx.get(k)
 	if err == nil {
 		tx.read.key, tx.read.doc, tx.read.exists = k, d, ok
 	}
@@ -67,6 +78,7 @@ func (tx *Tx) Put(table string, key []keys.Part, version int, value []byte) (Doc
 		return Doc{}, err
 	}
 	tx.read.key = nil
+	tx.rows.add(k)
 	d := Doc{Version: version, SCN: tx.scn, Modified: tx.now, CRC: crc32.ChecksumIEEE(value), Value: value}
 	if err := tx.b.Set(k, encodeRow(nil, &d), nil); err != nil {
 		return Doc{}, err
@@ -87,6 +99,7 @@ func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 		return false, err
 	}
 	tx.read.key = nil
+	tx.rows.add(k)
 	if err := tx.b.Delete(k, nil); err != nil {
 		return false, err
 	}

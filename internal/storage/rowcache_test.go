@@ -1,0 +1,194 @@
+package storage
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// sameAsPebble checks that every key's read through the row cache gives
+// what Pebble holds, reading each twice so that the second is a hit.
+func sameAsPebble(t *testing.T, p *Partition, step string, ks ...string) {
+	t.Helper()
+	for range 2 {
+		for _, k := range ks {
+			key := []keys.Part{keys.S(k)}
+			got, gotOK, err := p.Get("T", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantOK, err := getDoc(p.e.db, p.dataKey("T", key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gotOK != wantOK || !bytes.Equal(got.Value, want.Value) || got.SCN != want.SCN {
+				t.Fatalf("%s: %s read %v %q at %s, Pebble holds %v %q at %s", step, k, gotOK, got.Value, got.SCN, wantOK, want.Value, want.SCN)
+			}
+		}
+	}
+}
+
+// TestRowCacheFollowsEveryWrite reads every key through the cache after
+// each kind of write a partition takes (a commit, a transaction that reads
+// first, a delete, a slave's apply, a truncation, an install, one
+// abandoned) and compares with Pebble.
+func TestRowCacheFollowsEveryWrite(t *testing.T) {
+	m, s := pair(t, 1)
+	ks := []string{"a", "b", "c", "gone"}
+	sameAsPebble(t, m, "empty", ks...)
+	put(t, m, "a", "1")
+	put(t, m, "b", "1")
+	sameAsPebble(t, m, "puts", ks...)
+	put(t, m, "a", "2")
+	sameAsPebble(t, m, "update", ks...)
+
+	// A transaction's pre-image comes through the cache: the log must
+	// still record the value it replaced.
+	scn, err := m.Update(func(tx *Tx) error {
+		d, ok, err := tx.Get("T", []keys.Part{keys.S("a")})
+		if err != nil || !ok || string(d.Value) != "2" {
+			return fmt.Errorf("in a transaction, a reads %v %q %v", ok, d.Value, err)
+		}
+		_, err = tx.Put("T", []keys.Part{keys.S("a")}, 1, []byte("3"))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ReadLog(SCN{Gen: scn.Gen, Seq: scn.Seq - 1}, func(c Commit) bool {
+		if e := c.Events[0]; string(e.PrevValue) != "2" || string(e.Value) != "3" {
+			t.Fatalf("commit %s replaced %q by %q, want 2 by 3", c.SCN, e.PrevValue, e.Value)
+		}
+		return false
+	})
+	sameAsPebble(t, m, "transaction", ks...)
+	if _, err := m.Update(func(tx *Tx) error { _, err := tx.Delete("T", []keys.Part{keys.S("b")}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	sameAsPebble(t, m, "delete", ks...)
+
+	// A slave reads what it applies.
+	sameAsPebble(t, s, "slave empty", ks...)
+	replicate(t, m, s)
+	sameAsPebble(t, s, "slave apply", ks...)
+	at := s.SCN()
+	put(t, m, "a", "4")
+	put(t, m, "c", "1")
+	replicate(t, m, s)
+	sameAsPebble(t, s, "slave apply 2", ks...)
+
+	// A truncation puts pre-images back.
+	if _, err := s.TruncateAfter(at); err != nil {
+		t.Fatal(err)
+	}
+	sameAsPebble(t, s, "truncation", ks...)
+	if d, _, _ := s.Get("T", []keys.Part{keys.S("a")}); string(d.Value) != "3" {
+		t.Fatalf("after the truncation a is %q, want 3", d.Value)
+	}
+
+	// An install empties the partition first; reads meanwhile see what
+	// Pebble holds, and after it, the snapshot's rows.
+	snap, err := m.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	in, err := s.BeginInstall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameAsPebble(t, s, "install begun", ks...)
+	if err := snap.Rows(func(r Row) error { return in.Row(r) }); err != nil {
+		t.Fatal(err)
+	}
+	sameAsPebble(t, s, "install rows", ks...)
+	if _, err := in.Finish(snap.SCN, snap.History, snap.Acked, nil); err != nil {
+		t.Fatal(err)
+	}
+	sameAsPebble(t, s, "install finished", ks...)
+	if d, _, _ := s.Get("T", []keys.Part{keys.S("c")}); string(d.Value) != "1" {
+		t.Fatalf("after the install c is %q, want 1", d.Value)
+	}
+	in, err = s.BeginInstall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Abort()
+	sameAsPebble(t, s, "install abandoned", ks...)
+
+	if _, hits, _ := m.e.RowCache(); hits == 0 {
+		t.Fatal("no read was answered by the cache")
+	}
+}
+
+// TestRowCacheReadsAreLinearizable runs writers and readers of a few keys
+// at once. A read must return the newest write acknowledged before it
+// began, or a later one, and a reader must never go back to an older
+// value of a key it read.
+func TestRowCacheReadsAreLinearizable(t *testing.T) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	p, _ := e.Partition("db", 1)
+	const nkeys, writers, readers, writes = 4, 4, 4, 300
+	var acked [nkeys]atomic.Uint64 // the newest acknowledged sequence of each key
+	var stop atomic.Bool
+	var wg, rg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range writes {
+				k := (w + i) % nkeys
+				scn, err := p.Update(func(tx *Tx) error {
+					_, err := tx.Put("T", []keys.Part{keys.I(int64(k))}, 1, []byte(fmt.Sprint(w, i)))
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for {
+					cur := acked[k].Load()
+					if cur >= scn.Seq || acked[k].CompareAndSwap(cur, scn.Seq) {
+						break
+					}
+				}
+			}
+		})
+	}
+	var reads atomic.Int64
+	for range readers {
+		rg.Go(func() {
+			var seen [nkeys]uint64
+			for i := 0; !stop.Load(); i++ {
+				k := i % nkeys
+				floor := acked[k].Load()
+				d, ok, err := p.Get("T", []keys.Part{keys.I(int64(k))})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if floor > 0 && (!ok || d.SCN.Seq < floor) {
+					t.Errorf("key %d read at %s (found %v) after %d was acknowledged", k, d.SCN, ok, floor)
+					return
+				}
+				if ok && d.SCN.Seq < seen[k] {
+					t.Errorf("key %d read at %s after this reader read it at %d", k, d.SCN, seen[k])
+					return
+				}
+				if ok {
+					seen[k] = d.SCN.Seq
+				}
+				reads.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	stop.Store(true)
+	rg.Wait()
+	if _, hits, _ := e.RowCache(); hits == 0 || reads.Load() == 0 {
+		t.Fatalf("%d reads, %d answered by the cache", reads.Load(), hits)
+	}
+}
