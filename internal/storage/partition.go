@@ -400,6 +400,7 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 		p.mu.Unlock()
 		return SCN{}, err
 	}
+	tx.rows.fill()
 	p.scn = next
 	p.mu.Unlock()
 	if err := wait(); err != nil {

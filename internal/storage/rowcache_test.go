@@ -34,8 +34,8 @@ func sameAsPebble(t *testing.T, p *Partition, step string, ks ...string) {
 
 // TestRowCacheFollowsEveryWrite reads every key through the cache after
 // each kind of write a partition takes (a commit, a transaction that reads
-// first, a delete, a slave's apply, a truncation, an install, one
-// abandoned) and compares with Pebble.
+// first, a delete, a row written and deleted at once, a slave's apply, a
+// truncation, an install, one abandoned) and compares with Pebble.
 func TestRowCacheFollowsEveryWrite(t *testing.T) {
 	m, s := pair(t, 1)
 	ks := []string{"a", "b", "c", "gone"}
@@ -70,6 +70,26 @@ func TestRowCacheFollowsEveryWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameAsPebble(t, m, "delete", ks...)
+	// A row written and deleted by one transaction is not cached.
+	if _, err := m.Update(func(tx *Tx) error {
+		if _, err := tx.Put("T", []keys.Part{keys.S("c")}, 1, []byte("brief")); err != nil {
+			return err
+		}
+		_, err := tx.Delete("T", []keys.Part{keys.S("c")})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sameAsPebble(t, m, "put and delete", ks...)
+	// What a commit writes is in the cache: reading it misses nothing.
+	put(t, m, "c", "0")
+	_, _, misses := m.e.RowCache()
+	if d, ok, _ := m.Get("T", []keys.Part{keys.S("c")}); !ok || string(d.Value) != "0" {
+		t.Fatalf("c written as 0 reads %v %q", ok, d.Value)
+	}
+	if _, _, after := m.e.RowCache(); after != misses {
+		t.Fatalf("a row just written was read from Pebble (%d misses, then %d)", misses, after)
+	}
 
 	// A slave reads what it applies.
 	sameAsPebble(t, s, "slave empty", ks...)

@@ -78,19 +78,18 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 				return err
 			}
 			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
-			if e.Op != OpAutoIncrement {
-				rows.add(k)
-			}
 			switch e.Op {
 			case OpInsert, OpUpdate:
 				d := Doc{Version: e.Version, SCN: c.SCN, Modified: c.Timestamp, CRC: crc32.ChecksumIEEE(e.Value), Value: e.Value}
 				if err := b.Set(k, encodeRow(nil, &d), nil); err != nil {
 					return err
 				}
+				rows.put(k, d)
 			case OpDelete:
 				if err := b.Delete(k, nil); err != nil {
 					return err
 				}
+				rows.del(k)
 			case OpAutoIncrement:
 				if err := b.Set(autoIncrementKey(p.DB, p.ID, e.Table, e.Key), e.Value, nil); err != nil {
 					return err
@@ -131,6 +130,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	if err != nil {
 		return fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
 	}
+	rows.fill()
 	for _, e := range closed {
 		p.hist[e.Gen] = e.Seq
 	}

@@ -78,11 +78,11 @@ func (tx *Tx) Put(table string, key []keys.Part, version int, value []byte) (Doc
 		return Doc{}, err
 	}
 	tx.read.key = nil
-	tx.rows.add(k)
 	d := Doc{Version: version, SCN: tx.scn, Modified: tx.now, CRC: crc32.ChecksumIEEE(value), Value: value}
 	if err := tx.b.Set(k, encodeRow(nil, &d), nil); err != nil {
 		return Doc{}, err
 	}
+	tx.rows.put(k, d)
 	e := Event{Op: OpInsert, Table: table, Key: keys.Encode(key), Version: version, Value: value}
 	if existed {
 		e.Op, e.PrevVersion, e.PrevValue, e.PrevSCN, e.PrevModified = OpUpdate, prev.Version, prev.Value, prev.SCN, prev.Modified
@@ -99,10 +99,10 @@ func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 		return false, err
 	}
 	tx.read.key = nil
-	tx.rows.add(k)
 	if err := tx.b.Delete(k, nil); err != nil {
 		return false, err
 	}
+	tx.rows.del(k)
 	tx.events = append(tx.events, Event{Op: OpDelete, Table: table, Key: keys.Encode(key),
 		PrevVersion: prev.Version, PrevValue: prev.Value, PrevSCN: prev.SCN, PrevModified: prev.Modified})
 	return true, nil
