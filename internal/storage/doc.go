@@ -25,10 +25,11 @@
 //     end at the partition's SCN is not read.
 //   - A document row is never read without checking its CRC (the row
 //     cache holds rows checked when read from Pebble).
-//   - The row cache never answers with a row Pebble no longer holds:
-//     every batch that writes rows moves their stripes' stamps before
-//     and after it is applied, under the partition's lock, and an entry
-//     is served only while its stamp is unchanged.
+//   - The row cache never answers with a row Pebble no longer holds: a
+//     batch that writes rows takes them out of it before it is applied,
+//     a read puts what it read only if no such batch began meanwhile, and
+//     a truncation or an install makes every entry of the partition stale
+//     (rowcache.go).
 //   - A truncation never removes a commit at or below the partition's
 //     acknowledged watermark (ErrTruncateAcknowledged), nor does a trim
 //     remove one above it.

@@ -49,9 +49,10 @@ type Partition struct {
 	// ends at scn or is not read.
 	tail logTail
 
-	// stamps guard the row cache (rowcache.go): a stripe is odd while a
-	// batch that writes one of its rows is applied. Moved under mu.
-	stamps [rowStripes]atomic.Uint64
+	// stripes and epoch guard the row cache (rowcache.go); moved under
+	// mu.
+	stripes [rowStripes]rowStripe
+	epoch   atomic.Uint64
 
 	// durableAt is when this replica's last commits as master became
 	// durable, by sequence modulo its size (DurableAt).
@@ -393,14 +394,13 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 		}
 	}
 	c := Commit{SCN: next, Timestamp: tx.now, Events: tx.events}
-	tx.rows.move() // to odd: the rows are about to change (rowcache.go)
+	tx.rows.begin() // the row cache (rowcache.go)
 	wait, err := p.writeLog(tx.b, &c, true)
-	tx.rows.move() // to even, applied or not
+	tx.rows.end(err == nil)
 	if err != nil {
 		p.mu.Unlock()
 		return SCN{}, err
 	}
-	tx.rows.fill()
 	p.scn = next
 	p.mu.Unlock()
 	if err := wait(); err != nil {

@@ -3,6 +3,7 @@ package storage
 import (
 	"hash/maphash"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 
 	"github.com/maypok86/otter/v2"
@@ -14,24 +15,23 @@ import (
 // was about 60 % of a GET's handler. It is bounded in bytes
 // (Options.RowCacheBytes) and evicts by W-TinyLFU.
 //
-// It is never consulted for what Pebble no longer holds. Each partition
-// has rowStripes stamps; a data key belongs to one by hash. Every batch
-// that writes rows moves the stamps of the keys it writes to an odd value
-// before it is applied and to the next even value after, under the
-// partition's lock (a truncation or an install moves them all). An entry
-// records the stamp its key had, even, before the row was read from
-// Pebble, and is served only while the stamp is still that value:
-//   - a write that was applied before the stamp was read is in what the
-//     read found;
-//   - a write in progress when it was read makes it odd, and nothing is
-//     cached;
-//   - a write that starts later moves the stamp before its rows become
-//     visible, and the entry is never served again.
-//
-// A row a batch wrote is put in the cache after the second move, still
-// under the lock, with the stamp as it then is: what Pebble now holds.
-// So a hit returns what a read of Pebble would have returned at some
-// moment between the call and its return.
+// It never answers with a row Pebble no longer holds:
+//   - A batch that writes rows (under the partition's lock) removes their
+//     entries before it is applied, and puts what it wrote after. So an
+//     entry a hit finds was current when the hit was made.
+//   - A read that missed puts what it read from Pebble only if no write
+//     of a key of its stripe began since before it read. Each partition
+//     has rowStripes stripes, a data key belongs to one by hash, and a
+//     stripe's stamp is odd while a batch that writes one of its keys runs
+//     (moved under the partition's lock, from before the removal to after
+//     the apply). The reader takes the stamp before reading, and checks it
+//     and puts the row under the stripe's mutex, which the writer holds
+//     for its first move and its removal: the read's put comes before the
+//     removal, or sees the stamp moved.
+//   - A truncation or an install (which may change any row) moves the
+//     partition's epoch to odd before and to even after; an entry is
+//     served only with the epoch it was put under, and nothing is put
+//     while it is odd.
 const rowStripes = 256
 
 // rowCache is an engine's cache of rows; nil when it has none.
@@ -42,8 +42,14 @@ type rowCache struct {
 }
 
 type cachedRow struct {
-	stamp uint64
+	epoch uint64
 	doc   Doc // Value is the cache's own and never written to
+}
+
+// rowStripe guards the cache's entries of the keys that hash to it.
+type rowStripe struct {
+	mu    sync.Mutex
+	stamp atomic.Uint64
 }
 
 // rowOverhead is about what an entry costs besides its key and value: the
@@ -78,9 +84,9 @@ func (e *Engine) RowCache() (bytes, hits, misses uint64) {
 	return rc.c.WeightedSize(), rc.hits.Load(), rc.misses.Load()
 }
 
-// stripe is the stamp that guards data key k.
-func (p *Partition) stripe(k []byte) *atomic.Uint64 {
-	return &p.stamps[maphash.Bytes(p.e.rows.seed, k)%rowStripes]
+// stripe is the stripe of data key k.
+func (p *Partition) stripe(k []byte) *rowStripe {
+	return &p.stripes[maphash.Bytes(p.e.rows.seed, k)%rowStripes]
 }
 
 // cachedGet reads the document at data key k through the row cache,
@@ -90,25 +96,30 @@ func (p *Partition) cachedGet(r getter, k []byte) (Doc, bool, error) {
 	if rc == nil {
 		return getDoc(r, k)
 	}
-	s := p.stripe(k)
-	stamp := s.Load()
-	if v, ok := rc.c.GetIfPresent(string(k)); ok && v.stamp == stamp {
+	epoch := p.epoch.Load()
+	if v, ok := rc.c.GetIfPresent(string(k)); ok && v.epoch == epoch {
 		rc.hits.Add(1)
 		return v.doc, true, nil
 	}
 	rc.misses.Add(1)
+	s := p.stripe(k)
+	stamp := s.stamp.Load()
 	d, ok, err := getDoc(r, k)
-	if err != nil || !ok || stamp%2 == 1 {
+	if err != nil || !ok || stamp%2 == 1 || epoch%2 == 1 {
 		return d, ok, err
 	}
-	rc.c.Set(string(k), cachedRow{stamp: stamp, doc: d})
+	s.mu.Lock()
+	if s.stamp.Load() == stamp {
+		rc.c.Set(string(k), cachedRow{epoch: epoch, doc: d})
+	}
+	s.mu.Unlock()
 	return d, ok, nil
 }
 
-// rowWrites is what a batch writes to rows: their stripes, and the rows
-// themselves to put in the cache once the batch is applied (a database's
-// buffer pool holds what was written too). The caller holds the
-// partition's lock from the first move to the fill.
+// rowWrites is what a batch writes to rows, to take out of the cache
+// before the batch is applied and put in after (a database's buffer pool
+// holds what was written too). The caller holds the partition's lock from
+// the first move to the fill.
 type rowWrites struct {
 	p       *Partition
 	set     [rowStripes / 64]uint64
@@ -123,58 +134,53 @@ type writtenRow struct {
 
 // put notes that the batch writes d at data key k.
 func (w *rowWrites) put(k []byte, d Doc) {
-	if w.p.e.rows == nil {
-		return
+	if w.p.e.rows != nil {
+		w.written = append(w.written, writtenRow{k: k, doc: d})
 	}
-	w.stripe(k)
-	w.written = append(w.written, writtenRow{k: k, doc: d})
 }
 
 // del notes that the batch deletes the row at data key k.
 func (w *rowWrites) del(k []byte) {
-	if w.p.e.rows == nil {
-		return
-	}
-	w.stripe(k)
-	w.written = append(w.written, writtenRow{k: k, deleted: true})
-}
-
-func (w *rowWrites) stripe(k []byte) {
-	i := maphash.Bytes(w.p.e.rows.seed, k) % rowStripes
-	w.set[i/64] |= 1 << (i % 64)
-}
-
-// all notes that the batch may write any row of the partition (it fills
-// nothing).
-func (w *rowWrites) all() {
-	for i := range w.set {
-		w.set[i] = ^uint64(0)
-	}
-	w.written = nil
-}
-
-// move moves the noted stripes' stamps by one: before the batch is
-// applied (to odd) and after (to even), whether or not it was.
-func (w *rowWrites) move() {
-	if w.p.e.rows == nil {
-		return
-	}
-	for i, b := range w.set {
-		for ; b != 0; b &= b - 1 {
-			w.p.stamps[i*64+bits.TrailingZeros64(b)].Add(1)
-		}
+	if w.p.e.rows != nil {
+		w.written = append(w.written, writtenRow{k: k, deleted: true})
 	}
 }
 
-// fill puts the rows of an applied batch in the cache, in the order the
-// batch wrote them, each under its stripe's stamp (even, after the second
-// move): what a read of Pebble now finds. A row's value is copied: the
-// batch's may be its caller's buffer.
-func (w *rowWrites) fill() {
+// begin moves the written keys' stripes to odd and takes their entries
+// out of the cache, before the batch is applied.
+func (w *rowWrites) begin() {
 	rc := w.p.e.rows
 	if rc == nil {
 		return
 	}
+	for _, r := range w.written {
+		i := maphash.Bytes(rc.seed, r.k) % rowStripes
+		w.set[i/64] |= 1 << (i % 64)
+	}
+	w.each(func(s *rowStripe) {
+		s.mu.Lock()
+		s.stamp.Add(1)
+	})
+	for _, r := range w.written {
+		rc.c.Invalidate(string(r.k))
+	}
+	w.each(func(s *rowStripe) { s.mu.Unlock() })
+}
+
+// end moves the stripes back to even and puts the written rows in the
+// cache, in the order the batch wrote them, once it is applied; if it
+// failed, nothing is put. A value is copied: the batch's may be its
+// caller's buffer.
+func (w *rowWrites) end(applied bool) {
+	rc := w.p.e.rows
+	if rc == nil {
+		return
+	}
+	w.each(func(s *rowStripe) { s.stamp.Add(1) })
+	if !applied {
+		return
+	}
+	epoch := w.p.epoch.Load()
 	for _, r := range w.written {
 		if r.deleted {
 			rc.c.Invalidate(string(r.k))
@@ -182,6 +188,19 @@ func (w *rowWrites) fill() {
 		}
 		d := r.doc
 		d.Value = append([]byte(nil), d.Value...)
-		rc.c.Set(string(r.k), cachedRow{stamp: w.p.stripe(r.k).Load(), doc: d})
+		rc.c.Set(string(r.k), cachedRow{epoch: epoch, doc: d})
 	}
 }
+
+func (w *rowWrites) each(fn func(*rowStripe)) {
+	for i, b := range w.set {
+		for ; b != 0; b &= b - 1 {
+			fn(&w.p.stripes[i*64+bits.TrailingZeros64(b)])
+		}
+	}
+}
+
+// moveEpoch moves the partition's epoch by one, around a batch that may
+// change any row: to odd before, to even after. The caller holds the
+// partition's lock.
+func (p *Partition) moveEpoch() { p.epoch.Add(1) }

@@ -115,11 +115,10 @@ func (s *Snapshot) Marks() ([]Mark, error) {
 // then starts after the snapshot's SCN. Only a slave is rebuilt; its
 // follower is the only writer while it runs.
 type Install struct {
-	p         *Partition
-	b         *pebble.Batch
-	rows      int
-	done      bool
-	rowWrites rowWrites // all of them, odd until the install ends
+	p    *Partition
+	b    *pebble.Batch
+	rows int
+	done bool
 }
 
 // Rows returns how many rows were added.
@@ -132,17 +131,14 @@ const installBatchBytes = 1 << 20
 func (p *Partition) BeginInstall() (*Install, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	in := &Install{p: p, rowWrites: rowWrites{p: p}}
-	// Odd from here until the install ends, so nothing is cached or
-	// served from the cache meanwhile (rowcache.go).
-	in.rowWrites.all()
-	in.rowWrites.move()
+	// The epoch is odd from here until the install ends, so nothing is
+	// put in the row cache or served from it meanwhile (rowcache.go).
+	p.moveEpoch()
 	if err := p.wipe(); err != nil {
-		in.rowWrites.move()
+		p.moveEpoch()
 		return nil, err
 	}
-	in.b = p.e.db.NewIndexedBatch()
-	return in, nil
+	return &Install{p: p, b: p.e.db.NewIndexedBatch()}, nil
 }
 
 // wipe removes the partition's rows, log, history, marks and positions,
@@ -270,7 +266,7 @@ func (in *Install) Abort() {
 		in.done = true
 		in.b.Close()
 		in.p.mu.Lock()
-		in.rowWrites.move()
+		in.p.moveEpoch() // to even: the install ended
 		in.p.mu.Unlock()
 	}
 }

@@ -124,13 +124,12 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	if err != nil {
 		return err
 	}
-	rows.move() // to odd: the rows are about to change (rowcache.go)
+	rows.begin() // the row cache (rowcache.go)
 	err = p.e.commit(b)
-	rows.move() // to even, applied or not
+	rows.end(err == nil)
 	if err != nil {
 		return fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
 	}
-	rows.fill()
 	for _, e := range closed {
 		p.hist[e.Gen] = e.Seq
 	}
@@ -373,11 +372,9 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 			dropped = append(dropped, g)
 		}
 	}
-	rows := rowWrites{p: p}
-	rows.all()
-	rows.move() // to odd: the rows are about to change (rowcache.go)
+	p.moveEpoch() // to odd: any row may change (rowcache.go)
 	err = p.e.commit(b)
-	rows.move() // to even, applied or not
+	p.moveEpoch()
 	if err != nil {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s: %w", p.DB, p.ID, keep, err)
 	}
