@@ -91,7 +91,7 @@ func Middleware(l *Limiter, d Deadlines, q *Quotas, classify func(*http.Request)
 		ctx := req.Context()
 		if timeout > 0 {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, timeout)
+			ctx, cancel = WithDeadline(ctx, time.Now().Add(timeout))
 			defer cancel()
 			req = req.WithContext(ctx)
 		}
