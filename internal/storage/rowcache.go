@@ -84,9 +84,10 @@ func (e *Engine) RowCache() (bytes, hits, misses uint64) {
 	return rc.c.WeightedSize(), rc.hits.Load(), rc.misses.Load()
 }
 
-// stripe is the stripe of data key k.
-func (p *Partition) stripe(k []byte) *rowStripe {
-	return &p.stripes[maphash.Bytes(p.e.rows.seed, k)%rowStripes]
+// stripeOf is the index of data key k's stripe; the partition's engine
+// has a row cache.
+func (p *Partition) stripeOf(k []byte) uint64 {
+	return maphash.Bytes(p.e.rows.seed, k) % rowStripes
 }
 
 // cachedGet reads the document at data key k through the row cache,
@@ -102,7 +103,7 @@ func (p *Partition) cachedGet(r getter, k []byte) (Doc, bool, error) {
 		return v.doc, true, nil
 	}
 	rc.misses.Add(1)
-	s := p.stripe(k)
+	s := &p.stripes[p.stripeOf(k)]
 	stamp := s.stamp.Load()
 	d, ok, err := getDoc(r, k)
 	if err != nil || !ok || stamp%2 == 1 || epoch%2 == 1 {
@@ -119,7 +120,7 @@ func (p *Partition) cachedGet(r getter, k []byte) (Doc, bool, error) {
 // rowWrites is what a batch writes to rows, to take out of the cache
 // before the batch is applied and put in after (a database's buffer pool
 // holds what was written too). The caller holds the partition's lock from
-// the first move to the fill.
+// begin to end.
 type rowWrites struct {
 	p       *Partition
 	set     [rowStripes / 64]uint64
@@ -154,7 +155,7 @@ func (w *rowWrites) begin() {
 		return
 	}
 	for _, r := range w.written {
-		i := maphash.Bytes(rc.seed, r.k) % rowStripes
+		i := w.p.stripeOf(r.k)
 		w.set[i/64] |= 1 << (i % 64)
 	}
 	w.each(func(s *rowStripe) {

@@ -19,7 +19,7 @@ type Tx struct {
 	scn    SCN
 	now    time.Time
 	events []Event
-	rows   rowWrites // the stripes of the rows it writes
+	rows   rowWrites // the rows it writes, for the row cache
 	// read is the last document Get read, until anything is written: a
 	// write of the document just read (preconditions, then the write)
 	// takes its pre-image from here instead of reading it again.
