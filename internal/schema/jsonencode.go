@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -49,9 +50,11 @@ func loneSurrogate(data []byte) int {
 		return rune(v), err == nil
 	}
 	for i := 0; i < len(data); i++ {
-		if data[i] != '\\' {
-			continue
+		j := bytes.IndexByte(data[i:], '\\')
+		if j < 0 {
+			return -1
 		}
+		i += j
 		r, ok := hex(i)
 		if !ok {
 			i++ // some other escape: skip its second byte

@@ -156,6 +156,10 @@ func (p *jsonParser) str() (string, error) {
 	i := start
 	for i < len(p.b) {
 		c := p.b[i]
+		if plain[c] {
+			i++
+			continue
+		}
 		if c == '"' {
 			p.i = i + 1
 			return string(p.b[start:i]), nil
@@ -170,6 +174,15 @@ func (p *jsonParser) str() (string, error) {
 	}
 	return "", p.fail("unterminated string at byte %d", p.i)
 }
+
+// plain marks the bytes a string holds as they are: not a quote, a
+// backslash or a control character.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // escaped reads the rest of a string from its first escape at i.
 func (p *jsonParser) escaped(start, i int) (string, error) {
