@@ -396,6 +396,9 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 	c := Commit{SCN: next, Timestamp: tx.now, Events: tx.events}
 	tx.rows.begin() // the row cache (rowcache.go)
 	wait, err := p.writeLog(tx.b, &c, true)
+	if rowsApplied != nil {
+		rowsApplied()
+	}
 	tx.rows.end(err == nil)
 	if err != nil {
 		p.mu.Unlock()
