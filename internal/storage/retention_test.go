@@ -87,9 +87,7 @@ func TestTimelineOutlivesTrimmedLog(t *testing.T) {
 }
 
 func TestTrimPoint(t *testing.T) {
-	e := open(t, t.TempDir())
-	defer e.Close()
-	p, _ := e.Partition("db", 1)
+	p := solo(t, 1)
 	for i := range 10 {
 		put(t, p, fmt.Sprint("k", i), "0123456789")
 	}

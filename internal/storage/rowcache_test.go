@@ -37,9 +37,7 @@ func sameAsPebble(t *testing.T, p *Partition, step string, ks ...string) {
 // cache: the read must not answer with the row the batch replaced, which a
 // scan of Pebble no longer finds.
 func TestRowCacheHidesARowBeingWritten(t *testing.T) {
-	e := open(t, t.TempDir())
-	defer e.Close()
-	p, _ := e.Partition("db", 1)
+	p := solo(t, 1)
 	put(t, p, "a", "1")
 	sameAsPebble(t, p, "cached", "a")
 	var during string
@@ -193,9 +191,7 @@ func TestRowCacheFollowsEveryWrite(t *testing.T) {
 // began, or a later one, and a reader must never go back to an older
 // value of a key it read.
 func TestRowCacheReadsAreLinearizable(t *testing.T) {
-	e := open(t, t.TempDir())
-	defer e.Close()
-	p, _ := e.Partition("db", 1)
+	p := solo(t, 1)
 	const nkeys, writers, readers, writes = 4, 4, 4, 300
 	var acked [nkeys]atomic.Uint64 // the newest acknowledged sequence of each key
 	var stop atomic.Bool
@@ -251,7 +247,7 @@ func TestRowCacheReadsAreLinearizable(t *testing.T) {
 	wg.Wait()
 	stop.Store(true)
 	rg.Wait()
-	if _, hits, _ := e.RowCache(); hits == 0 || reads.Load() == 0 {
+	if _, hits, _ := p.e.RowCache(); hits == 0 || reads.Load() == 0 {
 		t.Fatalf("%d reads, %d answered by the cache", reads.Load(), hits)
 	}
 }

@@ -29,6 +29,16 @@ func pair(t *testing.T, id int) (m, s *Partition) {
 	return m, s
 }
 
+// solo opens one engine for the test (closed at its end) and returns its
+// partition id.
+func solo(t *testing.T, id int) *Partition {
+	t.Helper()
+	e := open(t, t.TempDir())
+	t.Cleanup(func() { e.Close() })
+	p, _ := e.Partition("db", id)
+	return p
+}
+
 func TestCommitsGetConsecutiveSCNsAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	e := open(t, dir)
@@ -74,9 +84,7 @@ func TestCommitsGetConsecutiveSCNsAcrossReopen(t *testing.T) {
 }
 
 func TestFailedUpdateWritesNothing(t *testing.T) {
-	e := open(t, t.TempDir())
-	defer e.Close()
-	p, _ := e.Partition("db", 0)
+	p := solo(t, 0)
 	boom := errors.New("boom")
 	_, err := p.Update(func(tx *Tx) error {
 		tx.Put("T", []keys.Part{keys.S("a")}, 1, []byte("x"))
@@ -97,9 +105,7 @@ func TestFailedUpdateWritesNothing(t *testing.T) {
 }
 
 func TestScanCollection(t *testing.T) {
-	e := open(t, t.TempDir())
-	defer e.Close()
-	p, _ := e.Partition("db", 0)
+	p := solo(t, 0)
 	p.Update(func(tx *Tx) error {
 		for _, box := range []string{"a", "ab", "b"} {
 			for i := int64(1); i <= 3; i++ {
@@ -129,9 +135,7 @@ func TestScanCollection(t *testing.T) {
 }
 
 func TestAutoIncrementNeverReuses(t *testing.T) {
-	e := open(t, t.TempDir())
-	defer e.Close()
-	p, _ := e.Partition("db", 0)
+	p := solo(t, 0)
 	box := []keys.Part{keys.S("box")}
 	var ids []int64
 	for range 3 {

@@ -306,9 +306,7 @@ func TestAutoIncrementIsReplicated(t *testing.T) {
 // pre-image as the transaction saw it (the read is reused for the first
 // write, not the second), so truncating the commit restores every row.
 func TestPreImagesWithinATransaction(t *testing.T) {
-	e := open(t, t.TempDir())
-	defer e.Close()
-	p, _ := e.Partition("db", 0)
+	p := solo(t, 0)
 	put(t, p, "a", "a1")
 	put(t, p, "b", "b1")
 	before := p.SCN()
