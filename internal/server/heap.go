@@ -21,8 +21,9 @@ var heapTuned atomic.Bool
 // until the server stops. A server's live heap is small until its caches
 // (Pebble's block cache, the row cache) fill, so with GOGC=100 the goal
 // is a few MB and a loaded server collected 25–30 times a second, each
-// cycle's marking and assists taken from requests. The goal becomes max(floor, the goal
-// GOGC gives): once the live heap passes floor/2, GOGC is what it was.
+// cycle's marking and assists taken from requests. The goal becomes
+// max(floor, the goal GOGC gives): once the live heap passes floor/2,
+// GOGC is what it was.
 //
 // GOGC is set at the end of every collection, from the live heap that
 // collection found (a finalizer of an object dropped each cycle runs

@@ -24,9 +24,10 @@
 //     rebuild changes that copy with the log, and a copy that does not
 //     end at the partition's SCN is not read.
 //   - A document row is never read without checking its CRC (the row
-//     cache holds rows checked when read from Pebble).
+//     cache holds rows checked when read from Pebble, and rows as a
+//     commit or an apply wrote them).
 //   - The row cache never answers with a row Pebble no longer holds: a
-//     batch that writes rows takes them out of it before it is applied,
+//     batch that writes rows empties their entries before it is applied,
 //     a read puts what it read only if no such batch began meanwhile, and
 //     a truncation or an install makes every entry of the partition stale
 //     (rowcache.go).

@@ -138,9 +138,6 @@ func Open(dir string, opts Options) (*Engine, error) {
 			fail.set(fmt.Errorf("%w: %v", ErrFailed, err))
 		}},
 	}
-	// A point read (a document by key, a log entry by SCN) skips every
-	// table whose bloom filter says the key is not there: without them a
-	// read seeks into each L0 sublevel and each level.
 	if opts.SeparateValuesFrom > 0 {
 		// Values this large go to blob files when a memtable is flushed,
 		// and compactions move only their references: a document and its
@@ -151,6 +148,9 @@ func Open(dir string, opts Options) (*Engine, error) {
 			MaxBlobReferenceDepth: 40, RewriteMinimumAge: 5 * time.Minute, TargetGarbageRatio: 0.2}
 		po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy { return policy }
 	}
+	// A point read (a document by key, a log entry by SCN) skips every
+	// table whose bloom filter says the key is not there: without them a
+	// read seeks into each L0 sublevel and each level.
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		po.Levels[i].FilterType = pebble.TableFilter
