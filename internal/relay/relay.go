@@ -143,7 +143,13 @@ func (p *partition) add(commits []storage.Commit, maxCommits, maxBytes int) {
 	}
 	if drop > 0 {
 		p.base = p.commits[drop-1].SCN
-		p.commits = append([]storage.Commit(nil), p.commits[drop:]...)
+		// Reslice rather than copy: once the buffer is full every pull
+		// drops a few, and copying the rest each time was most of the
+		// relay's CPU. The dropped entries are cleared so their documents
+		// can be collected; append moves the live ones to a new array
+		// when this one's capacity runs out.
+		clear(p.commits[:drop])
+		p.commits = p.commits[drop:]
 	}
 }
 
@@ -307,6 +313,7 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 				for _, c := range p.commits[keep:] {
 					p.bytes -= c.Size()
 				}
+				clear(p.commits[keep:])
 				p.commits = p.commits[:keep]
 				if keep == 0 && res.Common.Less(p.base) {
 					p.base = res.Common

@@ -62,6 +62,16 @@ func TestBufferBounds(t *testing.T) {
 	// The buffer continues from there.
 	p.add([]storage.Commit{commit(26, 1000)}, 100, 3*size)
 	check(26, 26, 3*size)
+	// Thousands of pulls of one commit each through a full buffer: its
+	// array, which add reslices rather than copies, stays within a small
+	// multiple of the bound.
+	for seq := uint64(27); seq <= 20000; seq++ {
+		p.add([]storage.Commit{commit(seq, 10)}, 100, 100*size)
+		if cap(p.commits) > 400 {
+			t.Fatalf("after commit %d the buffer's array holds %d commits, bound 100", seq, cap(p.commits))
+		}
+	}
+	check(19901, 20000, 100*size)
 }
 
 // TestBufferShare: the relay's byte budget is split evenly between the
