@@ -83,7 +83,15 @@ func (c *Commit) Size() int {
 var errCorruptLog = errors.New("storage: corrupt commit log entry")
 
 func encodeCommit(c *Commit) []byte {
-	b := binary.AppendVarint(nil, c.Timestamp.UnixNano())
+	// One allocation of the most the entry can take: growing it as the
+	// documents are appended copied each 1 KB document and its
+	// pre-image several times.
+	n := 3 * binary.MaxVarintLen64
+	for i := range c.Events {
+		e := &c.Events[i]
+		n += 1 + len(e.Table) + len(e.Key) + len(e.Value) + len(e.PrevValue) + 10*binary.MaxVarintLen64
+	}
+	b := binary.AppendVarint(make([]byte, 0, n), c.Timestamp.UnixNano())
 	b = binary.AppendUvarint(b, uint64(len(c.Events)))
 	for _, e := range c.Events {
 		b = append(b, byte(e.Op))

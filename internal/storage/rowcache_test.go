@@ -140,6 +140,15 @@ func TestRowCacheFollowsEveryWrite(t *testing.T) {
 	put(t, m, "a", "4")
 	put(t, m, "c", "1")
 	replicate(t, m, s)
+	// The slave emptied a's slot and left it empty: the read after its
+	// apply goes to Pebble.
+	_, _, misses = s.e.RowCache()
+	if d, _, _ := s.Get("T", []keys.Part{keys.S("a")}); string(d.Value) != "4" {
+		t.Fatalf("on the slave a reads %q, want 4", d.Value)
+	}
+	if _, _, after := s.e.RowCache(); after != misses+1 {
+		t.Fatalf("a row a slave applied was read from the cache (%d misses, then %d)", misses, after)
+	}
 	sameAsPebble(t, s, "slave apply 2", ks...)
 
 	// A truncation puts pre-images back.

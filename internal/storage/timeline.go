@@ -59,7 +59,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	b := p.e.db.NewIndexedBatch() // the index reads what earlier commits of the batch wrote
 	defer b.Close()
 	last := p.scn
-	rows := rowWrites{p: p}
+	rows := rowWrites{p: p, leaveEmpty: true}
 	var closed []SCN
 	var added int64
 	entries := make([]tailEntry, 0, len(cs))
