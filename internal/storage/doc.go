@@ -33,7 +33,11 @@
 //     (rowcache.go).
 //   - A truncation never removes a commit at or below the partition's
 //     acknowledged watermark (ErrTruncateAcknowledged), nor does a trim
-//     remove one above it.
+//     remove one above it. The stored watermark may lag the one in
+//     memory (storeAcked), never lead it.
+//   - A commit's SCN is stored only in its log entry's key: a partition
+//     opens at the later of its log's last entry and the SCN stored by
+//     what may leave the log behind it (a truncation, a trim, an install).
 //   - Once Pebble meets a write error it cannot go on from (or the disk
 //     probe fails), the engine fails: every later write is ErrFailed.
 package storage

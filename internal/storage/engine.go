@@ -11,6 +11,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+
+	"github.com/cortado-db/cortado/internal/keys"
 )
 
 // ErrFailed is returned for every write after the engine met an error it
@@ -273,7 +275,40 @@ func (e *Engine) apply(b *pebble.Batch) (wait func() error, err error) {
 func (e *Engine) Close() error {
 	close(e.stopProbe)
 	<-e.probeDone
-	return e.db.Close()
+	return errors.Join(e.storeWatermarks(), e.db.Close())
+}
+
+// storeWatermarks stores each partition's acknowledged watermark where
+// it is ahead of the stored one (commits store it at most every
+// ackedEvery), so that a clean restart forgets none of it.
+func (e *Engine) storeWatermarks() error {
+	e.mu.Lock()
+	parts := make([]*Partition, 0, len(e.partitions))
+	for _, p := range e.partitions {
+		parts = append(parts, p)
+	}
+	e.mu.Unlock()
+	b := e.db.NewBatch()
+	defer b.Close()
+	moved := false
+	for _, p := range parts {
+		p.mu.Lock()
+		if p.stored.Less(p.acked) {
+			if err := b.Set(keys.Meta(p.DB, p.ID, "acked"), encodeSCN(p.acked), nil); err != nil {
+				p.mu.Unlock()
+				return err
+			}
+			moved = true
+		}
+		p.mu.Unlock()
+	}
+	if !moved {
+		return nil
+	}
+	if err := b.Commit(e.writeOptions()); err != nil {
+		return fmt.Errorf("store the acknowledged watermarks: %w", err)
+	}
+	return nil
 }
 
 // Metrics returns Pebble's metrics.

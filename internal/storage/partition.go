@@ -36,8 +36,10 @@ type Partition struct {
 
 	// acked is the newest SCN of this replica's timeline known to have
 	// been acknowledged to a client (see Acknowledged); stored is the
-	// value last made durable, written with the next batch.
+	// value last made durable, written with a later batch (storeAcked),
+	// at storedAt.
 	acked, stored SCN
+	storedAt      time.Time
 
 	// hist is the generation history (see retention.go); logStart the
 	// SCN the log starts after; logBytes about what its entries take.
@@ -68,8 +70,16 @@ const DurableRing = 1024
 func openPartition(e *Engine, db string, id int) (*Partition, error) {
 	p := &Partition{e: e, DB: db, ID: id}
 	var err error
+	// A commit does not store the SCN it moves the partition to: its log
+	// entry says it. The meta key holds what the log's last entry does
+	// not (a truncation's, an install's, a trim's SCN).
 	if p.scn, err = readMetaSCN(e, db, id, "scn"); err != nil {
 		return nil, err
+	}
+	if last, err := lastLogged(e, db, id); err != nil {
+		return nil, err
+	} else if p.scn.Less(last) {
+		p.scn = last
 	}
 	p.durable = p.scn
 	if p.acked, err = readMetaSCN(e, db, id, "acked"); err != nil {
@@ -108,6 +118,25 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 		p.gen = binary.BigEndian.Uint32(g)
 	}
 	return p, nil
+}
+
+// lastLogged returns the SCN of the partition's last log entry (zero if
+// the log is empty).
+func lastLogged(e *Engine, db string, id int) (SCN, error) {
+	prefix := keys.LogPrefix(db, id)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return SCN{}, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return SCN{}, it.Error()
+	}
+	gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+	if err != nil {
+		return SCN{}, fmt.Errorf("partition %s/%d: last log entry: %w", db, id, err)
+	}
+	return SCN{gen, seq}, nil
 }
 
 // readMetaSCN reads an SCN kept in the partition's meta section (zero if

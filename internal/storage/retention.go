@@ -296,6 +296,12 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 	if err := b.Set(keys.Meta(p.DB, p.ID, "logstart"), encodeSCN(upTo), nil); err != nil {
 		return 0, err
 	}
+	// Commits do not store the partition's SCN: a restart takes it from
+	// the log's last entry (openPartition). A trim may remove that entry,
+	// so it stores the SCN.
+	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(p.scn), nil); err != nil {
+		return 0, err
+	}
 	// Not synced: a trim lost in a crash is done again.
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return 0, fmt.Errorf("partition %s/%d: trim through %s: %w", p.DB, p.ID, upTo, err)

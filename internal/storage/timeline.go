@@ -111,9 +111,6 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 		}
 		last = c.SCN
 	}
-	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(last), nil); err != nil {
-		return err
-	}
 	// The master's acknowledged SCN is on the timeline this replica now
 	// follows: the replica holds it as far as it has applied.
 	if last.Less(acked) {
@@ -167,9 +164,6 @@ func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (wait func(
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(c.SCN), nil); err != nil {
-		return nil, err
-	}
 	stored, err := p.storeAcked(b, p.acked)
 	if err != nil {
 		return nil, err
@@ -218,17 +212,30 @@ func (p *Partition) AcknowledgedSCN() SCN {
 	return p.acked
 }
 
-// storeAcked adds acked to b if it is newer than what is stored and
-// returns what will be stored once b commits.
+// storeAcked adds acked to b if it is newer than what is stored, and
+// the stored value is of another generation or ackedEvery old, and
+// returns what will be stored once b commits. Storing it with every
+// commit was one of four keys each commit put in Pebble's memtable on
+// each replica; the watermark may lag, and a restart after a crash
+// forgets at most ackedEvery of it (a clean close stores it).
 func (p *Partition) storeAcked(b *pebble.Batch, acked SCN) (SCN, error) {
 	if !p.stored.Less(acked) {
 		return p.stored, nil
 	}
+	now := time.Now()
+	if p.stored.Gen == acked.Gen && now.Sub(p.storedAt) < ackedEvery {
+		return p.stored, nil
+	}
+	p.storedAt = now
 	if err := b.Set(keys.Meta(p.DB, p.ID, "acked"), encodeSCN(acked), nil); err != nil {
 		return SCN{}, err
 	}
 	return acked, nil
 }
+
+// ackedEvery is how often, at most, a partition stores its acknowledged
+// watermark within one generation (storeAcked).
+const ackedEvery = 50 * time.Millisecond
 
 func later(a, b SCN) SCN {
 	if a.Less(b) {

@@ -3,6 +3,9 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -348,5 +351,102 @@ func TestPreImagesWithinATransaction(t *testing.T) {
 		if err != nil || !ok || string(d.Value) != k+"1" {
 			t.Fatalf("after truncation %s: %q %v %v", k, d.Value, ok, err)
 		}
+	}
+}
+
+// crashImage copies the directory of a running engine, as a kill -9
+// would leave it: only what Pebble has written and synced.
+func crashImage(t *testing.T, dir string) string {
+	t.Helper()
+	to := t.TempDir()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, filepath.Base(path)), b, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+// TestSCNSurvivesACrash: commits do not store the partition's SCN, the
+// log's last entry says it. After a crash a partition is at its last
+// commit (and its next commit follows it); after a truncation, at the
+// truncation's SCN; after a trim of its whole log, at its last commit.
+// The acknowledged watermark, stored at most every ackedEvery, comes back
+// no later than it was.
+func TestSCNSurvivesACrash(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	defer e.Close()
+	p, _ := e.Partition("db", 0)
+	reopen := func(step string, want SCN) *Partition {
+		t.Helper()
+		c := open(t, crashImage(t, dir))
+		t.Cleanup(func() { c.Close() })
+		q, _ := c.Partition("db", 0)
+		if got := q.SCN(); got != want {
+			t.Fatalf("%s: after a crash the partition is at %s, want %s", step, got, want)
+		}
+		if q.AcknowledgedSCN() != p.AcknowledgedSCN() && !q.AcknowledgedSCN().Less(p.AcknowledgedSCN()) {
+			t.Fatalf("%s: after a crash the watermark is %s, ahead of %s", step, q.AcknowledgedSCN(), p.AcknowledgedSCN())
+		}
+		return q
+	}
+	for i := range 5 {
+		put(t, p, "a", fmt.Sprint(i))
+	}
+	p.Acknowledged(SCN{1, 3})
+	last := put(t, p, "b", "1")
+	q := reopen("commits", last)
+	if got := q.AcknowledgedSCN(); got != (SCN{1, 3}) {
+		t.Fatalf("the first watermark a commit carried came back as %s, want 1:3", got)
+	}
+	if next := put(t, q, "c", "1"); next != (SCN{1, last.Seq + 1}) {
+		t.Fatalf("the commit after the crash is %s, want 1:%d", next, last.Seq+1)
+	}
+
+	if _, err := p.TruncateAfter(SCN{1, 4}); err != nil {
+		t.Fatal(err)
+	}
+	reopen("truncation", SCN{1, 4})
+
+	last = put(t, p, "d", "1")
+	p.Acknowledged(last)
+	if _, err := p.Trim(last); err != nil {
+		t.Fatal(err)
+	}
+	// A trim is not synced: a commit elsewhere syncs the WAL past it.
+	other, _ := e.Partition("db", 1)
+	put(t, other, "x", "1")
+	reopen("whole log trimmed", last)
+}
+
+// TestCloseStoresTheWatermark: a watermark no commit carried (a slave's
+// acknowledgement after the last commit, or within ackedEvery of the last
+// store) is stored when the engine closes.
+func TestCloseStoresTheWatermark(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	p, _ := e.Partition("db", 0)
+	put(t, p, "a", "1")
+	p.Acknowledged(SCN{1, 1})
+	put(t, p, "a", "2") // stores 1:1
+	last := put(t, p, "a", "3")
+	p.Acknowledged(last)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, dir)
+	defer e.Close()
+	p, _ = e.Partition("db", 0)
+	if got := p.AcknowledgedSCN(); got != last {
+		t.Fatalf("after a clean restart the watermark is %s, want %s", got, last)
 	}
 }
