@@ -18,6 +18,10 @@ import (
 // exactly what was sent: invalid UTF-8 (raw, or a lone surrogate escape)
 // and an object naming a key twice are errors, not U+FFFD and last-wins;
 // and objects and arrays may nest at most MaxDepth deep.
+//
+// Strings in the result without escapes share data's memory (a 1 KB
+// string is not copied before it is encoded): data must not change while
+// the result is in use.
 func DecodeJSON(data []byte) (any, error) {
 	if !utf8.Valid(data) {
 		return nil, &FieldError{Reason: "malformed JSON: invalid UTF-8"}

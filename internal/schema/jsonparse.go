@@ -6,12 +6,13 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // jsonParser reads one JSON value into the tree encoding/json's Decode
 // into any (with UseNumber) would give: map[string]any, []any, string,
 // json.Number, bool, nil. It is DecodeJSON's engine: one pass over the
-// bytes, no token values boxed, strings without escapes sliced once.
+// bytes, no token values boxed, strings without escapes not copied.
 // Its input has been checked for UTF-8 and lone surrogate escapes.
 type jsonParser struct {
 	b []byte
@@ -162,7 +163,11 @@ func (p *jsonParser) str() (string, error) {
 		}
 		if c == '"' {
 			p.i = i + 1
-			return string(p.b[start:i]), nil
+			if i == start {
+				return "", nil
+			}
+			// The string shares the document's bytes (DecodeJSON).
+			return unsafe.String(&p.b[start], i-start), nil
 		}
 		if c == '\\' {
 			return p.escaped(start, i)

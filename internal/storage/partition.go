@@ -41,6 +41,10 @@ type Partition struct {
 	acked, stored SCN
 	storedAt      time.Time
 
+	// row is where a commit or an apply encodes a row for its batch,
+	// which copies it (under mu).
+	row []byte
+
 	// hist is the generation history (see retention.go); logStart the
 	// SCN the log starts after; logBytes about what its entries take.
 	hist     map[uint32]uint64

@@ -49,6 +49,18 @@ func encodeRow(dst []byte, d *Doc) []byte {
 	return append(dst, d.Value...)
 }
 
+// encodeRow encodes d for a batch, which copies it, into the partition's
+// buffer (a buffer grown past a large document's size is not kept). The
+// caller holds mu; the bytes are good until its next call.
+func (p *Partition) encodeRow(d *Doc) []byte {
+	b := encodeRow(p.row[:0], d)
+	p.row = b
+	if cap(b) > 64<<10 {
+		p.row = nil
+	}
+	return b
+}
+
 // decodeRow parses a row; Value aliases b.
 func decodeRow(b []byte) (Doc, error) {
 	if len(b) < headerLen || b[0] != rowFormat {

@@ -81,7 +81,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 			switch e.Op {
 			case OpInsert, OpUpdate:
 				d := Doc{Version: e.Version, SCN: c.SCN, Modified: c.Timestamp, CRC: crc32.ChecksumIEEE(e.Value), Value: e.Value}
-				if err := b.Set(k, encodeRow(nil, &d), nil); err != nil {
+				if err := b.Set(k, p.encodeRow(&d), nil); err != nil {
 					return err
 				}
 				rows.put(k, d)

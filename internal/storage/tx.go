@@ -79,7 +79,7 @@ func (tx *Tx) Put(table string, key []keys.Part, version int, value []byte) (Doc
 	}
 	tx.read.key = nil
 	d := Doc{Version: version, SCN: tx.scn, Modified: tx.now, CRC: crc32.ChecksumIEEE(value), Value: value}
-	if err := tx.b.Set(k, encodeRow(nil, &d), nil); err != nil {
+	if err := tx.b.Set(k, tx.p.encodeRow(&d), nil); err != nil {
 		return Doc{}, err
 	}
 	tx.rows.put(k, d)
