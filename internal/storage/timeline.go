@@ -216,8 +216,10 @@ func (p *Partition) AcknowledgedSCN() SCN {
 // the stored value is of another generation or ackedEvery old, and
 // returns what will be stored once b commits. Storing it with every
 // commit was one of four keys each commit put in Pebble's memtable on
-// each replica; the watermark may lag, and a restart after a crash
-// forgets at most ackedEvery of it (a clean close stores it).
+// each replica. The watermark may lag: a crash forgets what was
+// acknowledged since the last store (up to ackedEvery of commits under
+// load; an acknowledgement after the partition's last commit waited for
+// a next one before too), and a clean close stores it (Engine.Close).
 func (p *Partition) storeAcked(b *pebble.Batch, acked SCN) (SCN, error) {
 	if !p.stored.Less(acked) {
 		return p.stored, nil
