@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -283,10 +285,7 @@ func (e *Engine) Close() error {
 // ackedEvery), so that a clean restart forgets none of it.
 func (e *Engine) storeWatermarks() error {
 	e.mu.Lock()
-	parts := make([]*Partition, 0, len(e.partitions))
-	for _, p := range e.partitions {
-		parts = append(parts, p)
-	}
+	parts := slices.Collect(maps.Values(e.partitions))
 	e.mu.Unlock()
 	b := e.db.NewBatch()
 	defer b.Close()
