@@ -80,11 +80,11 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 	if p.scn, err = readMetaSCN(e, db, id, "scn"); err != nil {
 		return nil, err
 	}
-	if last, err := lastLogged(e, db, id); err != nil {
-		return nil, err
-	} else if p.scn.Less(last) {
-		p.scn = last
+	last, err := p.measureLog()
+	if err != nil {
+		return nil, fmt.Errorf("partition %s/%d: measure the log: %w", db, id, err)
 	}
+	p.scn = later(p.scn, last)
 	p.durable = p.scn
 	if p.acked, err = readMetaSCN(e, db, id, "acked"); err != nil {
 		return nil, err
@@ -95,9 +95,6 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 	}
 	if err := p.loadHistory(); err != nil {
 		return nil, fmt.Errorf("partition %s/%d: generation history: %w", db, id, err)
-	}
-	if err := p.measureLog(); err != nil {
-		return nil, fmt.Errorf("partition %s/%d: measure the log: %w", db, id, err)
 	}
 	if _, closer, err := e.db.Get(keys.Meta(db, id, "rebuilding")); err == nil {
 		// A rebuild from a snapshot did not finish: start it over from
@@ -122,25 +119,6 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 		p.gen = binary.BigEndian.Uint32(g)
 	}
 	return p, nil
-}
-
-// lastLogged returns the SCN of the partition's last log entry (zero if
-// the log is empty).
-func lastLogged(e *Engine, db string, id int) (SCN, error) {
-	prefix := keys.LogPrefix(db, id)
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
-	if err != nil {
-		return SCN{}, err
-	}
-	defer it.Close()
-	if !it.Last() {
-		return SCN{}, it.Error()
-	}
-	gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
-	if err != nil {
-		return SCN{}, fmt.Errorf("partition %s/%d: last log entry: %w", db, id, err)
-	}
-	return SCN{gen, seq}, nil
 }
 
 // readMetaSCN reads an SCN kept in the partition's meta section (zero if

@@ -184,18 +184,26 @@ func (p *Partition) LogBytes() int64 {
 	return p.logBytes
 }
 
-// measureLog adds up the log entries' sizes (at open).
-func (p *Partition) measureLog() error {
+// measureLog adds up the log entries' sizes and returns the last entry's
+// SCN (zero if the log is empty), at open.
+func (p *Partition) measureLog() (last SCN, err error) {
 	prefix := keys.LogPrefix(p.DB, p.ID)
 	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
 	if err != nil {
-		return err
+		return SCN{}, err
 	}
 	defer it.Close()
 	for valid := it.First(); valid; valid = it.Next() {
 		p.logBytes += int64(len(it.Key())) + int64(len(it.Value()))
 	}
-	return it.Error()
+	if !it.Last() {
+		return SCN{}, it.Error()
+	}
+	gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+	if err != nil {
+		return SCN{}, err
+	}
+	return SCN{gen, seq}, nil
 }
 
 // RetentionPolicy says how much of a partition's log to keep.
