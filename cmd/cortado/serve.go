@@ -59,6 +59,7 @@ type roleFlags struct {
 	rowCache       *int64
 	protocol       *uint
 	cpuProfile     *string
+	allocProfile   *string
 	// Overload protection: the document API's and a storage node's
 	// internal API's bounds, request deadlines, hedged reads.
 	maxInFlight, maxQueue          *int
@@ -86,6 +87,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		readyFile:     fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)"),
 		maxDepth:      fs.Int("max-depth", schema.DefaultMaxDepth, "how deeply records, arrays and maps may nest in a document (8 to 1000; every role of a cluster the same)"),
 		cpuProfile:    fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`)"),
+		allocProfile:  fs.String("alloc-profile", "", "write, at exit, a profile of the whole run's allocations and of the heap the last collection found live to this file (for `go tool pprof -sample_index=alloc_space`)"),
 		maxConns:      fs.Int("max-conns", server.DefaultMaxConns, "connections the port holds open at once; one beyond it is closed at once (-1: no bound)"),
 		idleTimeout:   fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close a kept-alive HTTP connection that sends no request for this long"),
 		heapFloor:     fs.Int64("heap-floor", server.DefaultHeapFloor, "smallest heap goal, in bytes, the garbage collector aims at (-1: GOGC alone; the GOGC environment variable also leaves it alone)"),
@@ -284,6 +286,18 @@ func runRole(name string, f *roleFlags, open func(context.Context, server.Option
 		}
 		defer func() {
 			pprof.StopCPUProfile()
+			pf.Close()
+		}()
+	}
+	if *f.allocProfile != "" {
+		pf, err := os.Create(*f.allocProfile)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(pf, 0); err != nil {
+				log.Error("write the allocation profile", "err", err)
+			}
 			pf.Close()
 		}()
 	}

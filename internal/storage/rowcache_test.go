@@ -3,6 +3,8 @@ package storage
 import (
 	"bytes"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -259,4 +261,61 @@ func TestRowCacheReadsAreLinearizable(t *testing.T) {
 	if _, hits, _ := p.e.RowCache(); hits == 0 || reads.Load() == 0 {
 		t.Fatalf("%d reads, %d answered by the cache", reads.Load(), hits)
 	}
+}
+
+// TestRowCacheStaysWithinItsBytes writes and reads ten times more rows
+// than a small cache holds, and a few hot rows among them: the cache
+// holds no more than its bytes, reuses the entries it evicts, keeps the
+// rows read again (the clock's second chance), leaves out a row larger
+// than a shard holds, and every read gives what Pebble holds.
+func TestRowCacheStaysWithinItsBytes(t *testing.T) {
+	const limit = rowShards * 8 << 10 // eight 1 KB rows a shard
+	e, err := Open(t.TempDir(), Options{NoSync: true, RowCacheBytes: limit, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p, _ := e.Partition("db", 1)
+	value := strings.Repeat("v", 1000)
+	hot := []string{"hot0", "hot1", "hot2", "hot3"}
+	var cold []string
+	for i := range 10 * limit / 1024 {
+		cold = append(cold, fmt.Sprint("cold", i))
+	}
+	for _, k := range append(slices.Clone(hot), cold...) {
+		put(t, p, k, value)
+	}
+	sameAsPebble(t, p, "hot", hot...) // the writes of cold ones evicted them
+	hotMisses := uint64(0)
+	for i, k := range cold {
+		sameAsPebble(t, p, "cold", k)
+		if i%16 == 0 {
+			_, _, before := e.RowCache()
+			sameAsPebble(t, p, "hot", hot...)
+			_, _, after := e.RowCache()
+			hotMisses += after - before
+		}
+	}
+	if hotMisses != 0 {
+		t.Fatalf("the rows read all along were evicted: %d misses reading them", hotMisses)
+	}
+	bytes, _, _ := e.RowCache()
+	if bytes > limit {
+		t.Fatalf("the cache holds %d bytes, its limit is %d", bytes, limit)
+	}
+	most := 0
+	for i := range e.rows.shards {
+		most = max(most, len(e.rows.shards[i].entries))
+	}
+	if most > limit/rowShards/(1000+rowOverhead)+1 {
+		t.Fatalf("a shard has %d entries: evicted ones are not reused", most)
+	}
+	// A row larger than a shard's share is read from Pebble each time
+	// and takes nothing out of the cache.
+	put(t, p, "big", strings.Repeat("b", limit/rowShards+1))
+	sameAsPebble(t, p, "big", "big")
+	if after, _, _ := e.RowCache(); after > limit {
+		t.Fatalf("after a row larger than a shard, the cache holds %d bytes", after)
+	}
+	sameAsPebble(t, p, "hot after big", hot...)
 }
