@@ -483,40 +483,63 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 // unavailable (an error answered as 503) is left out instead and its
 // index in parts returned in missing, unless every partition is.
 func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial bool, fn func(ctx context.Context, i int, n node.Service) error) (missing []int, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	type call struct {
+		i    int
+		n    node.Service
+		err  error // finding the node
+		here bool  // n is in this process
+	}
+	calls, remote := make([]call, len(parts)), 0
+	for i, p := range parts {
+		n, err := r.backend.Node(db, p)
+		calls[i] = call{i, n, err, err == nil && node.IsInProcess(n)}
+		if !calls[i].here {
+			remote++
+		}
+	}
+	// Calls to other processes run in goroutines and are cancelled by a
+	// context when one fails. Calls to this process's nodes run one
+	// after another (below), and once one failed the rest are not made:
+	// they need no context of their own, which would also start the
+	// request's deadline timer (admission.WithDeadline) — 1.3 KB and a
+	// timer a multi-get of 10 keys on one node.
+	callCtx, cancel := ctx, context.CancelFunc(func() {})
+	if remote > 0 {
+		callCtx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
+	var failed atomic.Bool
 	errs := make([]error, len(parts))
-	call := func(i int, n node.Service, err error) {
+	run := func(c call) {
+		err := c.err
+		if err == nil && failed.Load() {
+			err = context.Canceled
+		}
 		if err == nil {
-			err = fn(ctx, i, n)
+			err = fn(callCtx, c.i, c.n)
 		}
 		if err != nil {
-			errs[i] = err
+			errs[c.i] = err
 			if !partial || Problem(err).Status != http.StatusServiceUnavailable {
+				failed.Store(true)
 				cancel()
 			}
 		}
 	}
 	var wg sync.WaitGroup
-	type local struct {
-		i int
-		n node.Service
-	}
-	var here []local
-	for i, p := range parts {
-		n, err := r.backend.Node(db, p)
-		if err == nil && node.IsInProcess(n) {
-			here = append(here, local{i, n})
-			continue
+	for _, c := range calls {
+		if !c.here {
+			wg.Go(func() { run(c) })
 		}
-		wg.Go(func() { call(i, n, err) })
 	}
 	// Nodes of this process are called one after another in the
 	// request's goroutine: on the same cores, calls in goroutines of
 	// their own only interleave with other requests', and this request
 	// waits for the last of them.
-	for _, l := range here {
-		call(l.i, l.n, nil)
+	for _, c := range calls {
+		if c.here {
+			run(c)
+		}
 	}
 	wg.Wait()
 	defer func() { r.countFanOut(len(parts), len(missing), err) }()

@@ -112,13 +112,19 @@ func Stopping(ctx context.Context) <-chan struct{} {
 // Serve starts serving ln; h or rpc may be nil. Call Shutdown to stop.
 func Serve(ln net.Listener, h *http.Server, rpc *Server) *Listener {
 	l := &Listener{HTTP: h, RPC: rpc, ln: ln, done: make(chan struct{}), stopping: make(chan struct{})}
-	if h != nil && h.Handler != nil {
+	if h != nil {
 		// Long-lived HTTP handlers (change streams) learn of a shutdown
-		// from their request's context (see Stopping).
-		inner := h.Handler
-		h.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stoppingKey{}, l.stopping)))
-		})
+		// from their request's context (see Stopping), which every
+		// request's derives from (a copy of each request with a context
+		// of its own would cost an allocation of 330 bytes a request).
+		base := h.BaseContext
+		h.BaseContext = func(ln net.Listener) context.Context {
+			ctx := context.Background()
+			if base != nil {
+				ctx = base(ln)
+			}
+			return context.WithValue(ctx, stoppingKey{}, l.stopping)
+		}
 	}
 	run := func(f func()) {
 		l.wg.Add(1)
