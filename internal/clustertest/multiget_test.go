@@ -175,3 +175,58 @@ func TestLargeDocumentPages(t *testing.T) {
 		t.Fatalf("query read %d documents: %v", len(got), got)
 	}
 }
+
+// TestMultiGetOrder: a multi-get's page lists the documents in the order
+// of its keys, across partitions, a key asked twice twice, and the keys
+// not found under "missing"; its stream gives one line per key asked.
+func TestMultiGetOrder(t *testing.T) {
+	s := StartServe(t, ServeOptions{})
+	h := httpCase{t, s.URL}
+	h.want(h.do("PUT", "/_schemata/o", nil, `{"partitions":4}`), 201)
+	h.want(h.do("PUT", "/_schemata/o/T", nil, `{"key":[{"name":"id","type":"long"}],
+	  "schema":{"type":"record","name":"T","fields":[{"name":"n","type":"long"}]}}`), 201)
+	for i := 1; i <= 8; i++ {
+		h.want(h.do("PUT", fmt.Sprintf("/o/T/%d", i), nil, fmt.Sprintf(`{"n":%d}`, i)), 201)
+	}
+	asked := []int{5, 999, 2, 5, 8, 1, 998, 3, 2, 7}
+	var ids []string
+	for _, id := range asked {
+		ids = append(ids, fmt.Sprint(id))
+	}
+	path := "/o/T/(" + strings.Join(ids, ",") + ")"
+	var page struct {
+		Documents []struct {
+			Key      []int
+			Document struct{ N int }
+		}
+		Missing [][]int
+	}
+	if err := json.Unmarshal(h.want(h.do("GET", path, nil, ""), 200).body, &page); err != nil {
+		t.Fatal(err)
+	}
+	var got, missing []int
+	for _, it := range page.Documents {
+		if it.Key[0] != it.Document.N {
+			t.Fatalf("key %v holds document %d", it.Key, it.Document.N)
+		}
+		got = append(got, it.Key[0])
+	}
+	for _, k := range page.Missing {
+		missing = append(missing, k[0])
+	}
+	if fmt.Sprint(got) != "[5 2 5 8 1 3 2 7]" || fmt.Sprint(missing) != "[999 998]" {
+		t.Fatalf("the page lists %v and misses %v; asked %v", got, missing, asked)
+	}
+	lines := parseLines(t, h.want(h.do("GET", path, map[string]string{"Accept": "application/x-ndjson"}, ""), 200).body)
+	count := map[string]int{}
+	for _, l := range lines[:len(lines)-1] {
+		id := fmt.Sprint(l.Key[0])
+		if l.Missing != (id == "999" || id == "998") || !l.Missing && fmt.Sprint(l.Document["n"]) != id {
+			t.Fatalf("line %+v", l)
+		}
+		count[id]++
+	}
+	if end := lines[len(lines)-1]; len(lines) != len(asked)+1 || count["5"] != 2 || count["2"] != 2 || end.Documents != 8 || end.MissingKeys != 2 {
+		t.Fatalf("%d lines for %d keys, counts %v, end %+v", len(lines), len(asked), count, end)
+	}
+}

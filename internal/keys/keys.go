@@ -49,6 +49,20 @@ func S(s string) Part { return Part{Str: s} }
 // I returns an integer part.
 func I(i int64) Part { return Part{Int: i, IsInt: true} }
 
+// Equal reports whether keys a and b are the same key: they encode alike
+// (Encode), without encoding them.
+func Equal(a, b []Part) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].IsInt != b[i].IsInt || a[i].IsInt && a[i].Int != b[i].Int || !a[i].IsInt && a[i].Str != b[i].Str {
+			return false
+		}
+	}
+	return true
+}
+
 // String renders the part as it appears in a URL path segment.
 func (p Part) String() string {
 	if p.IsInt {

@@ -116,3 +116,19 @@ func TestParse(t *testing.T) {
 		t.Fatal("non-number accepted as long")
 	}
 }
+
+// TestEqualIsEncodedEquality: two keys are Equal exactly when they encode
+// alike, whatever fields a part of the other type carries.
+func TestEqualIsEncodedEquality(t *testing.T) {
+	ks := [][]Part{
+		nil, {S("")}, {S("1")}, {I(1)}, {I(0)}, {S("a"), I(1)}, {S("a"), I(2)}, {S("a"), S("1")},
+		{S("a")}, {I(1), S("a")}, {{Str: "ignored", Int: 1, IsInt: true}}, {{Str: "1", Int: 7}},
+	}
+	for _, a := range ks {
+		for _, b := range ks {
+			if got, want := Equal(a, b), bytes.Equal(Encode(a), Encode(b)); got != want {
+				t.Errorf("Equal(%v, %v) = %v, the encodings say %v", a, b, got, want)
+			}
+		}
+	}
+}

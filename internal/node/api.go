@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -160,7 +159,7 @@ func (r *MultiGetRequest) Answered(items []*Item) int {
 	}
 	i := 0
 	for j, k := range r.Keys {
-		if bytes.Equal(keys.Encode(k), keys.Encode(items[i].Key)) {
+		if keys.Equal(k, items[i].Key) {
 			if i++; i == len(items) {
 				return j + 1
 			}

@@ -21,7 +21,10 @@ type multiGet struct {
 	spec  node.ReadSpec
 	all   [][]keys.Part // every key, in request order
 	order []int         // partitions, in the order of their first key
-	keys  map[int][][]keys.Part
+	// groups[g] are the keys of partition order[g], in request order,
+	// and at[g] their places in all.
+	groups [][][]keys.Part
+	at     [][]int
 }
 
 // planMultiGet resolves a multi-get's keys: every one a full key of the
@@ -36,7 +39,9 @@ func (r *Router) planMultiGet(db, table string, keyTexts [][]string, f Format) (
 	if len(keyTexts) > r.opts.MaxLimit {
 		return nil, &keyError{fmt.Errorf("a multi-get takes at most %d keys", r.opts.MaxLimit)}
 	}
-	m := &multiGet{all: make([][]keys.Part, len(keyTexts)), keys: map[int][][]keys.Part{}}
+	n := len(keyTexts)
+	m := &multiGet{all: make([][]keys.Part, n)}
+	group := make([]int, n) // each key's place in order
 	for i, kt := range keyTexts {
 		tg, err := r.resolve(db, table, kt, false)
 		if err != nil {
@@ -47,16 +52,51 @@ func (r *Router) planMultiGet(db, table string, keyTexts [][]string, f Format) (
 		}
 		m.db, m.table = tg.db, tg.table
 		m.all[i] = tg.key
-		if _, ok := m.keys[tg.part]; !ok {
+		// At most MaxLimit keys and as many partitions: a search, not a
+		// map to make.
+		g := slices.Index(m.order, tg.part)
+		if g < 0 {
+			g = len(m.order)
 			m.order = append(m.order, tg.part)
 		}
-		m.keys[tg.part] = append(m.keys[tg.part], tg.key)
+		group[i] = g
+	}
+	// The groups are cut from one array of keys and one of places.
+	count := make([]int, len(m.order))
+	for _, g := range group {
+		count[g]++
+	}
+	ks, at := make([][]keys.Part, n), make([]int, n)
+	m.groups, m.at = make([][][]keys.Part, len(m.order)), make([][]int, len(m.order))
+	start := 0
+	for g, c := range count {
+		m.groups[g], m.at[g] = ks[start:start:start+c], at[start:start:start+c]
+		start += c
+	}
+	for i, g := range group {
+		m.groups[g] = append(m.groups[g], m.all[i])
+		m.at[g] = append(m.at[g], i)
 	}
 	var err error
 	if m.spec, err = r.readSpec(m.table, f); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// matchItems calls fn with the place in ks of each key and the item
+// answered for it, nil for a key not found: a node answers in the order
+// of the keys it was asked, leaving out those it did not find.
+func matchItems(ks [][]keys.Part, items []*node.Item, fn func(j int, it *node.Item)) {
+	i := 0
+	for j, k := range ks {
+		var it *node.Item
+		if i < len(items) && keys.Equal(items[i].Key, k) {
+			it = items[i]
+			i++
+		}
+		fn(j, it)
+	}
 }
 
 // streamChunkBytes bounds what a streamed multi-get holds of one
@@ -67,22 +107,23 @@ const streamChunkBytes = 1 << 20
 // callMultiGet asks every partition for its keys, in answers bounded by
 // maxBytes of documents (node.MultiGetRequest.MaxBytes), calling got
 // with each answer and the keys it covers as it comes (concurrently for
-// partitions on other processes: remote). It returns the partitions that
-// did not answer (Prefer: partial-ok).
-func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxBytes int, got func(part int, ks [][]keys.Part, items []*node.Item, remote bool) error) ([]int, error) {
-	missing, err := r.fanOut(ctx, m.db.Name, m.order, f.PartialOK, func(ctx context.Context, i int, n node.Service) error {
-		p := m.order[i]
-		for ks := m.keys[p]; len(ks) > 0; {
-			req := node.MultiGetRequest{DB: m.db.Name, Table: m.table.Name, Partition: p, Keys: ks, Read: m.spec, MaxBytes: maxBytes}
+// partitions on other processes: remote): ks are m.groups[g][from:] as
+// far as the answer goes. It returns the partitions that did not answer
+// (Prefer: partial-ok).
+func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxBytes int, got func(g, from int, ks [][]keys.Part, items []*node.Item, remote bool) error) ([]int, error) {
+	missing, err := r.fanOut(ctx, m.db.Name, m.order, f.PartialOK, func(ctx context.Context, g int, n node.Service) error {
+		ks := m.groups[g]
+		for from := 0; from < len(ks); {
+			req := node.MultiGetRequest{DB: m.db.Name, Table: m.table.Name, Partition: m.order[g], Keys: ks[from:], Read: m.spec, MaxBytes: maxBytes}
 			items, err := n.MultiGet(ctx, req)
 			if err != nil {
 				return err
 			}
 			done := req.Answered(items)
-			if err := got(p, ks[:done], items, !node.IsInProcess(n)); err != nil {
+			if err := got(g, from, ks[from:from+done], items, !node.IsInProcess(n)); err != nil {
 				return err
 			}
-			ks = ks[done:]
+			from += done
 		}
 		return nil
 	})
@@ -105,20 +146,16 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	if err != nil {
 		return nil, err
 	}
-	var mu sync.Mutex
-	found := map[string]*node.Item{}
+	found := make([]*node.Item, len(m.all)) // by place in m.all; each partition's calls fill their own
 	limit := r.opts.MaxResponseBytes
-	lacking, err := r.callMultiGet(ctx, m, f, limit, func(part int, ks [][]keys.Part, items []*node.Item, _ bool) error {
-		if len(ks) < len(m.keys[part]) {
+	lacking, err := r.callMultiGet(ctx, m, f, limit, func(g, from int, ks [][]keys.Part, items []*node.Item, _ bool) error {
+		if from+len(ks) < len(m.groups[g]) {
 			// The partition's documents alone, before their conversion
 			// to JSON, reached the page's bound.
 			return &responseTooLarge{size: limit, limit: limit, partial: true, multiGet: true}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, it := range items {
-			found[string(keys.Encode(it.Key))] = it
-		}
+		at := m.at[g][from:]
+		matchItems(ks, items, func(j int, it *node.Item) { found[at[j]] = it })
 		return nil
 	})
 	if err != nil {
@@ -126,8 +163,8 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	}
 	var items []*node.Item
 	var missing [][]keys.Part
-	for _, k := range m.all {
-		if it, ok := found[string(keys.Encode(k))]; ok {
+	for i, k := range m.all {
+		if it := found[i]; it != nil {
 			items = append(items, it)
 		} else if !slices.Contains(lacking, m.db.PartitionOf(k[0])) {
 			missing = append(missing, k) // not found; a key of an unanswered partition is neither
@@ -190,29 +227,28 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 	}
 	var mu sync.Mutex
 	end := &StreamEnd{}
-	lacking, err := r.callMultiGet(ctx, m, f, streamChunkBytes, func(part int, ks [][]keys.Part, items []*node.Item, remote bool) error {
-		found := make(map[string]*node.Item, len(items))
-		for _, it := range items {
-			found[string(keys.Encode(it.Key))] = it
-		}
+	lacking, err := r.callMultiGet(ctx, m, f, streamChunkBytes, func(_, _ int, ks [][]keys.Part, items []*node.Item, remote bool) error {
 		buf := pageBuffers.get(renderedSize(items) + 32*(len(ks)-len(items)))
 		b := (*buf)[:0]
 		defer func() { pageBuffers.put(buf, b) }() // emit has written or copied the lines
 		docs := 0
-		for _, k := range ks {
-			it, ok := found[string(keys.Encode(k))]
-			if !ok {
+		var err error
+		matchItems(ks, items, func(j int, it *node.Item) {
+			switch {
+			case err != nil:
+			case it == nil:
 				b = append(b, `{"key":`...)
-				b = append(b, schema.KeyJSON(k)...)
+				b = append(b, schema.KeyJSON(ks[j])...)
 				b = append(b, `,"missing":true}`+"\n"...)
-				continue
+			default:
+				if b, err = r.appendItem(b, m.table, it, f); err == nil {
+					b = append(b, '\n')
+					docs++
+				}
 			}
-			var err error
-			if b, err = r.appendItem(b, m.table, it, f); err != nil {
-				return err
-			}
-			b = append(b, '\n')
-			docs++
+		})
+		if err != nil {
+			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
