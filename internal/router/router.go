@@ -500,9 +500,9 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	// Calls to other processes run in goroutines and are cancelled by a
 	// context when one fails. Calls to this process's nodes run one
 	// after another (below), and once one failed the rest are not made:
-	// they need no context of their own, which would also start the
-	// request's deadline timer (admission.WithDeadline) — 1.3 KB and a
-	// timer a multi-get of 10 keys on one node.
+	// they need no context of their own, whose making would also start
+	// the request's deadline timer (admission.WithDeadline defers it
+	// until something waits on the deadline).
 	callCtx, cancel := ctx, context.CancelFunc(func() {})
 	if remote > 0 {
 		callCtx, cancel = context.WithCancel(ctx)
