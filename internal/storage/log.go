@@ -67,6 +67,13 @@ type Commit struct {
 	SCN       SCN
 	Timestamp time.Time
 	Events    []Event
+	// entry is the log entry the commit was read from, when it was read
+	// from a log of this process (ReadLog): a replica that applies it
+	// stores these bytes, the master's own, instead of encoding the
+	// commit again (1.6 % of serve --nodes 3's CPU under PUTs, and an
+	// entry's allocation a slave a write). Commits that came over the
+	// wire have none.
+	entry []byte
 }
 
 // Size is about how many bytes the commit takes: what bounds a batch of
@@ -170,7 +177,7 @@ func decodeCommit(scn SCN, b []byte) (Commit, error) {
 		return Commit{}, errCorruptLog
 	}
 	r := logReader{b: b[n:]}
-	c := Commit{SCN: scn, Timestamp: time.Unix(0, ts)}
+	c := Commit{SCN: scn, Timestamp: time.Unix(0, ts), entry: b}
 	count := r.uvarint()
 	for i := uint64(0); i < count && r.err == nil; i++ {
 		if len(r.b) == 0 {

@@ -98,7 +98,10 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 				return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
 			}
 		}
-		lk, entry := keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c)
+		lk, entry := keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), c.entry
+		if entry == nil {
+			entry = encodeCommit(c)
+		}
 		if err := b.Set(lk, entry, nil); err != nil {
 			return err
 		}

@@ -1,11 +1,13 @@
 package storage
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -449,4 +451,60 @@ func TestCloseStoresTheWatermark(t *testing.T) {
 	if got := p.AcknowledgedSCN(); got != last {
 		t.Fatalf("after a clean restart the watermark is %s, want %s", got, last)
 	}
+}
+
+// TestReplicasStoreTheMastersEntries: a slave's log holds the bytes of
+// its master's, whether the commits came from a log of this process
+// (which carry the master's entry) or over the wire (which do not, and
+// are encoded again), for updates, deletes and transactions of several
+// rows.
+func TestReplicasStoreTheMastersEntries(t *testing.T) {
+	m, s := pair(t, 1)
+	_, wire := pair(t, 1)
+	put(t, m, "a", "1")
+	put(t, m, "b", "2")
+	if _, err := m.Update(func(tx *Tx) error {
+		if _, err := tx.Put("T", []keys.Part{keys.S("a")}, 2, []byte("3")); err != nil {
+			return err
+		}
+		_, err := tx.Delete("T", []keys.Part{keys.S("b")})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	replicate(t, m, s)
+	if err := m.ReadLog(SCN{}, func(c Commit) bool {
+		c.entry = nil // as decoded from the wire
+		if err := wire.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := storedLog(t, m)
+	if len(want) != 3 {
+		t.Fatalf("the master's log holds %d entries, want 3", len(want))
+	}
+	for name, p := range map[string]*Partition{"slave": s, "slave fed over the wire": wire} {
+		if got := storedLog(t, p); !slices.EqualFunc(got, want, bytes.Equal) {
+			t.Fatalf("the %s's log entries differ from the master's", name)
+		}
+	}
+}
+
+// storedLog returns p's log entries as Pebble holds them.
+func storedLog(t *testing.T, p *Partition) [][]byte {
+	t.Helper()
+	prefix := keys.LogPrefix(p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var out [][]byte
+	for it.First(); it.Valid(); it.Next() {
+		out = append(out, slices.Clone(it.Value()))
+	}
+	return out
 }
