@@ -85,9 +85,10 @@ func (r *Router) planMultiGet(db, table string, keyTexts [][]string, f Format) (
 }
 
 // matchItems calls fn with the place in ks of each key and the item
-// answered for it, nil for a key not found: a node answers in the order
-// of the keys it was asked, leaving out those it did not find.
-func matchItems(ks [][]keys.Part, items []*node.Item, fn func(j int, it *node.Item)) {
+// answered for it, nil for a key not found (a node answers in the order
+// of the keys it was asked, leaving out those it did not find), until fn
+// returns an error, which it returns.
+func matchItems(ks [][]keys.Part, items []*node.Item, fn func(j int, it *node.Item) error) error {
 	i := 0
 	for j, k := range ks {
 		var it *node.Item
@@ -95,8 +96,11 @@ func matchItems(ks [][]keys.Part, items []*node.Item, fn func(j int, it *node.It
 			it = items[i]
 			i++
 		}
-		fn(j, it)
+		if err := fn(j, it); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // streamChunkBytes bounds what a streamed multi-get holds of one
@@ -155,8 +159,10 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 			return &responseTooLarge{size: limit, limit: limit, partial: true, multiGet: true}
 		}
 		at := m.at[g][from:]
-		matchItems(ks, items, func(j int, it *node.Item) { found[at[j]] = it })
-		return nil
+		return matchItems(ks, items, func(j int, it *node.Item) error {
+			found[at[j]] = it
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -232,20 +238,20 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 		b := (*buf)[:0]
 		defer func() { pageBuffers.put(buf, b) }() // emit has written or copied the lines
 		docs := 0
-		var err error
-		matchItems(ks, items, func(j int, it *node.Item) {
-			switch {
-			case err != nil:
-			case it == nil:
+		err := matchItems(ks, items, func(j int, it *node.Item) error {
+			if it == nil {
 				b = append(b, `{"key":`...)
 				b = append(b, schema.KeyJSON(ks[j])...)
 				b = append(b, `,"missing":true}`+"\n"...)
-			default:
-				if b, err = r.appendItem(b, m.table, it, f); err == nil {
-					b = append(b, '\n')
-					docs++
-				}
+				return nil
 			}
+			var err error
+			if b, err = r.appendItem(b, m.table, it, f); err != nil {
+				return err
+			}
+			b = append(b, '\n')
+			docs++
+			return nil
 		})
 		if err != nil {
 			return err
