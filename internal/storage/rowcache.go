@@ -92,6 +92,10 @@ const maxReads = 3
 
 func (e *rowEntry) weight() int64 { return int64(len(e.kv)) + rowOverhead }
 
+// holds reports whether the entry is key k's (its hash may be another
+// key's too).
+func (e *rowEntry) holds(k []byte) bool { return string(e.kv[:e.keyLen]) == string(k) }
+
 func newRowCache(bytes int64) *rowCache {
 	if bytes <= 0 {
 		return nil
@@ -122,7 +126,7 @@ func (rc *rowCache) get(h uint64, k []byte, epoch uint64) (Doc, bool) {
 		return Doc{}, false
 	}
 	e := &s.entries[i]
-	if e.epoch != epoch || string(e.kv[:e.keyLen]) != string(k) {
+	if e.epoch != epoch || !e.holds(k) {
 		return Doc{}, false
 	}
 	if e.reads < maxReads {
@@ -172,7 +176,7 @@ func (rc *rowCache) remove(h uint64, k []byte) {
 	s := rc.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, ok := s.index[h]; ok && string(s.entries[i].kv[:s.entries[i].keyLen]) == string(k) {
+	if i, ok := s.index[h]; ok && s.entries[i].holds(k) {
 		s.drop(i)
 	}
 }
