@@ -43,23 +43,27 @@ type Options struct {
 	// MaxInFlight is how many requests may be in progress at once
 	// (default 64; negative: no limit, the limiter is off).
 	MaxInFlight int
-	// MaxQueue is how many requests may wait for a slot, for at most
-	// QueueTimeout (default 100 ms; a router's 10 ms). By default (0) it
-	// is sized from the measured capacity, as the FollowFeed post sizes
-	// its queues: the most requests completed in one second over the last
-	// ten, times QueueTimeout — what the process can still serve before a
-	// waiting request gives up — at least MinQueue (default 256) and at
-	// most 4096. Negative: nothing waits. The sizes come from the
-	// overload test (docs/performance.md): fixed queues of 512 and 2048
-	// with a 1 s wait let queued requests outlive their clients and
-	// goodput collapse; 256 refused up to a tenth of what `serve --nodes
-	// 3` could serve near its capacity (about 5,000 requests a second:
-	// 500 in 100 ms). A router waits 10 ms at most: under an open-loop
-	// load past capacity its queue stands full, so every request
-	// admitted waited the whole timeout — 100 ms added to each at 1.05C;
-	// 10 ms halves the p99 there without costing goodput.
+	// MaxQueue is how many requests may wait for a slot. By default (0)
+	// it is sized from the measured capacity, as the FollowFeed post
+	// sizes its queues: the most requests completed in one second over
+	// the last ten, times QueueTimeout — what the process can still
+	// serve before a waiting request gives up — at least MinQueue
+	// (default 256) and at most 4096. Negative: nothing waits.
 	MaxQueue, MinQueue int
-	QueueTimeout       time.Duration
+	// QueueTimeout and StandingTimeout bound a request's wait the way
+	// CoDel bounds a packet's ("Fail at Scale", Facebook 2015): while
+	// the queue has been empty within the last QueueTimeout (default
+	// 100 ms), a request waits up to QueueTimeout, so a burst or a
+	// short stall is absorbed rather than refused; once the queue has
+	// stood for longer than that, the process is overloaded, and a
+	// request waits at most StandingTimeout (default 10 ms), and slots
+	// go to the newest waiters first (adaptive LIFO): those whose
+	// clients are still waiting, while the oldest time out. A fixed
+	// 100 ms let a standing queue add 100 ms to every request admitted
+	// past capacity (p50 117–120 ms at 1.05C); a fixed 10 ms refused
+	// requests in every stall of tens of milliseconds at capacity, which
+	// the unprotected server absorbed (docs/performance.md).
+	QueueTimeout, StandingTimeout time.Duration
 	// Adaptive lets the limit follow latency (a gradient limiter in the
 	// style of Netflix's concurrency-limits): it shrinks when requests
 	// take longer than the fastest recently seen, grows while they do
@@ -77,11 +81,11 @@ const (
 	// second at 10 ms or more under load: 100 and up; with 64, the
 	// open-loop overload test queued every request for 100 ms at C).
 	// Storage nodes, whose own limits bound the work, keep 64.
-	DefaultRouterMaxInFlight  = 256
-	DefaultMinQueue           = 256
-	maxQueueCap               = 4096
-	DefaultQueueTimeout       = 100 * time.Millisecond
-	DefaultRouterQueueTimeout = 10 * time.Millisecond
+	DefaultRouterMaxInFlight = 256
+	DefaultMinQueue          = 256
+	maxQueueCap              = 4096
+	DefaultQueueTimeout      = 100 * time.Millisecond
+	DefaultStandingTimeout   = 10 * time.Millisecond
 )
 
 // ErrOverloaded is a request refused: no slot, and no room (or no time)
@@ -96,9 +100,12 @@ type Limiter struct {
 	inFlight int
 	waiting  [classes][]*waiter
 	queued   int
-	grad     gradient                 // the adaptive limit, when Options.Adaptive
-	done     [throughputWindow]second // requests completed, per second
-	now      func() time.Time
+	// emptied is when the queue was last empty (it has not been since,
+	// while queued > 0).
+	emptied time.Time
+	grad    gradient                 // the adaptive limit, when Options.Adaptive
+	done    [throughputWindow]second // requests completed, per second
+	now     func() time.Time
 
 	// Counters, read by Stats.
 	admitted, rejected [classes]uint64
@@ -119,6 +126,9 @@ func New(o Options) *Limiter {
 	}
 	if o.QueueTimeout == 0 {
 		o.QueueTimeout = DefaultQueueTimeout
+	}
+	if o.StandingTimeout == 0 {
+		o.StandingTimeout = min(DefaultStandingTimeout, o.QueueTimeout)
 	}
 	if o.MinInFlight <= 0 {
 		o.MinInFlight = min(8, max(1, o.MaxInFlight))
@@ -158,12 +168,20 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (release func(), err err
 		l.mu.Unlock()
 		return nil, ErrOverloaded
 	}
+	now := l.now()
+	if l.queued == 0 {
+		l.emptied = now
+	}
+	wait := l.opts.QueueTimeout
+	if l.standingLocked(now) {
+		wait = l.opts.StandingTimeout
+	}
 	w := &waiter{ready: make(chan struct{})}
 	l.waiting[c] = append(l.waiting[c], w)
 	l.queued++
 	l.mu.Unlock()
 
-	t := time.NewTimer(l.opts.QueueTimeout)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-w.ready:
@@ -183,7 +201,7 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (release func(), err err
 			break
 		}
 	}
-	l.queued--
+	l.dequeuedLocked()
 	l.rejected[c]++
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -206,20 +224,39 @@ func (l *Limiter) releaser() func() {
 	}
 }
 
+// standingLocked reports whether the queue has not been empty for longer
+// than the queue timeout: the process is past its capacity, not in a
+// burst (Options.StandingTimeout).
+func (l *Limiter) standingLocked(now time.Time) bool {
+	return l.queued > 0 && now.Sub(l.emptied) > l.opts.QueueTimeout
+}
+
+// dequeuedLocked counts a waiter out of the queue.
+func (l *Limiter) dequeuedLocked() {
+	if l.queued--; l.queued == 0 {
+		l.emptied = l.now()
+	}
+}
+
 // release frees a slot, handing it to the most important waiter (unless
-// the limit shrank below what is in progress).
+// the limit shrank below what is in progress): the oldest of its class,
+// or the newest while the queue stands (Options.StandingTimeout).
 func (l *Limiter) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.completedLocked()
+	now := l.completedLocked()
 	for c := range classes {
 		if l.inFlight > l.limitLocked() {
 			break
 		}
 		if q := l.waiting[c]; len(q) > 0 {
-			w := q[0]
-			l.waiting[c] = q[1:]
-			l.queued--
+			var w *waiter
+			if l.standingLocked(now) {
+				w, l.waiting[c] = q[len(q)-1], q[:len(q)-1]
+			} else {
+				w, l.waiting[c] = q[0], q[1:]
+			}
+			l.dequeuedLocked()
 			w.done = true
 			l.admitted[c]++
 			close(w.ready)
@@ -237,14 +274,17 @@ type second struct {
 	n    int
 }
 
-// completedLocked counts a completed request in its second.
-func (l *Limiter) completedLocked() {
-	now := l.now().Unix()
+// completedLocked counts a completed request in its second, and returns
+// the time.
+func (l *Limiter) completedLocked() time.Time {
+	t := l.now()
+	now := t.Unix()
 	b := &l.done[now%throughputWindow]
 	if b.unix != now {
 		*b = second{unix: now}
 	}
 	b.n++
+	return t
 }
 
 // queueLimitLocked is how many requests may wait now: Options.MaxQueue,
@@ -266,8 +306,12 @@ func (l *Limiter) queueLimitLocked() int {
 
 // Stats is a limiter's state and counters.
 type Stats struct {
-	InFlight, Queued   int
-	Limit, QueueLimit  int
+	InFlight, Queued  int
+	Limit, QueueLimit int
+	// QueueAge is how long the queue has not been empty (0 when it is):
+	// past the queue timeout, the process is overloaded and waits are
+	// the standing timeout.
+	QueueAge           time.Duration
 	Admitted, Rejected map[string]uint64
 }
 
@@ -280,6 +324,9 @@ func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s.InFlight, s.Queued, s.Limit, s.QueueLimit = l.inFlight, l.queued, l.limitLocked(), l.queueLimitLocked()
+	if l.queued > 0 {
+		s.QueueAge = l.now().Sub(l.emptied)
+	}
 	for c := range classes {
 		s.Admitted[c.String()], s.Rejected[c.String()] = l.admitted[c], l.rejected[c]
 	}

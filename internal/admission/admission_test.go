@@ -301,3 +301,100 @@ func TestQueueSizedFromThroughput(t *testing.T) {
 	hold()
 	wg.Wait()
 }
+
+// TestStandingQueue: while the queue keeps emptying, a request waits up
+// to the queue timeout (a burst is absorbed) and slots go to the oldest
+// waiter; once the queue has not emptied for longer than the queue
+// timeout, a new request waits only the standing timeout, and slots go
+// to the newest waiter (CoDel with adaptive LIFO).
+func TestStandingQueue(t *testing.T) {
+	clock := time.Unix(1_000_000, 0)
+	var mu sync.Mutex
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+
+	// order runs three waiters behind a held slot, advancing the clock
+	// by gap after the first has queued, and returns the order in which
+	// they got the slot.
+	order := func(gap time.Duration) []string {
+		l := New(Options{MaxInFlight: 1, MaxQueue: 8, QueueTimeout: time.Minute, StandingTimeout: time.Minute})
+		l.now = now
+		hold, err := l.Acquire(context.Background(), Interactive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan string, 3)
+		var wg sync.WaitGroup
+		for i, name := range []string{"first", "second", "third"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := l.Acquire(context.Background(), Interactive)
+				if err != nil {
+					t.Error(name, err)
+					return
+				}
+				got <- name
+				r()
+			}()
+			waitQueued(t, l, i+1)
+			if i == 0 {
+				advance(gap)
+			}
+		}
+		hold()
+		wg.Wait()
+		close(got)
+		var names []string
+		for n := range got {
+			names = append(names, n)
+		}
+		return names
+	}
+	if got := fmt.Sprint(order(time.Second)); got != "[first second third]" {
+		t.Errorf("a queue that emptied within the queue timeout served %s, want oldest first", got)
+	}
+	if got := fmt.Sprint(order(2 * time.Minute)); got != "[third second first]" {
+		t.Errorf("a standing queue served %s, want newest first", got)
+	}
+
+	// The wait: a minute while the queue is young, 20 ms once it stands;
+	// and young again once it has emptied.
+	l := New(Options{MaxInFlight: 1, MaxQueue: 8, QueueTimeout: time.Minute, StandingTimeout: 20 * time.Millisecond})
+	l.now = now
+	hold, _ := l.Acquire(context.Background(), Interactive)
+	old := make(chan error, 1)
+	go func() {
+		r, err := l.Acquire(context.Background(), Interactive)
+		if err == nil {
+			r()
+		}
+		old <- err
+	}()
+	waitQueued(t, l, 1)
+	advance(2 * time.Minute)
+	start := time.Now()
+	if _, err := l.Acquire(context.Background(), Interactive); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("a request behind a standing queue: %v, want overloaded", err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("a request behind a standing queue waited %v, want about the standing timeout", waited)
+	}
+	if s := l.Stats(); s.Queued != 1 || s.QueueAge != 2*time.Minute {
+		t.Fatalf("the first waiter should still wait (its minute is not up), in a queue 2 minutes old: %+v", s)
+	}
+	hold() // the first waiter takes the slot and gives it back: the queue emptied
+	if err := <-old; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Queued != 0 || s.QueueAge != 0 {
+		t.Fatalf("an empty queue: %+v", s)
+	}
+	hold, _ = l.Acquire(context.Background(), Interactive)
+	defer hold()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(ctx, Interactive); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a request behind a queue that emptied: %v, want to wait out its own 200 ms deadline", err)
+	}
+}

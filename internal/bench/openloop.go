@@ -51,7 +51,12 @@ const (
 // time; one not answered by then fails and its connection is closed, as
 // a client that gives up closes it. A request that finds no idle
 // connection and may not dial one (maxConns, redialRate) fails unsent.
-func openLoop(ctx context.Context, o Options, base string, rate float64, d, timeout time.Duration) (lat []time.Duration, failed int, err error) {
+//
+// late holds, for each request sent, how long after its due time it left
+// (after its connection's dial, for the first on a connection): on two
+// cores shared with the server, the generator's own delay, which counts
+// in the latency. dials is how many connections it opened.
+func openLoop(ctx context.Context, o Options, base string, rate float64, d, timeout time.Duration) (lat, late []time.Duration, failed, dials int, err error) {
 	doc := docJSON(o.DocBytes)
 	var mu sync.Mutex
 	err = offer(ctx, base, rate, d, timeout, openLoad{
@@ -59,6 +64,12 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 		answer: func(_ time.Time, took time.Duration, a answer) {
 			mu.Lock()
 			defer mu.Unlock()
+			if a.sent {
+				late = append(late, a.late)
+				if a.dialed {
+					dials++
+				}
+			}
 			if succeeded(a.status) && took <= timeout {
 				lat = append(lat, took)
 			} else {
@@ -66,7 +77,7 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 			}
 		},
 	})
-	return lat, failed, err
+	return lat, late, failed, dials, err
 }
 
 // openLoad is what an open-loop run sends and where its answers go.
@@ -87,6 +98,11 @@ type openLoad struct {
 type answer struct {
 	status  int
 	problem string
+	// sent says whether the request was written (or begun) at all, late
+	// how long after its due time that began, and dialed whether its
+	// connection was dialled for it.
+	sent, dialed bool
+	late         time.Duration
 	// tail is the body's last bytes (up to tailBytes: a stream's end
 	// line) when the load asks for them, valid only during its answer
 	// call.
@@ -161,10 +177,12 @@ func (g *generator) connection(seed uint64, first time.Time) {
 	if g.l.tail {
 		tail = &tailWriter{buf: make([]byte, 4<<10)}
 	}
-	for at := first; ; {
+	for at, dialed := first, true; ; dialed = false {
+		late := time.Since(at)
 		c.SetDeadline(at.Add(g.timeout))
 		g.l.write(bw, r, g.host)
 		a, alive := roundTrip(bw, br, tail)
+		a.sent, a.dialed, a.late = true, dialed, late
 		g.l.answer(at, time.Since(at), a)
 		if !alive {
 			return

@@ -55,11 +55,16 @@ func TestOpenLoop(t *testing.T) {
 	defer srv.Close()
 	o := Options{DB: "b", Keys: 100, DocBytes: 100}
 	const rate, d = 2000, 500 * time.Millisecond
-	lat, failed, err := openLoop(t.Context(), o, srv.URL, rate, d, 300*time.Millisecond)
+	lat, late, failed, dials, err := openLoop(t.Context(), o, srv.URL, rate, d, 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := int(rate * d.Seconds())
+	// Every request the server saw was sent, and each connection the
+	// server accepted was dialled for a request sent on it.
+	if len(late) < len(lat) || len(late) > n || dials < 1 || dials > len(late) {
+		t.Fatalf("%d requests counted as sent, %d dials, for %d answered of %d", len(late), dials, len(lat), n)
+	}
 	if len(lat)+failed != n {
 		t.Fatalf("%d answered + %d failed, want the %d requests of the schedule", len(lat), failed, n)
 	}
@@ -231,5 +236,33 @@ func TestMultiGetOpenLoop(t *testing.T) {
 	n := int(rate * d.Seconds())
 	if p.Requests+p.Errors != n || int(seen.Load()) != n || p.Errors != n/4 {
 		t.Fatalf("%d answered + %d failed (server saw %d), want %d requests, a quarter of them failed", p.Requests, p.Errors, seen.Load(), n)
+	}
+}
+
+// TestSuccessP99: the server's p99 comes from the successful requests'
+// histogram buckets between two readings; failures do not count.
+func TestSuccessP99(t *testing.T) {
+	page := func(fast, slow, failed int) metricsPage {
+		var m metricsPage
+		for _, b := range []struct {
+			le   string
+			n, f int
+		}{{"0.0001", 0, 0}, {"0.0002", fast, 0}, {"0.0004", fast, 0}, {"0.0008", fast + slow, failed}, {"+Inf", fast + slow, failed}} {
+			m = append(m,
+				fmt.Sprintf(`cortado_request_duration_seconds_bucket{code="200",method="GET",route="doc",le="%s"} %d`, b.le, b.n),
+				fmt.Sprintf(`cortado_request_duration_seconds_bucket{code="503",method="GET",route="doc",le="%s"} %d`, b.le, b.f))
+		}
+		return m
+	}
+	// Between the readings: 990 fast successes, 10 slow ones, and 5,000
+	// slow failures that would move the p99 if they counted.
+	if got := successP99(page(1000, 0, 0), page(1990, 10, 5000)); got != 200*time.Microsecond {
+		t.Fatalf("p99 %v, want the 0.2 ms bucket", got)
+	}
+	if got := successP99(page(1000, 0, 0), page(1980, 20, 0)); got != 800*time.Microsecond {
+		t.Fatalf("p99 %v, want the 0.8 ms bucket", got)
+	}
+	if got := successP99(page(1000, 0, 0), page(1000, 0, 0)); got != 0 {
+		t.Fatalf("p99 of nothing served: %v", got)
 	}
 }

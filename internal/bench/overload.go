@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -54,6 +57,19 @@ type Step struct {
 	// load: what overload could grow.
 	OtherHeapMiB float64
 	Goroutines   float64 // the server's peak goroutines
+	// SendLateP99 is the 99th percentile of how late the generator sent
+	// its requests (after their due time; for the first on a new
+	// connection, after the dial): delay of this machine's making, not
+	// the server's queues, though the latencies count it. Dials is how
+	// many connections the generator opened in the step.
+	SendLateP99 time.Duration
+	Dials       int
+	// ServerP99 is the p99 of the successful requests' time in the
+	// server (its router's cortado_request_duration_seconds, from the
+	// handler's start: admission's queue included, the kernel's and the
+	// scheduler's delays before it not), as the upper bound of the
+	// histogram's bucket (buckets double from 0.1 ms).
+	ServerP99 time.Duration
 }
 
 func (o *OverloadOptions) fill() {
@@ -168,19 +184,25 @@ func succeeded(status int) bool {
 // openLoopMix sends the mix at rate for o.Duration and measures it.
 func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float64) (Step, error) {
 	hc := &http.Client{Timeout: 2 * time.Second}
-	cpu0, self0, t0 := metricSum(hc, base, "process_cpu_seconds_total", ""), selfCPU(), time.Now()
+	m0 := fetchMetrics(hc, base)
+	cpu0, self0, t0 := m0.sum("process_cpu_seconds_total", ""), selfCPU(), time.Now()
 	peak := watchServer(base, o.Duration)
-	lat, failed, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
+	lat, late, failed, dials, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
 	heap, other, goroutines := peak()
 	if err != nil {
 		return Step{}, err
 	}
 	secs := time.Since(t0).Seconds()
-	serverCPU := (metricSum(hc, base, "process_cpu_seconds_total", "") - cpu0) / secs
+	m1 := fetchMetrics(hc, base)
+	serverCPU := (m1.sum("process_cpu_seconds_total", "") - cpu0) / secs
 	generatorCPU := (selfCPU() - self0).Seconds() / secs
 	slices.Sort(lat)
 	s := Step{Offered: rate, Goodput: float64(len(lat)) / o.Duration.Seconds(), HeapMiB: heap / (1 << 20), OtherHeapMiB: other / (1 << 20), Goroutines: goroutines,
-		ServerCPU: serverCPU, GeneratorCPU: generatorCPU}
+		ServerCPU: serverCPU, GeneratorCPU: generatorCPU, Dials: dials, ServerP99: successP99(m0, m1)}
+	if len(late) > 0 {
+		slices.Sort(late)
+		s.SendLateP99 = late[len(late)*99/100]
+	}
 	if sent := len(lat) + failed; sent > 0 {
 		s.ErrorRate = float64(failed) / float64(sent)
 	}
@@ -188,6 +210,55 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float
 		s.P50, s.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	}
 	return s, nil
+}
+
+// successP99 is the upper bound of the router's latency bucket holding
+// the 99th percentile of the successful requests (2xx, 404) served
+// between two readings of its /metrics; 0 without any.
+func successP99(before, after metricsPage) time.Duration {
+	counts := func(m metricsPage) map[float64]float64 {
+		c := map[float64]float64{}
+		for _, line := range m {
+			rest, ok := strings.CutPrefix(line, "cortado_request_duration_seconds_bucket{")
+			if !ok {
+				continue
+			}
+			labels, value, ok := strings.Cut(rest, "} ")
+			if !ok || !(strings.Contains(labels, `code="2`) || strings.Contains(labels, `code="404"`)) {
+				continue
+			}
+			_, le, _ := strings.Cut(labels, `le="`)
+			le, _, _ = strings.Cut(le, `"`)
+			bound, err1 := strconv.ParseFloat(le, 64)
+			n, err2 := strconv.ParseFloat(value, 64)
+			if err1 == nil && err2 == nil {
+				c[bound] += n
+			}
+		}
+		return c
+	}
+	b, a := counts(before), counts(after)
+	var bounds []float64
+	for le := range a {
+		bounds = append(bounds, le)
+	}
+	slices.Sort(bounds)
+	if len(bounds) == 0 {
+		return 0
+	}
+	total := a[bounds[len(bounds)-1]] - b[bounds[len(bounds)-1]] // +Inf: every request
+	if total <= 0 {
+		return 0
+	}
+	for _, le := range bounds {
+		if a[le]-b[le] >= 0.99*total {
+			if math.IsInf(le, 1) {
+				return time.Duration(math.MaxInt64)
+			}
+			return time.Duration(le * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // watchServer samples a server's heap, its live heap besides Pebble's
@@ -238,9 +309,10 @@ func scrape(hc *http.Client, base string) (heap, other, goroutines float64) {
 // OverloadTable writes the steps as a Markdown table.
 func OverloadTable(w io.Writer, capacity float64, steps []Step) {
 	fmt.Fprintf(w, "Capacity C = %.0f requests/s (95 %% GET, 5 %% PUT): the highest rate served in open loop with at most 1 %% failed.\n\n", capacity)
-	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | live besides caches | goroutines peak | cores: server / generator |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | live besides caches | goroutines peak | cores: server / generator | sent late p99 | dials | p99 in the server |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, s := range steps {
-		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %.0f MiB | %.0f MiB | %.0f | %.2f / %.2f |\n", s.Multiple, s.Offered, s.Server,
-			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU)
+		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %.0f MiB | %.0f MiB | %.0f | %.2f / %.2f | %v | %d | ≤ %v |\n", s.Multiple, s.Offered, s.Server,
+			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU,
+			s.SendLateP99.Round(10*time.Microsecond), s.Dials, s.ServerP99)
 	}
 }

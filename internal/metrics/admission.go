@@ -14,6 +14,7 @@ var (
 	descLimit    = prometheus.NewDesc("cortado_admission_limit", "Requests that may be in progress now, by edge (a storage node's follows latency).", []string{"edge"}, nil)
 	descQueued   = prometheus.NewDesc("cortado_admission_queued", "Requests waiting for a slot, by edge.", []string{"edge"}, nil)
 	descQueueCap = prometheus.NewDesc("cortado_admission_queue_limit", "Requests that may wait for a slot now, by edge (sized from the most completed in one second of the last ten, unless fixed).", []string{"edge"}, nil)
+	descQueueAge = prometheus.NewDesc("cortado_admission_queue_age_seconds", "How long the queue has not been empty, by edge (0: empty). Past the queue timeout (--queue-timeout) the queue stands: the edge is past its capacity, requests wait at most --standing-timeout, the newest first.", []string{"edge"}, nil)
 	descAdmitted = prometheus.NewDesc("cortado_admission_admitted_total", "Requests admitted, by edge and priority class.", []string{"edge", "class"}, nil)
 	descRejected = prometheus.NewDesc("cortado_admission_rejected_total", "Requests refused as overloaded (503 overloaded), by edge and priority class.", []string{"edge", "class"}, nil)
 	descExpired  = prometheus.NewDesc("cortado_admission_expired_total", "Internal calls dropped because their deadline had passed before they started.", []string{"edge"}, nil)
@@ -50,7 +51,7 @@ func (c *admissionCollector) add(s admissionSource) {
 }
 
 func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descLimit, descQueued, descQueueCap, descAdmitted, descRejected, descExpired} {
+	for _, d := range []*prometheus.Desc{descInFlight, descLimit, descQueued, descQueueCap, descQueueAge, descAdmitted, descRejected, descExpired} {
 		ch <- d
 	}
 }
@@ -65,6 +66,7 @@ func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Queued), src.edge)
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(s.Limit), src.edge)
 		ch <- prometheus.MustNewConstMetric(descQueueCap, prometheus.GaugeValue, float64(s.QueueLimit), src.edge)
+		ch <- prometheus.MustNewConstMetric(descQueueAge, prometheus.GaugeValue, s.QueueAge.Seconds(), src.edge)
 		for class, n := range s.Admitted {
 			ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(n), src.edge, class)
 		}

@@ -115,8 +115,8 @@ type Options struct {
 	// Admission bounds the document API's requests in progress and
 	// queued; NodeAdmission a storage node's internal calls
 	// (admission.Options: a negative MaxInFlight turns one off; the
-	// document API's defaults are admission.DefaultRouterMaxInFlight and
-	// DefaultRouterQueueTimeout).
+	// document API's MaxInFlight defaults to
+	// admission.DefaultRouterMaxInFlight).
 	Admission, NodeAdmission admission.Options
 	// Stall is how a router guards against a storage node that stops
 	// answering or holds too many of its calls (node.StallOptions; its
@@ -296,9 +296,6 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	}
 	if opts.Admission.MaxInFlight == 0 {
 		opts.Admission.MaxInFlight = admission.DefaultRouterMaxInFlight
-	}
-	if opts.Admission.QueueTimeout == 0 {
-		opts.Admission.QueueTimeout = admission.DefaultRouterQueueTimeout
 	}
 	if opts.Stall.MaxCalls == 0 && opts.Admission.MaxInFlight > 0 {
 		opts.Stall.MaxCalls = max(1, opts.Admission.MaxInFlight/2)
