@@ -47,6 +47,7 @@ func runBench(args []string) error {
 	wal2json := fs.Bool("wal2json", false, "consume: count wal2json lines (pg_recvlogical) from stdin instead")
 	first := fs.Int("first", 0, "insert: id of the first new document")
 	servers := fs.String("servers", "", "overload: servers to compare, name=URL,name=URL (each with the bench database loaded)")
+	metricsAt := fs.String("metrics", "", "overload: where each server's /metrics is read, name=URL,… (default its own URL; a server's --admin-listen keeps the readings coming when its port is full)")
 	multiples := fs.String("multiples", "", "overload: offered loads as multiples of the capacity (default 0.8,1,1.05,1.2,1.5,2,5)")
 	capacity := fs.Float64("capacity", 0, "overload: the capacity C in requests/s (default: measured on the first server: the highest rate served in open loop with at most 1 % failed)")
 	clientTimeout := fs.Duration("client-timeout", 0, "overload: each request's client timeout (default 1s)")
@@ -114,6 +115,16 @@ func runBench(args []string) error {
 				return fmt.Errorf("--servers takes name=URL,…")
 			}
 			oo.Servers[name] = url
+		}
+		if *metricsAt != "" {
+			oo.Metrics = map[string]string{}
+			for _, kv := range strings.Split(*metricsAt, ",") {
+				name, url, ok := strings.Cut(kv, "=")
+				if _, known := oo.Servers[name]; !ok || !known {
+					return fmt.Errorf("--metrics takes name=URL,… for the names of --servers")
+				}
+				oo.Metrics[name] = url
+			}
 		}
 		if *multiples != "" {
 			for _, m := range strings.Split(*multiples, ",") {

@@ -42,6 +42,7 @@ type roleFlags struct {
 	maxDepth       *int
 	logLevel       *string
 	readyFile      *string
+	adminListen    *string
 	demo           *bool
 	nodes          *int
 	localCalls     *bool
@@ -86,6 +87,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		etcdEndpoints: fs.String("etcd-endpoints", "", "comma-separated etcd endpoints"),
 		logLevel:      fs.String("log-level", "info", "debug, info, warn or error"),
 		readyFile:     fs.String("ready-file", "", "write the listen address to this file once serving (for scripts and tests)"),
+		adminListen:   fs.String("admin-listen", "", "also serve /metrics, /healthz and /_cluster on this address, outside --max-conns and the document API's admission, so monitoring sees an overloaded process (default: only on --listen)"),
 		maxDepth:      fs.Int("max-depth", schema.DefaultMaxDepth, "how deeply records, arrays and maps may nest in a document (8 to 1000; every role of a cluster the same)"),
 		cpuProfile:    fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`)"),
 		allocProfile:  fs.String("alloc-profile", "", "write, at exit, a profile of the whole run's allocations and of the heap the last collection found live to this file (for `go tool pprof -sample_index=alloc_space`)"),
@@ -316,6 +318,14 @@ func runRole(name string, f *roleFlags, open func(context.Context, server.Option
 		return err
 	}
 	defer s.Close()
+	if *f.adminListen != "" {
+		aln, err := net.Listen("tcp", *f.adminListen)
+		if err != nil {
+			return err
+		}
+		s.ServeAdmin(aln)
+		log.Info("cortado serving its admin paths", "addr", aln.Addr().String())
+	}
 	log.Info("cortado serving", "addr", ln.Addr().String())
 	if *f.readyFile != "" {
 		if err := os.WriteFile(*f.readyFile, []byte(ln.Addr().String()), 0o644); err != nil {

@@ -29,6 +29,10 @@ type OverloadOptions struct {
 	// Servers are the servers to compare, by name (e.g. "protected":
 	// URL, "unprotected": URL); each has the bench database loaded.
 	Servers map[string]string
+	// Metrics is where each server's /metrics is read, by name (default
+	// its URL in Servers): a port of its own (serve --admin-listen) is
+	// not refused when the server's port is full.
+	Metrics map[string]string
 	// Multiples of the capacity to offer (default 0.8 1 1.05 1.2 1.5 2 5).
 	Multiples []float64
 	// Timeout is each request's client timeout (default 1s): a request
@@ -99,7 +103,7 @@ func Overload(ctx context.Context, o OverloadOptions, progress io.Writer) (capac
 	}
 	for _, m := range o.Multiples {
 		for _, n := range names {
-			s, err := openLoopMix(ctx, o, o.Servers[n], m*capacity)
+			s, err := openLoopMix(ctx, o, o.Servers[n], o.metricsOf(n), m*capacity)
 			if err != nil {
 				return capacity, steps, err
 			}
@@ -110,6 +114,14 @@ func Overload(ctx context.Context, o OverloadOptions, progress io.Writer) (capac
 		}
 	}
 	return capacity, steps, nil
+}
+
+// metricsOf is the base URL of server name's /metrics.
+func (o *OverloadOptions) metricsOf(name string) string {
+	if u, ok := o.Metrics[name]; ok {
+		return u
+	}
+	return o.Servers[name]
 }
 
 // Capacity finds the highest rate of the mix that base serves in open
@@ -130,7 +142,7 @@ func Capacity(ctx context.Context, o OverloadOptions, base string, progress io.W
 	probe := o
 	probe.Duration = max(o.Duration/3, min(o.Duration, 3*time.Second))
 	serves := func(rate float64) (bool, error) {
-		s, err := openLoopMix(ctx, probe, base, rate)
+		s, err := openLoopMix(ctx, probe, base, base, rate)
 		if err != nil {
 			return false, err
 		}
@@ -181,19 +193,20 @@ func succeeded(status int) bool {
 	return status > 0 && status < 300 || status == http.StatusNotFound
 }
 
-// openLoopMix sends the mix at rate for o.Duration and measures it.
-func openLoopMix(ctx context.Context, o OverloadOptions, base string, rate float64) (Step, error) {
+// openLoopMix sends the mix at rate to base for o.Duration and measures
+// it, reading the server's /metrics at metrics.
+func openLoopMix(ctx context.Context, o OverloadOptions, base, metrics string, rate float64) (Step, error) {
 	hc := &http.Client{Timeout: 2 * time.Second}
-	m0 := fetchMetrics(hc, base)
+	m0 := fetchMetrics(hc, metrics)
 	cpu0, self0, t0 := m0.sum("process_cpu_seconds_total", ""), selfCPU(), time.Now()
-	peak := watchServer(base, o.Duration)
+	peak := watchServer(metrics, o.Duration)
 	lat, late, failed, dials, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
 	heap, other, goroutines := peak()
 	if err != nil {
 		return Step{}, err
 	}
 	secs := time.Since(t0).Seconds()
-	m1 := fetchMetrics(hc, base)
+	m1 := fetchMetrics(hc, metrics)
 	serverCPU := (m1.sum("process_cpu_seconds_total", "") - cpu0) / secs
 	generatorCPU := (selfCPU() - self0).Seconds() / secs
 	slices.Sort(lat)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/schema"
 )
@@ -508,5 +509,73 @@ func TestSlowAndIdleClients(t *testing.T) {
 	})
 	if n := metricValue(t, s.URL, "cortado_connections_refused_total"); n < 1 {
 		t.Fatalf("connections refused %v, want at least 1", n)
+	}
+}
+
+// TestAdminPortOutsideTheBounds: with --admin-listen, /metrics and
+// /healthz answer on their own port while the document API's port is
+// full (--max-conns) and refuses connections, and that port serves no
+// documents.
+func TestAdminPortOutsideTheBounds(t *testing.T) {
+	const maxConns = 2
+	adminURL, err := coord.FreeLoopbackURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--max-conns", strconv.Itoa(maxConns),
+		"--admin-listen", strings.TrimPrefix(adminURL, "http://")}})
+	host := strings.TrimPrefix(s.URL, "http://")
+	// The admin port may start just after the ready file is written.
+	await(t, 10*time.Second, "the admin port", func() bool {
+		r, err := http.Get(adminURL + "/healthz")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == 200
+	})
+	before := metricValue(t, adminURL, "cortado_connections_refused_total")
+
+	// Fill the document API's port: connections held open, waiting for
+	// their requests, until one is closed at once.
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	refused := false
+	for len(held) <= maxConns && !refused {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err = c.Read(make([]byte, 1))
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			held = append(held, c)
+			continue
+		}
+		refused = true
+		c.Close()
+	}
+	if !refused || len(held) != maxConns {
+		t.Fatalf("%d connections held, refused %v (--max-conns %d)", len(held), refused, maxConns)
+	}
+	// Monitoring still sees the process, and what refused it.
+	if got := metricValue(t, adminURL, "cortado_connections_refused_total"); got < before+1 {
+		t.Fatalf("refused connections %v on the admin port, want at least %v", got, before+1)
+	}
+	if got := metricValue(t, adminURL, "cortado_connections_open"); got < maxConns {
+		t.Fatalf("open connections %v, want the %d held", got, maxConns)
+	}
+	// The admin port is not a way around the bounds: no documents there.
+	r, err := http.Get(adminURL + "/demo/Message/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusNotFound {
+		t.Fatalf("a document path on the admin port: %d, want 404", r.StatusCode)
 	}
 }

@@ -183,14 +183,14 @@ type Server struct {
 	// process calls them (unless Options.NoLocalCalls).
 	peers *node.LocalPeers
 	stop  []func()         // background roles (controller, routing view), stopped first
-	extra []*wire.Listener // internal APIs of serve's storage nodes and relay
+	extra []*wire.Listener // internal APIs of serve's storage nodes and relay; the admin port
 
 	limiter *admission.Limiter // the document API's
 
 	buildMu   sync.Mutex
 	buildLeft map[[3]string]uint64 // node, db, table → documents an index build has left
 
-	mu        sync.Mutex // guards http, set by Serve
+	mu        sync.Mutex // guards http, set by Serve, and extra, grown by ServeAdmin
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -446,9 +446,8 @@ func (s *Server) storageFailed() error {
 	return nil
 }
 
-// Handler is the whole HTTP surface: the document API, /metrics and
-// /healthz.
-func (s *Server) Handler() http.Handler {
+// adminMux serves the operators' paths: /metrics, /healthz, /_cluster.
+func (s *Server) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.Metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -463,6 +462,13 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /_cluster", s.serveClusterStatus)
 	mux.HandleFunc("POST /_cluster/check", s.serveClusterCheck)
+	return mux
+}
+
+// Handler is the whole HTTP surface: the document API, /metrics and
+// /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := s.adminMux()
 	// Admission sits inside the metrics, so refused requests are counted
 	// (503), and before the API, which reads nothing of a refused one.
 	classOf := router.ClassOf
@@ -525,6 +531,19 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	<-l.Done()
 	return nil
+}
+
+// ServeAdmin serves the operators' paths (/metrics, /healthz, /_cluster)
+// on ln as well, outside the document API's bounds: a port full of
+// clients' connections (--max-conns) or a CPU busy with them must not
+// blind the monitoring that would show it. It returns at once; Close
+// stops it.
+func (s *Server) ServeAdmin(ln net.Listener) {
+	hs := &http.Server{Handler: s.adminMux(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout}
+	l := wire.Serve(ln, hs, nil)
+	s.mu.Lock()
+	s.extra = append(s.extra, l)
+	s.mu.Unlock()
 }
 
 // Close stops serving and closes every role, in reverse start order. It
