@@ -305,8 +305,9 @@ func TestQueueSizedFromThroughput(t *testing.T) {
 // TestStandingQueue: while the queue keeps emptying, a request waits up
 // to the queue timeout (a burst is absorbed) and slots go to the oldest
 // waiter; once the queue has not emptied for longer than the queue
-// timeout, a new request waits only the standing timeout, and slots go
-// to the newest waiter (CoDel with adaptive LIFO).
+// timeout, or a request was refused, a new request waits only the
+// standing timeout, and slots go to the newest waiter (CoDel with
+// adaptive LIFO), for ten queue timeouts.
 func TestStandingQueue(t *testing.T) {
 	clock := time.Unix(1_000_000, 0)
 	var mu sync.Mutex
@@ -390,11 +391,17 @@ func TestStandingQueue(t *testing.T) {
 	if s := l.Stats(); s.Queued != 0 || s.QueueAge != 0 {
 		t.Fatalf("an empty queue: %+v", s)
 	}
+	// A request was refused just now: the limiter stays overloaded for
+	// ten queue timeouts though its queue emptied, then waits long again.
 	hold, _ = l.Acquire(context.Background(), Interactive)
 	defer hold()
+	if _, err := l.Acquire(context.Background(), Interactive); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("a request right after a refusal: %v, want overloaded after the standing timeout", err)
+	}
+	advance(overloadHold*time.Minute + time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, err := l.Acquire(ctx, Interactive); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a request behind a queue that emptied: %v, want to wait out its own 200 ms deadline", err)
+		t.Fatalf("a request behind a queue that emptied, long after the last refusal: %v, want to wait out its own 200 ms deadline", err)
 	}
 }
