@@ -114,7 +114,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.maxInFlight = fs.Int("max-in-flight", admission.DefaultRouterMaxInFlight, "document API requests in progress at once; more wait in the queue (-1: no limit, admission off)")
 		f.maxQueue = fs.Int("max-queue", 0, "requests that may wait for a slot; more are refused with 503 overloaded, the change stream and schema administration first (0: sized from capacity, the most requests completed in one second of the last ten × --queue-timeout, at least 256)")
 		f.queueTimeout = fs.Duration("queue-timeout", admission.DefaultQueueTimeout, "longest a request waits for a slot while the queue keeps emptying (a burst)")
-		f.standingTimeout = fs.Duration("standing-timeout", admission.DefaultStandingTimeout, "longest a request waits for a slot once the queue has not emptied for --queue-timeout (overload); the newest waiters are then served first")
+		f.standingTimeout = fs.Duration("standing-timeout", admission.DefaultStandingTimeout, "longest a request waits for a slot once the queue has not emptied for --queue-timeout, or for ten --queue-timeouts after a refusal (overload); the newest waiters are then served first")
 		f.quotaRate = fs.Float64("quota-rate", 0, "requests per second each client (X-Cortado-Client) may make; over it is 429 quota-exceeded (0: no quotas)")
 		f.quotaBurst = fs.Float64("quota-burst", 0, "requests a client may make at once (default: one second's worth)")
 		f.hedge = fs.Bool("hedge", true, "hedge reads that accept a slave's answer (Cache-Control: max-stale): ask a slave too when the master is slower than its recent p95, within a per-host budget")
