@@ -471,34 +471,9 @@ func TestSlowAndIdleClients(t *testing.T) {
 	await(t, 10*time.Second, "the streams to end", func() bool { return metricValue(t, s.URL, "cortado_change_streams") == 0 })
 
 	// Connections: hold them until one is closed at once.
-	var held []net.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	refused := false
-	for len(held) <= maxConns && !refused {
-		c, err := net.Dial("tcp", host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		_, err = c.Read(make([]byte, 1))
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			held = append(held, c) // kept: waiting for its request
-			continue
-		}
-		refused = true
+	for _, c := range fillPort(t, host, maxConns) {
 		c.Close()
 	}
-	if !refused {
-		t.Fatalf("%d connections held, none refused (--max-conns %d)", len(held), maxConns)
-	}
-	for _, c := range held {
-		c.Close()
-	}
-	held = nil
 	await(t, 10*time.Second, "a request after the connections closed", func() bool {
 		r, err := plain.Get(s.URL + "/healthz")
 		if err != nil {
@@ -510,6 +485,36 @@ func TestSlowAndIdleClients(t *testing.T) {
 	if n := metricValue(t, s.URL, "cortado_connections_refused_total"); n < 1 {
 		t.Fatalf("connections refused %v, want at least 1", n)
 	}
+}
+
+// fillPort dials host and holds each connection the server keeps open
+// (waiting for its request) until one is closed at once, as beyond
+// --max-conns; it fails the test if none is within maxConns + 1 dials.
+// The connections are closed when the test ends.
+func fillPort(t *testing.T, host string, maxConns int) []net.Conn {
+	t.Helper()
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for len(held) <= maxConns {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err = c.Read(make([]byte, 1))
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			held = append(held, c) // kept: waiting for its request
+			continue
+		}
+		c.Close()
+		return held
+	}
+	t.Fatalf("%d connections held, none refused (--max-conns %d)", len(held), maxConns)
+	return nil
 }
 
 // TestAdminPortOutsideTheBounds: with --admin-listen, /metrics and
@@ -536,31 +541,10 @@ func TestAdminPortOutsideTheBounds(t *testing.T) {
 	})
 	before := metricValue(t, adminURL, "cortado_connections_refused_total")
 
-	// Fill the document API's port: connections held open, waiting for
-	// their requests, until one is closed at once.
-	var held []net.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	refused := false
-	for len(held) <= maxConns && !refused {
-		c, err := net.Dial("tcp", host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		_, err = c.Read(make([]byte, 1))
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			held = append(held, c)
-			continue
-		}
-		refused = true
-		c.Close()
-	}
-	if !refused || len(held) != maxConns {
-		t.Fatalf("%d connections held, refused %v (--max-conns %d)", len(held), refused, maxConns)
+	// Fill the document API's port until it refuses a connection.
+	held := fillPort(t, host, maxConns)
+	if len(held) != maxConns {
+		t.Fatalf("%d connections held before one was refused (--max-conns %d)", len(held), maxConns)
 	}
 	// Monitoring still sees the process, and what refused it.
 	if got := metricValue(t, adminURL, "cortado_connections_refused_total"); got < before+1 {
