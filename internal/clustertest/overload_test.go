@@ -559,7 +559,7 @@ func TestAdminPortOutsideTheBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Body.Close()
-	if r.StatusCode != http.StatusNotFound {
-		t.Fatalf("a document path on the admin port: %d, want 404", r.StatusCode)
+	if r.StatusCode != http.StatusNotFound || r.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("a document path on the admin port: %d %s, want 404 problem+json", r.StatusCode, r.Header.Get("Content-Type"))
 	}
 }

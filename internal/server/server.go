@@ -446,8 +446,21 @@ func (s *Server) storageFailed() error {
 	return nil
 }
 
-// adminMux serves the operators' paths: /metrics, /healthz, /_cluster.
-func (s *Server) adminMux() *http.ServeMux {
+// Handler is the whole HTTP surface: the document API, /metrics and
+// /healthz.
+func (s *Server) Handler() http.Handler {
+	// Admission sits inside the metrics, so refused requests are counted
+	// (503), and before the API, which reads nothing of a refused one.
+	classOf := router.ClassOf
+	if s.Router == nil {
+		classOf = func(*http.Request) admission.Class { return admission.Bulk }
+	}
+	return s.operatorsAnd(s.Metrics.Instrument(admission.Middleware(s.limiter, s.opts.Deadlines, admission.NewQuotas(s.opts.Quotas), classOf, s.api), s.routeOf))
+}
+
+// operatorsAnd serves the operators' paths (/metrics, /healthz,
+// /_cluster) and hands every other path to rest.
+func (s *Server) operatorsAnd(rest http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.Metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -462,20 +475,6 @@ func (s *Server) adminMux() *http.ServeMux {
 	})
 	mux.HandleFunc("GET /_cluster", s.serveClusterStatus)
 	mux.HandleFunc("POST /_cluster/check", s.serveClusterCheck)
-	return mux
-}
-
-// Handler is the whole HTTP surface: the document API, /metrics and
-// /healthz.
-func (s *Server) Handler() http.Handler {
-	mux := s.adminMux()
-	// Admission sits inside the metrics, so refused requests are counted
-	// (503), and before the API, which reads nothing of a refused one.
-	classOf := router.ClassOf
-	if s.Router == nil {
-		classOf = func(*http.Request) admission.Class { return admission.Bulk }
-	}
-	api := s.Metrics.Instrument(admission.Middleware(s.limiter, s.opts.Deadlines, admission.NewQuotas(s.opts.Quotas), classOf, s.api), s.routeOf)
 	// The document API sees every path as sent: ServeMux would answer a
 	// path with "//" or ".." with a redirect to its cleaned form, which
 	// may be another document.
@@ -490,7 +489,7 @@ func (s *Server) Handler() http.Handler {
 		method, ok := admin[req.URL.Path]
 		switch {
 		case !ok:
-			api.ServeHTTP(w, req)
+			rest.ServeHTTP(w, req)
 		case req.Method == method || method == "GET" && req.Method == http.MethodHead:
 			mux.ServeHTTP(w, req)
 		default:
@@ -524,13 +523,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.Metrics.RegisterConns(limited.Open, limited.Refused)
 		ln = limited
 	}
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout}
-	l := wire.Serve(ln, hs, s.rpc)
+	l := wire.Serve(ln, s.httpServer(s.Handler()), s.rpc)
 	s.mu.Lock()
 	s.http = l
 	s.mu.Unlock()
 	<-l.Done()
 	return nil
+}
+
+// httpServer is the HTTP server of a port of this process, serving h.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout}
 }
 
 // ServeAdmin serves the operators' paths (/metrics, /healthz, /_cluster)
@@ -539,8 +542,10 @@ func (s *Server) Serve(ln net.Listener) error {
 // blind the monitoring that would show it. It returns at once; Close
 // stops it.
 func (s *Server) ServeAdmin(ln net.Listener) {
-	hs := &http.Server{Handler: s.adminMux(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout}
-	l := wire.Serve(ln, hs, nil)
+	notHere := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		problem.Write(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "this port serves only /metrics, /healthz and /_cluster; documents are on the other"))
+	})
+	l := wire.Serve(ln, s.httpServer(s.operatorsAnd(notHere)), nil)
 	s.mu.Lock()
 	s.extra = append(s.extra, l)
 	s.mu.Unlock()
