@@ -205,12 +205,13 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (release func(), err err
 			break
 		}
 	}
-	l.dequeuedLocked()
+	now = l.now()
+	l.dequeuedLocked(now)
 	l.rejected[c]++
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	l.refusedLocked(l.now())
+	l.refusedLocked(now)
 	return nil, ErrOverloaded
 }
 
@@ -253,10 +254,10 @@ func (l *Limiter) refusedLocked(now time.Time) {
 	l.overloaded = now.Add(overloadHold * l.opts.QueueTimeout)
 }
 
-// dequeuedLocked counts a waiter out of the queue.
-func (l *Limiter) dequeuedLocked() {
+// dequeuedLocked counts a waiter out of the queue at now.
+func (l *Limiter) dequeuedLocked(now time.Time) {
 	if l.queued--; l.queued == 0 {
-		l.emptied = l.now()
+		l.emptied = now
 	}
 }
 
@@ -278,7 +279,7 @@ func (l *Limiter) release() {
 			} else {
 				w, l.waiting[c] = q[0], q[1:]
 			}
-			l.dequeuedLocked()
+			l.dequeuedLocked(now)
 			w.done = true
 			l.admitted[c]++
 			close(w.ready)
