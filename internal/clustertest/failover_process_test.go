@@ -224,7 +224,7 @@ func (w *writers) finish(t *testing.T) map[string]string {
 }
 
 // await polls cond until it holds, for up to d.
-func await(t *testing.T, d time.Duration, what string, cond func() bool) {
+func await(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

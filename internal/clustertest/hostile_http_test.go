@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cortado-db/cortado/internal/coord"
 )
 
 // hostileRequest is one request a hostile client may send.
@@ -223,6 +225,7 @@ func slicesContains(xs []string, x string) bool {
 // sentinel database whose documents no generated request may change.
 type hostileServer struct {
 	s         *Serve
+	admin     string            // the operators' port (--admin-listen), hostile input's too
 	sentinels map[string]string // path → body + ETag + SCN
 }
 
@@ -232,7 +235,12 @@ type hostileServer struct {
 var sentinelPaths = []string{"/sentinel/T/1", "/sentinel/T/2", "/sentinel/T/%2E%2E"}
 
 func startHostileServer(t testing.TB) *hostileServer {
-	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--max-body-bytes", "131072", "--body-timeout", "2s"}})
+	admin, err := coord.FreeLoopbackURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--max-body-bytes", "131072", "--body-timeout", "2s",
+		"--admin-listen", strings.TrimPrefix(admin, "http://")}})
 	hc := &http.Client{Timeout: 10 * time.Second}
 	must := func(method, path, body string, want int) {
 		req, _ := http.NewRequest(method, s.URL+path, strings.NewReader(body))
@@ -245,7 +253,15 @@ func startHostileServer(t testing.TB) *hostileServer {
 	}
 	must("PUT", "/_schemata/sentinel", `{}`, 201)
 	must("PUT", "/_schemata/sentinel/T", `{"key":[{"name":"k"}],"schema":{"type":"record","name":"T","fields":[{"name":"sentinelValue","type":"string"}]}}`, 201)
-	hs := &hostileServer{s: s, sentinels: map[string]string{}}
+	hs := &hostileServer{s: s, admin: admin, sentinels: map[string]string{}}
+	await(t, 10*time.Second, "the admin port", func() bool {
+		resp, err := hc.Get(admin + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 	for i, p := range sentinelPaths {
 		must("PUT", p, fmt.Sprintf(`{"sentinelValue":"value %d"}`, i), 201)
 	}
@@ -307,7 +323,8 @@ func rssBytes(pid int) int64 {
 }
 
 // TestHTTPHostileRequests sends generated hostile requests (fixed seed,
-// bounded count) to a real server: none may get a 5xx other than a
+// bounded count) to a real server, on its document port and its admin
+// port (--admin-listen): none may get a 5xx other than a
 // documented 503 or a non-problem error, and afterwards the server is
 // alive, within a memory bound, and the sentinel documents are unchanged.
 func TestHTTPHostileRequests(t *testing.T) {
@@ -320,8 +337,10 @@ func TestHTTPHostileRequests(t *testing.T) {
 	}
 	for i := range n {
 		r := nextHostile(rng)
-		if bad := checkHostile(hc, hs.s.URL, r); bad != "" {
-			t.Fatalf("request %d: %s", i, bad)
+		for _, base := range []string{hs.s.URL, hs.admin} {
+			if bad := checkHostile(hc, base, r); bad != "" {
+				t.Fatalf("request %d to %s: %s", i, base, bad)
+			}
 		}
 	}
 	hs.verify(t)
@@ -359,8 +378,10 @@ func FuzzHTTPAPI(f *testing.F) {
 		for _, k := range []string{"Content-Length", "Transfer-Encoding", "Connection", "Host", "Expect", "Upgrade", "Te", "Trailer"} {
 			r.header.Del(k)
 		}
-		if bad := checkHostile(hc, fuzzServer.s.URL, r); bad != "" {
-			t.Fatal(bad)
+		for _, base := range []string{fuzzServer.s.URL, fuzzServer.admin} {
+			if bad := checkHostile(hc, base, r); bad != "" {
+				t.Fatal(base, bad)
+			}
 		}
 		// The fuzzer may spell a valid write to a sentinel: only
 		// liveness and memory are checked here (the generated test
