@@ -254,14 +254,7 @@ func startHostileServer(t testing.TB) *hostileServer {
 	must("PUT", "/_schemata/sentinel", `{}`, 201)
 	must("PUT", "/_schemata/sentinel/T", `{"key":[{"name":"k"}],"schema":{"type":"record","name":"T","fields":[{"name":"sentinelValue","type":"string"}]}}`, 201)
 	hs := &hostileServer{s: s, admin: admin, sentinels: map[string]string{}}
-	await(t, 10*time.Second, "the admin port", func() bool {
-		resp, err := hc.Get(admin + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	awaitHealthy(t, admin)
 	for i, p := range sentinelPaths {
 		must("PUT", p, fmt.Sprintf(`{"sentinelValue":"value %d"}`, i), 201)
 	}

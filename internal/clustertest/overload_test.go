@@ -517,6 +517,20 @@ func fillPort(t *testing.T, host string, maxConns int) []net.Conn {
 	return nil
 }
 
+// awaitHealthy waits until base answers /healthz with 200: an admin
+// port (--admin-listen) may start just after the ready file is written.
+func awaitHealthy(t testing.TB, base string) {
+	t.Helper()
+	await(t, 10*time.Second, base+"/healthz", func() bool {
+		r, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == 200
+	})
+}
+
 // TestAdminPortOutsideTheBounds: with --admin-listen, /metrics and
 // /healthz answer on their own port while the document API's port is
 // full (--max-conns) and refuses connections, and that port serves no
@@ -530,15 +544,7 @@ func TestAdminPortOutsideTheBounds(t *testing.T) {
 	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--max-conns", strconv.Itoa(maxConns),
 		"--admin-listen", strings.TrimPrefix(adminURL, "http://")}})
 	host := strings.TrimPrefix(s.URL, "http://")
-	// The admin port may start just after the ready file is written.
-	await(t, 10*time.Second, "the admin port", func() bool {
-		r, err := http.Get(adminURL + "/healthz")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == 200
-	})
+	awaitHealthy(t, adminURL)
 	before := metricValue(t, adminURL, "cortado_connections_refused_total")
 
 	// Fill the document API's port until it refuses a connection.
