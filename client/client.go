@@ -4,9 +4,13 @@
 // router code directly, with no network hop, for programs that use
 // Cortado as a local library. This package has no server dependencies.
 //
-// Every call takes a context. Failures the server reports come back as
-// *Error, which carries the RFC 9457 problem and matches the sentinel
-// errors below with errors.Is.
+// Every call takes a context. Its deadline travels with the request
+// (Request-Timeout): the router and the storage nodes stop working on a
+// request once its caller has stopped waiting. Failures the server
+// reports come back as *Error, which carries the RFC 9457 problem and
+// the server's Retry-After, and matches the sentinel errors below with
+// errors.Is. The client never retries by itself: under overload a retry
+// adds load, so the caller decides, after Error.RetryAfter.
 package client
 
 import (
@@ -194,6 +198,11 @@ type Error struct {
 	Operation *int   `json:"operation,omitempty"`
 	// Position is where in a query it went wrong (a byte offset).
 	Position *int `json:"position,omitempty"`
+	// RetryAfter is how long the server asked the client to wait before
+	// it tries again (Retry-After), 0 if it did not say: with
+	// ErrOverloaded and ErrQuotaExceeded (nothing was done) and
+	// ErrUnavailable.
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (e *Error) Error() string {
@@ -219,6 +228,25 @@ var (
 	ErrIncompatibleSchema = &Error{Type: "urn:cortado:problem:incompatible-schema"}
 	ErrNoDatabase         = &Error{Type: "urn:cortado:problem:no-such-database"}
 	ErrNoTable            = &Error{Type: "urn:cortado:problem:no-such-table"}
+	// ErrOverloaded: the router or a storage node refused the request
+	// before doing anything (its requests in progress and queue were
+	// full). Safe to retry after Error.RetryAfter.
+	ErrOverloaded = &Error{Type: "urn:cortado:problem:overloaded"}
+	// ErrQuotaExceeded: this client (WithClientID) is over its quota;
+	// nothing was done. Safe to retry after Error.RetryAfter.
+	ErrQuotaExceeded = &Error{Type: "urn:cortado:problem:quota-exceeded"}
+	// ErrUnavailable: the partition has no master right now, or its node
+	// could not be reached. A read may be retried; a write only when the
+	// title is "Storage unreachable" (never delivered), else its outcome
+	// is unknown.
+	ErrUnavailable = &Error{Type: "urn:cortado:problem:unavailable"}
+	// ErrNotReplicated: a write committed on the master but not made
+	// durable on enough replicas in time; its outcome is unknown.
+	ErrNotReplicated = &Error{Type: "urn:cortado:problem:not-replicated"}
+	// ErrDeadlineExceeded: the request's deadline (the context's, sent as
+	// Request-Timeout, else the router's default) passed in the server.
+	// A write's outcome is unknown.
+	ErrDeadlineExceeded = &Error{Type: "urn:cortado:problem:deadline-exceeded"}
 	// ErrNotModified is returned by reads whose If-None-Match or
 	// If-Modified-Since condition held (HTTP 304).
 	ErrNotModified = errors.New("cortado: not modified")

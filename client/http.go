@@ -21,6 +21,12 @@ type Option func(*httpTransport)
 // idle connections per host and no overall timeout; use contexts).
 func WithHTTPClient(hc *http.Client) Option { return func(t *httpTransport) { t.hc = hc } }
 
+// WithClientID names this client in every request (X-Cortado-Client, at
+// most 128 bytes): a router started with --quota-rate gives each name its
+// own quota, and answers one over it 429 quota-exceeded (ErrQuotaExceeded,
+// with Error.RetryAfter).
+func WithClientID(id string) Option { return func(t *httpTransport) { t.clientID = id } }
+
 // New returns a client of the router at baseURL (e.g.
 // "http://127.0.0.1:8080").
 func New(baseURL string, opts ...Option) *Client {
@@ -34,8 +40,56 @@ func New(baseURL string, opts ...Option) *Client {
 }
 
 type httpTransport struct {
-	base string
-	hc   *http.Client
+	base     string
+	hc       *http.Client
+	clientID string
+}
+
+// prepare sets what every request carries: the client's name, and the
+// caller's deadline as Request-Timeout, so that the router and its
+// storage nodes drop the work once nobody waits for it (without it, a
+// router gives a request its --request-timeout, 30 s by default, however
+// early the caller gave up).
+func (t *httpTransport) prepare(ctx context.Context, req *http.Request) {
+	if t.clientID != "" {
+		req.Header.Set("X-Cortado-Client", t.clientID)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		req.Header.Set("Request-Timeout", requestTimeout(time.Until(dl)))
+	}
+}
+
+// requestTimeout is a Request-Timeout value for a deadline d from now:
+// whole milliseconds, at least one (a deadline already past fails in the
+// client before anything is sent).
+func requestTimeout(d time.Duration) string {
+	return strconv.FormatInt(max(1, d.Milliseconds()), 10) + "ms"
+}
+
+// problemOf is the *Error of an answer with status ≥ 400 and body b.
+func problemOf(resp *http.Response, b []byte) *Error {
+	e := &Error{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+		json.Unmarshal(b, e)
+		e.Status = resp.StatusCode
+	}
+	e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
+	return e
+}
+
+// retryAfter reads a Retry-After header (RFC 9110: delay-seconds or an
+// HTTP-date) as a wait from now; 0 when absent, malformed or past.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return at.Sub(now)
+	}
+	return 0
 }
 
 func (t *httpTransport) Close() error {
@@ -77,6 +131,7 @@ func (t *httpTransport) do(ctx context.Context, method, path string, query url.V
 	if body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	t.prepare(ctx, req)
 	resp, err := t.hc.Do(req)
 	if err != nil {
 		return nil, err
@@ -91,11 +146,7 @@ func (t *httpTransport) do(ctx context.Context, method, path string, query url.V
 		return r, ErrNotModified
 	}
 	if resp.StatusCode >= 400 {
-		e := &Error{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
-		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
-			json.Unmarshal(b, e)
-		}
-		return r, e
+		return r, problemOf(resp, b)
 	}
 	return r, nil
 }
@@ -372,6 +423,7 @@ func (t *httpTransport) lines(ctx context.Context, path string, query url.Values
 	for k, v := range header {
 		req.Header[k] = v
 	}
+	t.prepare(ctx, req)
 	resp, err := t.hc.Do(req)
 	if err != nil {
 		return err
@@ -382,11 +434,7 @@ func (t *httpTransport) lines(ctx context.Context, path string, query url.Values
 	defer cancel()
 	if resp.StatusCode >= 400 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		e := &Error{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
-		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
-			json.Unmarshal(b, e)
-		}
-		return e
+		return problemOf(resp, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxChangeEventBytes)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cortado-db/cortado/client"
 	"github.com/cortado-db/cortado/internal/changes"
@@ -102,7 +103,8 @@ func problemErr(err error) error {
 		return client.ErrNotModified
 	}
 	p := router.Problem(err)
-	return &client.Error{Status: p.Status, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field, Operation: p.Operation, Position: p.Position}
+	return &client.Error{Status: p.Status, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field, Operation: p.Operation, Position: p.Position,
+		RetryAfter: time.Duration(p.RetryAfter) * time.Second}
 }
 
 func toConditions(c *client.Conditions) node.Preconditions {

@@ -3,6 +3,7 @@ package clustertest
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -373,6 +374,31 @@ func TestClientQuotas(t *testing.T) {
 	}
 	if r := get(strings.Repeat("x", 200)); r.StatusCode != 400 {
 		t.Fatalf("an over-long client name: %d", r.StatusCode)
+	}
+
+	// The Go client names itself (WithClientID); over its quota it gets
+	// ErrQuotaExceeded with the server's Retry-After, and another name is
+	// not held back.
+	job := client.New(s.URL, client.WithClientID("nightly-job"))
+	defer job.Close()
+	var refused *client.Error
+	for range 8 {
+		_, err := job.Get(t.Context(), "demo", "MailboxStats", client.Key{"x"}, nil)
+		if errors.Is(err, client.ErrQuotaExceeded) {
+			errors.As(err, &refused)
+			break
+		}
+		if !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("within the quota: %v", err)
+		}
+	}
+	if refused == nil || refused.Status != 429 || refused.RetryAfter < time.Second {
+		t.Fatalf("8 quick requests of a Go client with a burst of 3 at 2/s: refusal %+v, want 429 with Retry-After ≥ 1 s", refused)
+	}
+	other := client.New(s.URL, client.WithClientID("web"))
+	defer other.Close()
+	if _, err := other.Get(t.Context(), "demo", "MailboxStats", client.Key{"x"}, nil); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("another Go client: %v", err)
 	}
 }
 
