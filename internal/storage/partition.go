@@ -56,16 +56,23 @@ type Partition struct {
 	tail logTail
 
 	// stripes and epoch guard the row cache (rowcache.go); moved under
-	// mu.
-	stripes [rowStripes]rowStripe
+	// mu. The stripes are made at their first use (stripeArray): 4 KiB a
+	// partition that no read or write touched would not hold.
+	stripes atomic.Pointer[[rowStripes]rowStripe]
 	epoch   atomic.Uint64
 
 	// durableAt is when this replica's last commits as master became
-	// durable, by sequence modulo its size (DurableAt).
-	durableAt [DurableRing]struct {
-		scn SCN
-		at  time.Time
-	}
+	// durable, by sequence modulo its size (DurableAt); made at the first
+	// such commit, so that a partition that never took a write as master
+	// (most of a node's, with many databases) does not hold its 24 KiB.
+	durableAt *[DurableRing]durableMark
+}
+
+// durableMark is when one commit became durable (Unix nanoseconds:
+// pointer-free, so the collector does not scan the ring).
+type durableMark struct {
+	scn SCN
+	at  int64
 }
 
 // DurableRing is how many of a master's newest commits DurableAt knows.
@@ -422,8 +429,10 @@ func (p *Partition) Update(fn func(tx *Tx) error) (SCN, error) {
 	}
 	p.mu.Lock()
 	p.markDurableLocked(next)
-	d := &p.durableAt[next.Seq%DurableRing]
-	d.scn, d.at = next, time.Now()
+	if p.durableAt == nil {
+		p.durableAt = new([DurableRing]durableMark)
+	}
+	p.durableAt[next.Seq%DurableRing] = durableMark{next, time.Now().UnixNano()}
 	p.mu.Unlock()
 	return next, nil
 }
@@ -444,9 +453,12 @@ func (p *Partition) DurableBetween(after, upTo SCN, fn func(scn SCN, at time.Tim
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.durableAt == nil {
+		return
+	}
 	for seq := from; seq <= upTo.Seq; seq++ {
 		if d := p.durableAt[seq%DurableRing]; d.scn == (SCN{Gen: upTo.Gen, Seq: seq}) {
-			fn(d.scn, d.at)
+			fn(d.scn, time.Unix(0, d.at))
 		}
 	}
 }

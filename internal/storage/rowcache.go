@@ -249,7 +249,7 @@ func (p *Partition) cachedGet(r getter, k []byte) (Doc, bool, error) {
 		return d, true, nil
 	}
 	rc.misses.Add(1)
-	s := &p.stripes[h%rowStripes]
+	s := &p.stripeArray()[h%rowStripes]
 	stamp := s.stamp.Load()
 	d, ok, err := getDoc(r, k)
 	if err != nil || !ok || stamp%2 == 1 || epoch%2 == 1 {
@@ -350,11 +350,22 @@ func (w *rowWrites) end(applied bool) {
 var rowsApplied func()
 
 func (w *rowWrites) each(fn func(*rowStripe)) {
+	stripes := w.p.stripeArray()
 	for i, b := range w.set {
 		for ; b != 0; b &= b - 1 {
-			fn(&w.p.stripes[i*64+bits.TrailingZeros64(b)])
+			fn(&stripes[i*64+bits.TrailingZeros64(b)])
 		}
 	}
+}
+
+// stripeArray returns the partition's stripes, made by whichever reader
+// or writer needs them first; every later use sees that one array.
+func (p *Partition) stripeArray() *[rowStripes]rowStripe {
+	if s := p.stripes.Load(); s != nil {
+		return s
+	}
+	p.stripes.CompareAndSwap(nil, new([rowStripes]rowStripe))
+	return p.stripes.Load()
 }
 
 // moveEpoch moves the partition's epoch by one, around a batch that may
