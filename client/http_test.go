@@ -75,3 +75,17 @@ func TestRetryAfter(t *testing.T) {
 		t.Errorf("2.5 s: %q", got)
 	}
 }
+
+// FuzzRetryAfter: whatever a server sends as Retry-After, the client
+// reads a wait that is never negative, and never panics.
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"", "1", "120", "-1", "1.5", "Fri, 27 Nov 2026 10:00:30 GMT", "99999999999999999999", "Mon, 01 Jan 3000 00:00:00 GMT"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		if d := retryAfter(v, now); d < 0 {
+			t.Fatalf("Retry-After %q: %v", v, d)
+		}
+	})
+}

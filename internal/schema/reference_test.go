@@ -10,9 +10,17 @@ import (
 	"github.com/hamba/avro/v2"
 )
 
-// referenceAPI is hamba with allocation limits, so random bytes claiming
-// a huge array cannot exhaust memory.
-var referenceAPI = avro.Config{MaxByteSliceSize: 1 << 20, MaxSliceAllocSize: 1 << 20}.Freeze()
+// referenceConfig is hamba with allocation limits, so random bytes
+// claiming a huge array cannot exhaust memory.
+var referenceConfig = avro.Config{MaxByteSliceSize: 1 << 20, MaxSliceAllocSize: 1 << 20}
+
+// referenceAPI is a fresh hamba API for each reference decoding: one API
+// caches a decoder by the schema's fingerprint, and a resolved schema has
+// its reader's fingerprint whatever the writer, so a fuzzer's earlier
+// pair with the same reader and another writer left a decoder that read
+// this pair's bytes as that writer's (FuzzPlan found it: a double read
+// as null).
+func referenceAPI() avro.API { return referenceConfig.Freeze() }
 
 // referenceJSON decodes b with hamba/avro (resolving writer to reader, or
 // reading as reader when writer is nil) and returns the datum in Cortado's
@@ -28,7 +36,7 @@ func referenceJSON(writer, reader avro.Schema, b []byte) (any, error) {
 		s = r
 	}
 	var v any
-	if err := referenceAPI.Unmarshal(s, b, &v); err != nil {
+	if err := referenceAPI().Unmarshal(s, b, &v); err != nil {
 		return nil, err
 	}
 	n, err := normalize(reader, v)

@@ -256,6 +256,10 @@ func FuzzDecodeCommit(f *testing.F) {
 			return
 		}
 		again, err := decodeCommit(SCN{1, 1}, encodeCommit(&c))
+		// The entry a commit was decoded from is kept as it came (a
+		// replica stores its master's bytes); a decoder ignores what
+		// follows the fields it knows, so only the fields must agree.
+		c.entry, again.entry = nil, nil
 		if err != nil || fmt.Sprint(again) != fmt.Sprint(c) {
 			t.Fatalf("%+v\nre-decoded %+v, %v", c, again, err)
 		}
