@@ -42,6 +42,7 @@ const (
 	TypeIndexBuilding      = "urn:cortado:problem:index-building"
 	TypeOverloaded         = "urn:cortado:problem:overloaded"
 	TypeQuotaExceeded      = "urn:cortado:problem:quota-exceeded"
+	TypeLimitExceeded      = "urn:cortado:problem:limit-exceeded"
 )
 
 // Problem is an RFC 9457 problem detail, with Cortado's extension members.

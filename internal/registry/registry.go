@@ -38,6 +38,25 @@ var (
 	ErrContention = errors.New("schema registration contended; retry")
 	// ErrSchemaTooLarge is a schema text over MaxSchemaBytes.
 	ErrSchemaTooLarge = fmt.Errorf("a schema is limited to %d bytes", MaxSchemaBytes)
+	// ErrLimit is a database, table or schema version the registry
+	// refuses because it holds the most it takes (MaxPartitions,
+	// MaxTables, MaxVersions).
+	ErrLimit = errors.New("registry limit reached")
+)
+
+// What the registry holds at most, so that no client can grow every
+// process without bound: each database's partitions are opened on the
+// storage nodes and placed by the controller, and every router and node
+// keeps each table's schema versions in memory. Concurrent registrars may
+// each pass a limit once.
+const (
+	// MaxPartitions bounds the partitions of all databases together:
+	// 4,096 databases of the default 64.
+	MaxPartitions = 1 << 18
+	// MaxTables bounds a database's tables.
+	MaxTables = 1024
+	// MaxVersions bounds a table's schema versions.
+	MaxVersions = 1024
 )
 
 // MaxSchemaBytes bounds a schema version's text (each version is one etcd
@@ -80,6 +99,7 @@ type Registry struct {
 	// compat holds each table's compatibility level by "db/table" (its
 	// etcd key may load before the table's versions).
 	compat map[string]schema.Compatibility
+	limits limits
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -98,6 +118,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Lo
 		dbs: map[string]*schema.Database{}, tables: map[string]map[string]*schema.Table{},
 		compat: map[string]schema.Compatibility{},
 		done:   make(chan struct{}),
+		limits: limits{MaxPartitions, MaxTables, MaxVersions},
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -245,6 +266,15 @@ func (r *Registry) CreateDatabase(ctx context.Context, d schema.Database) (db *s
 	}
 	val, _ := json.Marshal(d)
 	key := r.dbKey(d.Name)
+	if err := r.reload(ctx, r.prefix+"db/", clientv3.WithPrefix()); err != nil {
+		return nil, false, err
+	}
+	if total := r.partitions(d.Name); total+d.Partitions > r.limits.partitions {
+		if existing, err := r.Database(d.Name); err == nil && sameDatabase(existing, &d) {
+			return existing, false, nil // a repeated creation is still answered
+		}
+		return nil, false, fmt.Errorf("database %s of %d partitions: the databases hold %d of at most %d: %w", d.Name, d.Partitions, total, r.limits.partitions, ErrLimit)
+	}
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, string(val))).
@@ -264,6 +294,30 @@ func (r *Registry) CreateDatabase(ctx context.Context, d schema.Database) (db *s
 		return nil, false, err
 	}
 	return &d, true, nil
+}
+
+// partitions is how many partitions the databases other than except
+// hold, as the mirror has them.
+func (r *Registry) partitions(except string) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for name, d := range r.dbs {
+		if name != except {
+			n += d.Partitions
+		}
+	}
+	return n
+}
+
+// limits are MaxPartitions, MaxTables and MaxVersions (lower in tests).
+type limits struct{ partitions, tables, versions int }
+
+// tableCount is how many tables database db has, as the mirror has them.
+func (r *Registry) tableCount(db string) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.tables[db])
 }
 
 // sameDatabase reports whether two normalized definitions are equal.
@@ -380,6 +434,13 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 			return 0, false, err
 		}
 		t, _ := r.Table(db, table)
+		if t == nil {
+			if n := r.tableCount(db); n >= r.limits.tables {
+				return 0, false, fmt.Errorf("table %s: database %s holds %d tables, the most it takes: %w", table, db, n, ErrLimit)
+			}
+		} else if len(t.Versions) >= r.limits.versions && t.Latest().Text != text {
+			return 0, false, fmt.Errorf("table %s holds %d schema versions, the most it takes: %w", table, len(t.Versions), ErrLimit)
+		}
 		next := 1
 		if t != nil {
 			next = len(t.Versions) + 1

@@ -146,3 +146,54 @@ func TestDatabaseAndKeyRules(t *testing.T) {
 		t.Fatalf("reload: %+v %v", tbl, err)
 	}
 }
+
+// TestLimits: the registry refuses a database past its partitions, a
+// table past a database's tables and a version past a table's versions,
+// with ErrLimit; what it holds stays as it was, and a repeated creation
+// or registration of what it holds is still answered.
+func TestLimits(t *testing.T) {
+	cli := startEtcd(t)
+	r := open(t, cli)
+	r.limits = limits{partitions: 20, tables: 2, versions: 3}
+	ctx := context.Background()
+	for _, d := range []schema.Database{{Name: "a", Partitions: 8}, {Name: "b", Partitions: 12}} {
+		if _, created, err := r.CreateDatabase(ctx, d); err != nil || !created {
+			t.Fatal(d.Name, created, err)
+		}
+	}
+	if _, _, err := r.CreateDatabase(ctx, schema.Database{Name: "c", Partitions: 1}); !errors.Is(err, ErrLimit) {
+		t.Fatal("a database past the partitions:", err)
+	}
+	if _, err := r.Database("c"); !errors.Is(err, ErrNoDatabase) {
+		t.Fatal("the refused database exists:", err)
+	}
+	if _, created, err := r.CreateDatabase(ctx, schema.Database{Name: "b", Partitions: 12}); err != nil || created {
+		t.Fatal("the same definition again, at the limit:", created, err)
+	}
+	key := []schema.KeyPart{{Name: "k"}}
+	for _, table := range []string{"T", "U"} {
+		if _, _, err := r.RegisterVersion(ctx, "a", table, key, schemaText(1)); err != nil {
+			t.Fatal(table, err)
+		}
+	}
+	if _, _, err := r.RegisterVersion(ctx, "a", "V", key, schemaText(1)); !errors.Is(err, ErrLimit) {
+		t.Fatal("a table past the tables:", err)
+	}
+	if _, _, err := r.RegisterVersion(ctx, "b", "V", key, schemaText(1)); err != nil {
+		t.Fatal("another database's first table:", err)
+	}
+	for fields := 2; fields <= 3; fields++ {
+		if _, _, err := r.RegisterVersion(ctx, "a", "T", key, schemaText(fields)); err != nil {
+			t.Fatal(fields, err)
+		}
+	}
+	if _, _, err := r.RegisterVersion(ctx, "a", "T", key, schemaText(4)); !errors.Is(err, ErrLimit) {
+		t.Fatal("a version past the versions:", err)
+	}
+	if v, created, err := r.RegisterVersion(ctx, "a", "T", key, schemaText(3)); err != nil || created || v != 3 {
+		t.Fatal("the latest version again, at the limit:", v, created, err)
+	}
+	if tbl, _ := r.Table("a", "T"); len(tbl.Versions) != 3 {
+		t.Fatalf("%d versions after the refusal, want 3", len(tbl.Versions))
+	}
+}
