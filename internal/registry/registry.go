@@ -40,7 +40,7 @@ var (
 	ErrSchemaTooLarge = fmt.Errorf("a schema is limited to %d bytes", MaxSchemaBytes)
 	// ErrLimit is a database, table or schema version the registry
 	// refuses because it holds the most it takes (MaxPartitions,
-	// MaxTables, MaxVersions).
+	// MaxTables, MaxVersions, MaxSchemaTextBytes).
 	ErrLimit = errors.New("registry limit reached")
 )
 
@@ -57,6 +57,9 @@ const (
 	MaxTables = 1024
 	// MaxVersions bounds a table's schema versions.
 	MaxVersions = 1024
+	// MaxSchemaTextBytes bounds the text of all schema versions of all
+	// tables together, which every router and storage node holds parsed.
+	MaxSchemaTextBytes = 64 << 20
 )
 
 // MaxSchemaBytes bounds a schema version's text (each version is one etcd
@@ -100,6 +103,8 @@ type Registry struct {
 	// etcd key may load before the table's versions).
 	compat map[string]schema.Compatibility
 	limits limits
+	// textBytes is the text of every version in the mirror.
+	textBytes int
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -118,7 +123,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Lo
 		dbs: map[string]*schema.Database{}, tables: map[string]map[string]*schema.Table{},
 		compat: map[string]schema.Compatibility{},
 		done:   make(chan struct{}),
-		limits: limits{MaxPartitions, MaxTables, MaxVersions},
+		limits: limits{MaxPartitions, MaxTables, MaxVersions, MaxSchemaTextBytes},
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -224,6 +229,7 @@ func (r *Registry) apply(key string, value []byte) error {
 		nt := &schema.Table{Database: db, Name: name, Key: t.Key, Versions: append(t.Versions[:len(t.Versions):len(t.Versions)], v),
 			Compatibility: r.compat[db+"/"+name]}
 		r.tables[db][name] = nt
+		r.textBytes += len(sv.Schema)
 	}
 	return nil
 }
@@ -310,8 +316,16 @@ func (r *Registry) partitions(except string) int {
 	return n
 }
 
-// limits are MaxPartitions, MaxTables and MaxVersions (lower in tests).
-type limits struct{ partitions, tables, versions int }
+// limits are MaxPartitions, MaxTables, MaxVersions and
+// MaxSchemaTextBytes (lower in tests).
+type limits struct{ partitions, tables, versions, textBytes int }
+
+// schemaTextBytes is the text of every version the mirror holds.
+func (r *Registry) schemaTextBytes() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.textBytes
+}
 
 // tableCount is how many tables database db has, as the mirror has them.
 func (r *Registry) tableCount(db string) int {
@@ -458,6 +472,9 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 		}
 		if len(text) > MaxSchemaBytes {
 			return 0, false, fmt.Errorf("table %s: a schema of %d bytes: %w", table, len(text), ErrSchemaTooLarge)
+		}
+		if held := r.schemaTextBytes(); held+len(text) > r.limits.textBytes {
+			return 0, false, fmt.Errorf("table %s: a schema of %d bytes, where the registry holds %d of at most %d: %w", table, len(text), held, r.limits.textBytes, ErrLimit)
 		}
 		v, err := schema.NewVersion(next, text)
 		if err != nil {

@@ -148,13 +148,13 @@ func TestDatabaseAndKeyRules(t *testing.T) {
 }
 
 // TestLimits: the registry refuses a database past its partitions, a
-// table past a database's tables and a version past a table's versions,
-// with ErrLimit; what it holds stays as it was, and a repeated creation
+// table past a database's tables, a version past a table's versions and
+// past the schema text of all tables, with ErrLimit; what it holds stays as it was, and a repeated creation
 // or registration of what it holds is still answered.
 func TestLimits(t *testing.T) {
 	cli := startEtcd(t)
 	r := open(t, cli)
-	r.limits = limits{partitions: 20, tables: 2, versions: 3}
+	r.limits = limits{partitions: 20, tables: 2, versions: 3, textBytes: 1 << 20}
 	ctx := context.Background()
 	for _, d := range []schema.Database{{Name: "a", Partitions: 8}, {Name: "b", Partitions: 12}} {
 		if _, created, err := r.CreateDatabase(ctx, d); err != nil || !created {
@@ -195,5 +195,20 @@ func TestLimits(t *testing.T) {
 	}
 	if tbl, _ := r.Table("a", "T"); len(tbl.Versions) != 3 {
 		t.Fatalf("%d versions after the refusal, want 3", len(tbl.Versions))
+	}
+
+	// The text of all versions together: what is held now, plus one
+	// more version of table U, and not a byte more.
+	held := r.schemaTextBytes()
+	r.limits.textBytes = held + len(schemaText(2))
+	if _, _, err := r.RegisterVersion(ctx, "a", "U", key, schemaText(2)); err != nil {
+		t.Fatal("a version within the text bound:", err)
+	}
+	if _, _, err := r.RegisterVersion(ctx, "a", "U", key, schemaText(3)); !errors.Is(err, ErrLimit) {
+		t.Fatal("a version past the text bound:", err)
+	}
+	// A registry that loads the same store counts the same text.
+	if r2 := open(t, cli); r2.schemaTextBytes() != r.schemaTextBytes() {
+		t.Fatalf("a new registry counts %d bytes of schema text, the first %d", r2.schemaTextBytes(), r.schemaTextBytes())
 	}
 }
