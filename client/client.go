@@ -244,8 +244,8 @@ var (
 	// durable on enough replicas in time; its outcome is unknown.
 	ErrNotReplicated = &Error{Type: "urn:cortado:problem:not-replicated"}
 	// ErrLimitExceeded: the registry holds the most databases'
-	// partitions, tables of the database or versions of the table it
-	// takes; nothing was created.
+	// partitions, tables of the database, versions of the table or
+	// schema text it takes; nothing was created.
 	ErrLimitExceeded = &Error{Type: "urn:cortado:problem:limit-exceeded"}
 	// ErrDeadlineExceeded: the request's deadline (the context's, sent as
 	// Request-Timeout, else the router's default) passed in the server.
