@@ -6,6 +6,10 @@
 // only written after schema.CheckLevel accepted it against the earlier
 // ones under the table's compatibility level, and the write is an etcd transaction that fails if another
 // registrar took the number first.
+//
+// What it holds is bounded (MaxPartitions, MaxTables, MaxVersions,
+// MaxSchemaTextBytes): creating databases, tables and versions is input
+// like any other, and must never grow every process without bound.
 package registry
 
 import (
