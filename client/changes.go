@@ -120,7 +120,8 @@ type ChangeSource struct {
 // caller stops. When the connection breaks it reconnects, resuming after
 // the last event's token, with a growing pause (up to 5 s); an error the
 // server states (a bad request, an unknown database) ends the iteration
-// with that error, as does the end of ctx.
+// with that error, as does the end of ctx. A deadline of ctx goes to the
+// server too (Request-Timeout), which ends the stream then.
 func (c *Client) Changes(ctx context.Context, db string, o *ChangeOptions) iter.Seq2[*ChangeEvent, error] {
 	return func(yield func(*ChangeEvent, error) bool) {
 		q := o.query()
