@@ -153,8 +153,12 @@ func hambaBranch(u *avro.UnionSchema, v any) (int, any) {
 				if n, ok := deref(t).(avro.NamedSchema); ok && (n.Name() == k || n.FullName() == k) {
 					return i, inner
 				}
-				if branchName(t) == k && deref(t).Type() != avro.Map && deref(t).Type() != avro.Record {
-					return i, inner // a resolved union wraps primitives too
+				if branchName(t) == k && deref(t).Type() != avro.Record {
+					// hamba wraps every branch but null in a one-key
+					// map, maps and arrays included: {"map": {}} is
+					// an empty map of the map branch (FuzzPlan found
+					// one read as a map holding the key "map").
+					return i, inner
 				}
 			}
 		}
