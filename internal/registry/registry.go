@@ -452,13 +452,6 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 			return 0, false, err
 		}
 		t, _ := r.Table(db, table)
-		if t == nil {
-			if n := r.tableCount(db); n >= r.limits.tables {
-				return 0, false, fmt.Errorf("table %s: database %s holds %d tables, the most it takes: %w", table, db, n, ErrLimit)
-			}
-		} else if len(t.Versions) >= r.limits.versions && t.Latest().Text != text {
-			return 0, false, fmt.Errorf("table %s holds %d schema versions, the most it takes: %w", table, len(t.Versions), ErrLimit)
-		}
 		next := 1
 		if t != nil {
 			next = len(t.Versions) + 1
@@ -469,6 +462,11 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 			if t.Latest().Text == text {
 				return t.Latest().Number, false, nil
 			}
+			if len(t.Versions) >= r.limits.versions {
+				return 0, false, fmt.Errorf("table %s holds %d schema versions, the most it takes: %w", table, len(t.Versions), ErrLimit)
+			}
+		} else if n := r.tableCount(db); n >= r.limits.tables {
+			return 0, false, fmt.Errorf("table %s: database %s holds %d tables, the most it takes: %w", table, db, n, ErrLimit)
 		} else if err := schema.ValidateKey(key); err != nil {
 			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
 		} else if err := d.CheckPartitionKey(key[0]); err != nil {
