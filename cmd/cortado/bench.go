@@ -108,22 +108,14 @@ func runBench(args []string) error {
 		fmt.Println(res)
 		return err
 	case "overload":
-		oo := bench.OverloadOptions{Options: o, Servers: map[string]string{}, Capacity: *capacity, Timeout: *clientTimeout}
-		for _, kv := range strings.Split(*servers, ",") {
-			name, url, ok := strings.Cut(kv, "=")
-			if !ok {
-				return fmt.Errorf("--servers takes name=URL,…")
-			}
-			oo.Servers[name] = url
+		oo := bench.OverloadOptions{Options: o, Capacity: *capacity, Timeout: *clientTimeout}
+		var ok bool
+		if oo.Servers, ok = namedURLs(*servers, nil); !ok {
+			return fmt.Errorf("--servers takes name=URL,…")
 		}
 		if *metricsAt != "" {
-			oo.Metrics = map[string]string{}
-			for _, kv := range strings.Split(*metricsAt, ",") {
-				name, url, ok := strings.Cut(kv, "=")
-				if _, known := oo.Servers[name]; !ok || !known {
-					return fmt.Errorf("--metrics takes name=URL,… for the names of --servers")
-				}
-				oo.Metrics[name] = url
+			if oo.Metrics, ok = namedURLs(*metricsAt, oo.Servers); !ok {
+				return fmt.Errorf("--metrics takes name=URL,… for the names of --servers")
 			}
 		}
 		if *multiples != "" {
@@ -191,4 +183,18 @@ func runBench(args []string) error {
 		return fmt.Errorf("bench: unknown subcommand %q (load, floor, multiget, consume, insert, acklag, overload, stall)", sub)
 	}
 	return nil
+}
+
+// namedURLs reads a flag's name=URL,… list; with known, every name must
+// be one of its keys.
+func namedURLs(v string, known map[string]string) (map[string]string, bool) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		name, url, ok := strings.Cut(kv, "=")
+		if _, isKnown := known[name]; !ok || known != nil && !isKnown {
+			return nil, false
+		}
+		out[name] = url
+	}
+	return out, true
 }
