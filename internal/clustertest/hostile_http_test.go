@@ -257,7 +257,7 @@ func startHostileServer(t testing.TB) *hostileServer {
 	must("PUT", "/_schemata/sentinel", `{}`, 201)
 	must("PUT", "/_schemata/sentinel/T", `{"key":[{"name":"k"}],"schema":{"type":"record","name":"T","fields":[{"name":"sentinelValue","type":"string"}]}}`, 201)
 	hs := &hostileServer{s: s, admin: admin, sentinels: map[string]string{}}
-	awaitHealthy(t, admin)
+	awaitHealthy(t, http.DefaultClient, admin)
 	for i, p := range sentinelPaths {
 		must("PUT", p, fmt.Sprintf(`{"sentinelValue":"value %d"}`, i), 201)
 	}

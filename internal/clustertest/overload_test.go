@@ -500,14 +500,7 @@ func TestSlowAndIdleClients(t *testing.T) {
 	for _, c := range fillPort(t, host, maxConns) {
 		c.Close()
 	}
-	await(t, 10*time.Second, "a request after the connections closed", func() bool {
-		r, err := plain.Get(s.URL + "/healthz")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == 200
-	})
+	awaitHealthy(t, plain, s.URL) // a request after the connections closed
 	if n := metricValue(t, s.URL, "cortado_connections_refused_total"); n < 1 {
 		t.Fatalf("connections refused %v, want at least 1", n)
 	}
@@ -543,12 +536,14 @@ func fillPort(t *testing.T, host string, maxConns int) []net.Conn {
 	return nil
 }
 
-// awaitHealthy waits until base answers /healthz with 200: an admin
-// port (--admin-listen) may start just after the ready file is written.
-func awaitHealthy(t testing.TB, base string) {
+// awaitHealthy waits until base answers /healthz with 200 through hc:
+// an admin port (--admin-listen) may start just after the ready file is
+// written, and a port that refused connections serves again once others
+// close.
+func awaitHealthy(t testing.TB, hc *http.Client, base string) {
 	t.Helper()
 	await(t, 10*time.Second, base+"/healthz", func() bool {
-		r, err := http.Get(base + "/healthz")
+		r, err := hc.Get(base + "/healthz")
 		if err != nil {
 			return false
 		}
@@ -570,7 +565,7 @@ func TestAdminPortOutsideTheBounds(t *testing.T) {
 	s := StartServe(t, ServeOptions{Args: []string{"--demo", "--max-conns", strconv.Itoa(maxConns),
 		"--admin-listen", strings.TrimPrefix(adminURL, "http://")}})
 	host := strings.TrimPrefix(s.URL, "http://")
-	awaitHealthy(t, adminURL)
+	awaitHealthy(t, http.DefaultClient, adminURL)
 	before := metricValue(t, adminURL, "cortado_connections_refused_total")
 
 	// Fill the document API's port until it refuses a connection.
