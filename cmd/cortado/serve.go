@@ -19,6 +19,7 @@ import (
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/relay"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
@@ -30,37 +31,39 @@ import (
 
 // roleFlags are the flags every server role takes.
 type roleFlags struct {
-	fs             *flag.FlagSet
-	dataDir        *string
-	listen         *string
-	etcdEndpoints  *string
-	etcdClient     *string
-	etcdPeer       *string
-	maxBody        *int64
-	maxResp        *int
-	bodyTimeout    *time.Duration
-	maxDepth       *int
-	logLevel       *string
-	readyFile      *string
-	adminListen    *string
-	demo           *bool
-	nodes          *int
-	localCalls     *bool
-	nodeID         *string
-	rack           *string
-	advertise      *string
-	leaseTTL       *int
-	maxTransitions *int
-	controllerID   *string
-	checkInterval  *time.Duration
-	relayBuffer    *int
-	relayBytes     *int
-	retainEvery    *time.Duration
-	snapshotRate   *int64
-	rowCache       *int64
-	protocol       *uint
-	cpuProfile     *string
-	allocProfile   *string
+	fs            *flag.FlagSet
+	dataDir       *string
+	listen        *string
+	etcdEndpoints *string
+	etcdClient    *string
+	etcdPeer      *string
+	maxBody       *int64
+	// What the schema registry takes (registry.Limits).
+	maxPartitions, maxTables, maxVersions, maxSchemaText *int
+	maxResp                                              *int
+	bodyTimeout                                          *time.Duration
+	maxDepth                                             *int
+	logLevel                                             *string
+	readyFile                                            *string
+	adminListen                                          *string
+	demo                                                 *bool
+	nodes                                                *int
+	localCalls                                           *bool
+	nodeID                                               *string
+	rack                                                 *string
+	advertise                                            *string
+	leaseTTL                                             *int
+	maxTransitions                                       *int
+	controllerID                                         *string
+	checkInterval                                        *time.Duration
+	relayBuffer                                          *int
+	relayBytes                                           *int
+	retainEvery                                          *time.Duration
+	snapshotRate                                         *int64
+	rowCache                                             *int64
+	protocol                                             *uint
+	cpuProfile                                           *string
+	allocProfile                                         *string
 	// Overload protection: the document API's and a storage node's
 	// internal API's bounds, request deadlines, hedged reads.
 	maxInFlight, maxQueue          *int
@@ -124,6 +127,10 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.slowNodes = fs.Bool("report-slow-nodes", true, "report to the controller a storage node whose reads' median latency stays at least 250 ms and 10x the other nodes' for 10 s, as one that cannot be reached")
 		f.requestTimeout = fs.Duration("request-timeout", admission.DefaultRequestTimeout, "deadline of a document request that sends no Request-Timeout header (-1s: none)")
 		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
+		f.maxPartitions = fs.Int("max-partitions", registry.DefaultMaxPartitions, "partitions of all databases together; a database beyond them is refused (409 limit-exceeded)")
+		f.maxTables = fs.Int("max-tables", registry.DefaultMaxTables, "tables a database holds; a table beyond them is refused (409 limit-exceeded)")
+		f.maxVersions = fs.Int("max-versions", registry.DefaultMaxVersions, "schema versions a table holds; a version beyond them is refused (409 limit-exceeded)")
+		f.maxSchemaText = fs.Int("max-schema-text-bytes", registry.DefaultMaxSchemaTextBytes, "bytes of schema text of all versions of all tables together, which every router and storage node holds parsed (12 to 35 times as much heap); a version beyond them is refused (409 limit-exceeded)")
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
 		f.writeTimeout = fs.Duration("write-timeout", router.DefaultWriteTimeout, "how long a client may take to read a response after its request's deadline (a change stream: each write); then its connection is closed")
@@ -170,6 +177,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge},
 			WriteTimeout: *f.writeTimeout, MaxStreams: *f.maxStreams}
 		o.StreamBytes = *f.streamBytes
+		o.Registry = registry.Limits{Partitions: *f.maxPartitions, Tables: *f.maxTables, Versions: *f.maxVersions, SchemaTextBytes: *f.maxSchemaText}
 		o.Stall = node.StallOptions{Calls: *f.stallCalls, After: *f.stallAfter, MaxCalls: *f.nodeMaxCalls}
 		o.NoSlowNodeReports = !*f.slowNodes
 		o.Admission = admission.Options{MaxInFlight: *f.maxInFlight, MaxQueue: *f.maxQueue, QueueTimeout: *f.queueTimeout, StandingTimeout: *f.standingTimeout}

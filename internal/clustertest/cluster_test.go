@@ -133,7 +133,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	}
 	t.Cleanup(func() { cli.Close() })
 	log := slog.New(slog.DiscardHandler)
-	reg, err := registry.Open(ctx, cli, "/c", log)
+	reg, err := registry.Open(ctx, cli, registry.Options{Prefix: "/c", Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

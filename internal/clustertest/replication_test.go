@@ -51,7 +51,7 @@ func newTestRegistry(t testing.TB, d schema.Database) *registry.Registry {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	reg, err := registry.Open(ctx, cli, "/test", slog.New(slog.DiscardHandler))
+	reg, err := registry.Open(ctx, cli, registry.Options{Prefix: "/test", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestPartitionRolesFenceWrites(t *testing.T) {
 	}
 	defer cli.Close()
 	log := slog.New(slog.DiscardHandler)
-	reg, err := registry.Open(ctx, cli, "/roles", log)
+	reg, err := registry.Open(ctx, cli, registry.Options{Prefix: "/roles", Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

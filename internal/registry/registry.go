@@ -7,9 +7,9 @@
 // ones under the table's compatibility level, and the write is an etcd transaction that fails if another
 // registrar took the number first.
 //
-// What it holds is bounded (MaxPartitions, MaxTables, MaxVersions,
-// MaxSchemaTextBytes): creating databases, tables and versions is input
-// like any other, and must never grow every process without bound.
+// What it holds is bounded (Limits): creating databases, tables and
+// versions is input like any other, and must never grow every process
+// without bound.
 package registry
 
 import (
@@ -43,28 +43,64 @@ var (
 	// ErrSchemaTooLarge is a schema text over MaxSchemaBytes.
 	ErrSchemaTooLarge = fmt.Errorf("a schema is limited to %d bytes", MaxSchemaBytes)
 	// ErrLimit is a database, table or schema version the registry
-	// refuses because it holds the most it takes (MaxPartitions,
-	// MaxTables, MaxVersions, MaxSchemaTextBytes).
+	// refuses because it holds the most it takes (Limits).
 	ErrLimit = errors.New("registry limit reached")
 )
 
-// What the registry holds at most, so that no client can grow every
-// process without bound: each database's partitions are opened on the
-// storage nodes and placed by the controller, and every router and node
-// keeps each table's schema versions in memory. Concurrent registrars may
-// each pass a limit once.
+// Limits are what the registry holds at most, so that no client can grow
+// every process without bound: each database's partitions are opened on
+// the storage nodes and placed by the controller, and every router and
+// node keeps each table's schema versions in memory, parsed. They are
+// checked where a database is created or a version registered;
+// concurrent registrars may each pass a limit once. A zero field takes
+// its default.
+type Limits struct {
+	// Partitions bounds the partitions of all databases together
+	// (default 262,144: 4,096 databases of the default 64).
+	Partitions int
+	// Tables bounds a database's tables (default 1,024).
+	Tables int
+	// Versions bounds a table's schema versions (default 1,024).
+	Versions int
+	// SchemaTextBytes bounds the text of all schema versions of all
+	// tables together (default 16 MiB). Every router and storage node
+	// holds them parsed, at 12 to 35 times the text in the heap: 7 KB
+	// for a version of a 600-byte schema of eight fields, 1.78 GB for
+	// 199 versions of 256 KiB of optional union fields, 51 MB of text
+	// (docs/operations.md, Limits).
+	SchemaTextBytes int
+}
+
+// Defaults of Limits.
 const (
-	// MaxPartitions bounds the partitions of all databases together:
-	// 4,096 databases of the default 64.
-	MaxPartitions = 1 << 18
-	// MaxTables bounds a database's tables.
-	MaxTables = 1024
-	// MaxVersions bounds a table's schema versions.
-	MaxVersions = 1024
-	// MaxSchemaTextBytes bounds the text of all schema versions of all
-	// tables together, which every router and storage node holds parsed.
-	MaxSchemaTextBytes = 64 << 20
+	DefaultMaxPartitions      = 1 << 18
+	DefaultMaxTables          = 1024
+	DefaultMaxVersions        = 1024
+	DefaultMaxSchemaTextBytes = 16 << 20
 )
+
+func (l *Limits) fill() {
+	if l.Partitions <= 0 {
+		l.Partitions = DefaultMaxPartitions
+	}
+	if l.Tables <= 0 {
+		l.Tables = DefaultMaxTables
+	}
+	if l.Versions <= 0 {
+		l.Versions = DefaultMaxVersions
+	}
+	if l.SchemaTextBytes <= 0 {
+		l.SchemaTextBytes = DefaultMaxSchemaTextBytes
+	}
+}
+
+// Options configure a Registry; zero values take the defaults.
+type Options struct {
+	// Prefix is the cluster's etcd key prefix (default "/cortado").
+	Prefix string
+	Logger *slog.Logger
+	Limits Limits
+}
 
 // MaxSchemaBytes bounds a schema version's text (each version is one etcd
 // value, and etcd refuses requests over 1.5 MiB).
@@ -106,7 +142,7 @@ type Registry struct {
 	// compat holds each table's compatibility level by "db/table" (its
 	// etcd key may load before the table's versions).
 	compat map[string]schema.Compatibility
-	limits limits
+	limits Limits
 	// textBytes is the text of every version in the mirror.
 	textBytes int
 
@@ -119,15 +155,22 @@ type storedVersion struct {
 	Schema string           `json:"schema"`
 }
 
-// Open loads the registry under prefix (e.g. "/cortado") and keeps it in
-// sync with a watch until Close.
-func Open(ctx context.Context, cli *clientv3.Client, prefix string, log *slog.Logger) (*Registry, error) {
+// Open loads the registry under o.Prefix and keeps it in sync with a
+// watch until Close.
+func Open(ctx context.Context, cli *clientv3.Client, o Options) (*Registry, error) {
+	if o.Prefix == "" {
+		o.Prefix = "/cortado"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.Limits.fill()
 	r := &Registry{
-		cli: cli, prefix: strings.TrimSuffix(prefix, "/") + "/schemata/", log: log,
+		cli: cli, prefix: strings.TrimSuffix(o.Prefix, "/") + "/schemata/", log: o.Logger,
 		dbs: map[string]*schema.Database{}, tables: map[string]map[string]*schema.Table{},
 		compat: map[string]schema.Compatibility{},
 		done:   make(chan struct{}),
-		limits: limits{MaxPartitions, MaxTables, MaxVersions, MaxSchemaTextBytes},
+		limits: o.Limits,
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -279,11 +322,11 @@ func (r *Registry) CreateDatabase(ctx context.Context, d schema.Database) (db *s
 	if err := r.reload(ctx, r.prefix+"db/", clientv3.WithPrefix()); err != nil {
 		return nil, false, err
 	}
-	if total := r.partitions(d.Name); total+d.Partitions > r.limits.partitions {
+	if total := r.partitions(d.Name); total+d.Partitions > r.limits.Partitions {
 		if existing, err := r.Database(d.Name); err == nil && sameDatabase(existing, &d) {
 			return existing, false, nil // a repeated creation is still answered
 		}
-		return nil, false, fmt.Errorf("database %s of %d partitions: the databases hold %d of at most %d: %w", d.Name, d.Partitions, total, r.limits.partitions, ErrLimit)
+		return nil, false, fmt.Errorf("database %s of %d partitions: the databases hold %d of at most %d: %w", d.Name, d.Partitions, total, r.limits.Partitions, ErrLimit)
 	}
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -319,10 +362,6 @@ func (r *Registry) partitions(except string) int {
 	}
 	return n
 }
-
-// limits are MaxPartitions, MaxTables, MaxVersions and
-// MaxSchemaTextBytes (lower in tests).
-type limits struct{ partitions, tables, versions, textBytes int }
 
 // schemaTextBytes is the text of every version the mirror holds.
 func (r *Registry) schemaTextBytes() int {
@@ -462,10 +501,10 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 			if t.Latest().Text == text {
 				return t.Latest().Number, false, nil
 			}
-			if len(t.Versions) >= r.limits.versions {
+			if len(t.Versions) >= r.limits.Versions {
 				return 0, false, fmt.Errorf("table %s holds %d schema versions, the most it takes: %w", table, len(t.Versions), ErrLimit)
 			}
-		} else if n := r.tableCount(db); n >= r.limits.tables {
+		} else if n := r.tableCount(db); n >= r.limits.Tables {
 			return 0, false, fmt.Errorf("table %s: database %s holds %d tables, the most it takes: %w", table, db, n, ErrLimit)
 		} else if err := schema.ValidateKey(key); err != nil {
 			return 0, false, &InvalidError{fmt.Errorf("table %s: %w", table, err)}
@@ -475,8 +514,8 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 		if len(text) > MaxSchemaBytes {
 			return 0, false, fmt.Errorf("table %s: a schema of %d bytes: %w", table, len(text), ErrSchemaTooLarge)
 		}
-		if held := r.schemaTextBytes(); held+len(text) > r.limits.textBytes {
-			return 0, false, fmt.Errorf("table %s: a schema of %d bytes, where the registry holds %d of at most %d: %w", table, len(text), held, r.limits.textBytes, ErrLimit)
+		if held := r.schemaTextBytes(); held+len(text) > r.limits.SchemaTextBytes {
+			return 0, false, fmt.Errorf("table %s: a schema of %d bytes, where the registry holds %d of at most %d: %w", table, len(text), held, r.limits.SchemaTextBytes, ErrLimit)
 		}
 		v, err := schema.NewVersion(next, text)
 		if err != nil {

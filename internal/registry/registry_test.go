@@ -33,7 +33,7 @@ func startEtcd(t *testing.T) *clientv3.Client {
 
 func open(t *testing.T, cli *clientv3.Client) *Registry {
 	t.Helper()
-	r, err := Open(context.Background(), cli, "/test", slog.New(slog.DiscardHandler))
+	r, err := Open(context.Background(), cli, Options{Prefix: "/test", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestDatabaseAndKeyRules(t *testing.T) {
 func TestLimits(t *testing.T) {
 	cli := startEtcd(t)
 	r := open(t, cli)
-	r.limits = limits{partitions: 20, tables: 2, versions: 3, textBytes: 1 << 20}
+	r.limits = Limits{Partitions: 20, Tables: 2, Versions: 3, SchemaTextBytes: 1 << 20}
 	ctx := context.Background()
 	for _, d := range []schema.Database{{Name: "a", Partitions: 8}, {Name: "b", Partitions: 12}} {
 		if _, created, err := r.CreateDatabase(ctx, d); err != nil || !created {
@@ -200,7 +200,7 @@ func TestLimits(t *testing.T) {
 	// The text of all versions together: what is held now, plus one
 	// more version of table U, and not a byte more.
 	held := r.schemaTextBytes()
-	r.limits.textBytes = held + len(schemaText(2))
+	r.limits.SchemaTextBytes = held + len(schemaText(2))
 	if _, _, err := r.RegisterVersion(ctx, "a", "U", key, schemaText(2)); err != nil {
 		t.Fatal("a version within the text bound:", err)
 	}

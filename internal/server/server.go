@@ -68,7 +68,10 @@ type Options struct {
 	Prefix  string
 	Storage storage.Options
 	Router  router.Options
-	Logger  *slog.Logger
+	// Registry bounds what the schema registry takes (registry.Limits;
+	// checked where a database is created or a version registered).
+	Registry registry.Limits
+	Logger   *slog.Logger
 
 	// Nodes is how many storage nodes `serve` runs (default 1: a single
 	// node mastering every partition, without a controller). With 2 or
@@ -322,7 +325,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if s.cli, err = coord.Connect(ctx, endpoints); err != nil {
 		return nil, err
 	}
-	if s.reg, err = registry.Open(ctx, s.cli, opts.Prefix, opts.Logger); err != nil {
+	if s.reg, err = registry.Open(ctx, s.cli, registry.Options{Prefix: opts.Prefix, Logger: opts.Logger, Limits: opts.Registry}); err != nil {
 		return nil, err
 	}
 	s.cluster = s.Metrics.Cluster()
