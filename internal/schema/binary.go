@@ -142,6 +142,11 @@ func nestSkip(f skipFn) skipFn {
 func (d *decoder) long() (int64, error) {
 	v, n := binary.Uvarint(d.b[d.i:])
 	if n == 0 {
+		if len(d.b)-d.i >= binary.MaxVarintLen64 {
+			// Ten bytes, each saying another follows: too long,
+			// whatever comes after them.
+			return 0, errVarint
+		}
 		return 0, errShort
 	}
 	if n < 0 {
