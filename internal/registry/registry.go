@@ -274,6 +274,13 @@ func (r *Registry) applyVersion(db, name, number string, value []byte) error {
 	if err != nil {
 		return err
 	}
+	r.install(db, name, sv.Key, v)
+	return nil
+}
+
+// install adds version v of a table to the mirror, unless it holds it
+// (or v does not follow the versions it holds: the load sorts keys).
+func (r *Registry) install(db, name string, key []schema.KeyPart, v *schema.Version) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.tables[db] == nil {
@@ -281,18 +288,17 @@ func (r *Registry) applyVersion(db, name, number string, value []byte) error {
 	}
 	t := r.tables[db][name]
 	if t == nil {
-		t = &schema.Table{Database: db, Name: name, Key: sv.Key}
+		t = &schema.Table{Database: db, Name: name, Key: key}
 	}
-	if n != len(t.Versions)+1 {
-		return nil // already known (or out of order: the load sorts keys)
+	if v.Number != len(t.Versions)+1 {
+		return
 	}
 	// Tables are replaced, never mutated, so readers holding the old
 	// *Table keep a consistent view.
 	nt := &schema.Table{Database: db, Name: name, Key: t.Key, Versions: append(t.Versions[:len(t.Versions):len(t.Versions)], v),
 		Compatibility: r.compat[db+"/"+name]}
 	r.tables[db][name] = nt
-	r.textBytes += len(sv.Schema)
-	return nil
+	r.textBytes += len(v.Text)
 }
 
 func (r *Registry) dbKey(name string) string { return r.prefix + "db/" + name }
@@ -549,9 +555,8 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 			return 0, false, fmt.Errorf("register %s.%s version %d: %w", db, table, next, err)
 		}
 		if resp.Succeeded {
-			if err := r.apply(k, val); err != nil {
-				return 0, false, err
-			}
+			// What the watch will bring, parsed once already.
+			r.install(db, table, key, v)
 			return next, true, nil
 		}
 		// Someone registered this number first; the next attempt
