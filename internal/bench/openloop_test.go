@@ -266,3 +266,76 @@ func TestSuccessP99(t *testing.T) {
 		t.Fatalf("p99 of nothing served: %v", got)
 	}
 }
+
+// TestRoundTrip: the generator's own response reader against net/http's
+// server: every status, body length, chunked body, problem type, tail
+// and connection close read as net/http's client reads them, and the
+// next response on the connection starts where the last ended.
+func TestRoundTrip(t *testing.T) {
+	big := strings.Repeat("0123456789", 1000) // over the reader's 4 KiB
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ok":
+			w.Write([]byte(`{"a":1}`))
+		case "/big":
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			w.Write([]byte(big))
+		case "/chunked":
+			for i := range 3 {
+				w.Write([]byte(big + strconv.Itoa(i)))
+				w.(http.Flusher).Flush()
+			}
+			w.Write([]byte(`{"end":true}`))
+		case "/none":
+			w.WriteHeader(http.StatusNoContent)
+		case "/overloaded":
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"type":"urn:cortado:problem:overloaded","title":"Overloaded","status":503}`))
+		case "/close":
+			w.Header().Set("Connection", "close")
+			w.Write([]byte(`bye`))
+		}
+	}))
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bw, br := bufio.NewWriter(c), bufio.NewReaderSize(c, 4<<10)
+	tail := &tailWriter{}
+	for _, tc := range []struct {
+		path    string
+		status  int
+		problem string
+		tail    string // the body's end
+		alive   bool
+	}{
+		{"/ok", 200, "", `{"a":1}`, true},
+		{"/big", 200, "", big[len(big)-tailBytes:], true},
+		{"/chunked", 200, "", `456789` + "2" + `{"end":true}`, true},
+		{"/none", 204, "", "", true},
+		{"/overloaded", 503, "overloaded", `"status":503}`, true},
+		{"/ok", 200, "", `{"a":1}`, true},
+		{"/close", 200, "", "bye", false},
+	} {
+		fmt.Fprintf(bw, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", tc.path)
+		a, alive := roundTrip(bw, br, tail)
+		if a.status != tc.status || a.problem != tc.problem || !strings.HasSuffix(string(a.tail), tc.tail) || alive != tc.alive {
+			t.Fatalf("%s: status %d problem %q tail …%q alive %v; want %d %q …%q %v", tc.path, a.status, a.problem, a.tail, alive, tc.status, tc.problem, tc.tail, tc.alive)
+		}
+	}
+	// A cut connection is a failure, not an answer.
+	c2, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Write([]byte("GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"))
+	c2.(*net.TCPConn).CloseWrite()
+	br2 := bufio.NewReader(io.LimitReader(c2, 20)) // the response cut after 20 bytes
+	if a, alive := roundTrip(bufio.NewWriter(io.Discard), br2, nil); a.status != 0 || alive {
+		t.Fatalf("a cut response read as status %d, alive %v", a.status, alive)
+	}
+	c2.Close()
+}
