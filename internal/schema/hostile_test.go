@@ -21,6 +21,8 @@ import (
 //	max-depth n=N    SetMaxDepth(N) for the cases that follow
 //	avro             a schema, ~~~, a document as hex: Version.Validate
 //	deep-schema n=N  a record whose field is N nested arrays
+//	dag-schema n=N   N records, each with two fields of the one before:
+//	                 two versions, their compatibility, the plans both ways
 //	nested-json n=N  a Node {v, next} schema's document N levels deep, as JSON
 //	nested-avro n=N  the same as Avro binary: validation, the JSON writer,
 //	                 and a plan to a later version
@@ -112,6 +114,35 @@ func run(t *testing.T, d *datadriven.TestData, node, node2 string) string {
 		d.ScanArgs(t, "n", &n)
 		text := `{"type":"record","name":"R","fields":[{"name":"a","type":` + strings.Repeat(`{"type":"array","items":`, n) + `"int"` + strings.Repeat(`}`, n) + `}]}`
 		_, err := NewVersion(1, text)
+		return result(err)
+	case "dag-schema":
+		// Each record holds two fields of the record before: 2^n paths
+		// through a text of n lines. Whatever walks it by expansion
+		// never ends; registration, evolution and plans must not.
+		var n int
+		d.ScanArgs(t, "n", &n)
+		dag := func(extra string) string {
+			s := `{"type":"record","name":"R0","fields":[{"name":"x","type":"int"}` + extra + `]}`
+			for i := 1; i <= n; i++ {
+				s = fmt.Sprintf(`{"type":"record","name":"R%d","fields":[{"name":"a","type":%s},{"name":"b","type":"R%d"}%s]}`, i, s, i-1, extra)
+			}
+			return s
+		}
+		v1, err := NewVersion(1, dag(""))
+		if err != nil {
+			return result(err)
+		}
+		v2, err := NewVersion(2, dag(`,{"name":"y","type":"long","default":0}`))
+		if err != nil {
+			return result(err)
+		}
+		if err := CheckLevel(Full, []*Version{v1}, v2); err != nil {
+			return result(err)
+		}
+		if _, err := NewPlan(v1.Schema, v2.Schema); err != nil {
+			return result(err)
+		}
+		_, err = NewPlan(v2.Schema, v1.Schema)
 		return result(err)
 	case "nested-json":
 		var n int
