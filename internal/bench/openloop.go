@@ -294,14 +294,14 @@ func readHead(br *bufio.Reader) (h head, err error) {
 		}
 		value = bytes.TrimSpace(value)
 		switch {
-		case asciiEqualFold(name, "Content-Length"):
+		case bytes.EqualFold(name, []byte("Content-Length")):
 			if h.length, err = strconv.Atoi(string(value)); err != nil || h.length < 0 {
 				return h, errResponse
 			}
-		case asciiEqualFold(name, "Transfer-Encoding"):
-			h.chunked = asciiContainsFold(value, "chunked")
-		case asciiEqualFold(name, "Connection"):
-			h.closing = asciiContainsFold(value, "close")
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			h.chunked = hasToken(value, "chunked")
+		case bytes.EqualFold(name, []byte("Connection")):
+			h.closing = hasToken(value, "close")
 		}
 	}
 }
@@ -376,34 +376,17 @@ func problemType(body []byte) string {
 	return strings.TrimPrefix(string(t), "urn:cortado:problem:")
 }
 
-// asciiEqualFold reports whether b is s, ignoring ASCII case.
-func asciiEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		if lower(b[i]) != lower(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// asciiContainsFold reports whether b holds s, ignoring ASCII case.
-func asciiContainsFold(b []byte, s string) bool {
-	for i := 0; i+len(s) <= len(b); i++ {
-		if asciiEqualFold(b[i:i+len(s)], s) {
+// hasToken reports whether a header's comma-separated value lists token,
+// in any case.
+func hasToken(value []byte, token string) bool {
+	for len(value) > 0 {
+		var t []byte
+		t, value, _ = bytes.Cut(value, []byte(","))
+		if bytes.EqualFold(bytes.TrimSpace(t), []byte(token)) {
 			return true
 		}
 	}
 	return false
-}
-
-func lower(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
 }
 
 // tailWriter keeps the last tailBytes written to it.
