@@ -94,11 +94,13 @@ func (l *Limits) fill() {
 	}
 }
 
-// Options configure a Registry; zero values take the defaults.
+// Options configure a Registry.
 type Options struct {
-	// Prefix is the cluster's etcd key prefix (default "/cortado").
+	// Prefix is the cluster's etcd key prefix (server.Options.Prefix)
+	// and Logger where bad entries are reported; both are required.
 	Prefix string
 	Logger *slog.Logger
+	// Limits: a zero field takes its default.
 	Limits Limits
 }
 
@@ -158,12 +160,6 @@ type storedVersion struct {
 // Open loads the registry under o.Prefix and keeps it in sync with a
 // watch until Close.
 func Open(ctx context.Context, cli *clientv3.Client, o Options) (*Registry, error) {
-	if o.Prefix == "" {
-		o.Prefix = "/cortado"
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
 	o.Limits.fill()
 	r := &Registry{
 		cli: cli, prefix: strings.TrimSuffix(o.Prefix, "/") + "/schemata/", log: o.Logger,
