@@ -31,39 +31,39 @@ import (
 
 // roleFlags are the flags every server role takes.
 type roleFlags struct {
-	fs            *flag.FlagSet
-	dataDir       *string
-	listen        *string
-	etcdEndpoints *string
-	etcdClient    *string
-	etcdPeer      *string
-	maxBody       *int64
+	fs             *flag.FlagSet
+	dataDir        *string
+	listen         *string
+	etcdEndpoints  *string
+	etcdClient     *string
+	etcdPeer       *string
+	maxBody        *int64
+	maxResp        *int
+	bodyTimeout    *time.Duration
+	maxDepth       *int
+	logLevel       *string
+	readyFile      *string
+	adminListen    *string
+	demo           *bool
+	nodes          *int
+	localCalls     *bool
+	nodeID         *string
+	rack           *string
+	advertise      *string
+	leaseTTL       *int
+	maxTransitions *int
+	controllerID   *string
+	checkInterval  *time.Duration
+	relayBuffer    *int
+	relayBytes     *int
+	retainEvery    *time.Duration
+	snapshotRate   *int64
+	rowCache       *int64
+	protocol       *uint
+	cpuProfile     *string
+	allocProfile   *string
 	// What the schema registry takes (registry.Limits).
 	maxPartitions, maxTables, maxVersions, maxSchemaText *int
-	maxResp                                              *int
-	bodyTimeout                                          *time.Duration
-	maxDepth                                             *int
-	logLevel                                             *string
-	readyFile                                            *string
-	adminListen                                          *string
-	demo                                                 *bool
-	nodes                                                *int
-	localCalls                                           *bool
-	nodeID                                               *string
-	rack                                                 *string
-	advertise                                            *string
-	leaseTTL                                             *int
-	maxTransitions                                       *int
-	controllerID                                         *string
-	checkInterval                                        *time.Duration
-	relayBuffer                                          *int
-	relayBytes                                           *int
-	retainEvery                                          *time.Duration
-	snapshotRate                                         *int64
-	rowCache                                             *int64
-	protocol                                             *uint
-	cpuProfile                                           *string
-	allocProfile                                         *string
 	// Overload protection: the document API's and a storage node's
 	// internal API's bounds, request deadlines, hedged reads.
 	maxInFlight, maxQueue          *int
