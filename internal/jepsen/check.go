@@ -59,7 +59,6 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 	acked := map[string]kv{}
 	incAcked, incMaybe := map[string]int64{}, map[string]int64{}
 	casAcked := map[string][]Op{}
-	var regs []porcupine.Operation
 	for _, op := range h.ops {
 		res.Ops++
 		switch op.Outcome {
@@ -77,14 +76,6 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 			incMaybe[op.Key]++
 		case op.Kind == "cas" && op.Outcome == Ok:
 			casAcked[op.Key] = append(casAcked[op.Key], op)
-		case op.Kind == "reg-put" && op.Outcome != Fail:
-			end := op.End.UnixNano()
-			if op.Outcome == Maybe {
-				end = math.MaxInt64 // may take effect at any later time
-			}
-			regs = append(regs, porcupine.Operation{ClientId: op.Client, Input: regIn{op.Key, true, op.Value}, Call: op.Start.UnixNano(), Return: end})
-		case op.Kind == "reg-get":
-			regs = append(regs, porcupine.Operation{ClientId: op.Client, Input: regIn{op.Key, false, 0}, Output: op.Value, Call: op.Start.UnixNano(), Return: op.End.UnixNano()})
 		}
 	}
 	keys := make([]string, 0, len(acked))
@@ -148,14 +139,9 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 			res.Lost = append(res.Lost, Anomaly{time.Now(), "lost CAS", fmt.Sprintf("%s = %d, but %d was acknowledged", key, n, ops[len(ops)-1].Value)})
 		}
 	}
-	switch porcupine.CheckOperationsTimeout(registerModel, regs, time.Minute) {
-	case porcupine.Ok:
-		res.Linearizable = fmt.Sprintf("linearizable (%d register operations)", len(regs))
-	case porcupine.Illegal:
-		res.Linearizable = "NOT linearizable"
-		res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "not linearizable", fmt.Sprintf("registers C/reg*: %d operations are not linearizable", len(regs))})
-	default:
-		res.Linearizable = fmt.Sprintf("not decided within a minute (%d register operations)", len(regs))
+	var illegal bool
+	if res.Linearizable, illegal = checkRegisters(h.ops, time.Minute); illegal {
+		res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "not linearizable", "registers C/reg*: " + res.Linearizable})
 	}
 	res.Anomalies = append(res.Anomalies, checkReplicas(c)...)
 	res.Rows = table(h, res, faults)
@@ -347,6 +333,38 @@ func (r *Result) Markdown() string {
 	return b.String()
 }
 
+// checkRegisters runs porcupine over the history's register operations,
+// register by register, within timeout, and says what it found; illegal
+// if some register's history has no linearization.
+func checkRegisters(ops []Op, timeout time.Duration) (verdict string, illegal bool) {
+	var regs []porcupine.Operation
+	names := map[string]bool{}
+	for _, op := range ops {
+		switch {
+		case op.Kind == "reg-put" && op.Outcome != Fail:
+			end := op.End.UnixNano()
+			if op.Outcome == Maybe {
+				end = math.MaxInt64 // may take effect at any later time
+			}
+			regs = append(regs, porcupine.Operation{ClientId: op.Client, Input: regIn{op.Key, true, op.Value}, Call: op.Start.UnixNano(), Return: end})
+		case op.Kind == "reg-get":
+			regs = append(regs, porcupine.Operation{ClientId: op.Client, Input: regIn{op.Key, false, 0}, Output: op.Value, Call: op.Start.UnixNano(), Return: op.End.UnixNano()})
+		default:
+			continue
+		}
+		names[op.Key] = true
+	}
+	n := fmt.Sprintf("%d operations on %d registers", len(regs), len(names))
+	switch porcupine.CheckOperationsTimeout(registerModel, regs, timeout) {
+	case porcupine.Ok:
+		return "linearizable (" + n + ")", false
+	case porcupine.Illegal:
+		return "NOT linearizable (" + n + ")", true
+	default:
+		return fmt.Sprintf("not decided within %s (%s)", timeout, n), false
+	}
+}
+
 // regIn is one register operation for porcupine.
 type regIn struct {
 	key   string
@@ -355,7 +373,8 @@ type regIn struct {
 }
 
 // registerModel is a map of independent registers, checked key by key;
-// every register starts at 0 (the workload creates them so).
+// every register starts at 0 (a read of one nobody wrote answers 404,
+// recorded as 0).
 var registerModel = porcupine.Model{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		byKey := map[string][]porcupine.Operation{}
