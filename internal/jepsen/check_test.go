@@ -51,13 +51,11 @@ func registerHistory(registers, opsEach int, seed uint64) []Op {
 			op := Op{Key: key, Client: i % 2, Outcome: Ok, Start: at(point - rng.Float64()*12), End: at(point + rng.Float64()*12)}
 			if rng.IntN(2) == 0 && !unsure[op.Client] {
 				op.Kind, op.Value = "reg-put", int64(r*1_000_000+i+1)
-				switch took := rng.IntN(2) == 0; {
-				case rng.IntN(20) != 0:
-					state = op.Value
-				case took:
-					op.Outcome, state, unsure[op.Client] = Maybe, op.Value, true
-				default:
+				if rng.IntN(20) == 0 {
 					op.Outcome, unsure[op.Client] = Maybe, true
+				}
+				if op.Outcome == Ok || rng.IntN(2) == 0 {
+					state = op.Value
 				}
 			} else {
 				op.Kind, op.Value, op.Found = "reg-get", state, state != 0

@@ -417,9 +417,9 @@ func (w *Workload) reader(id int, rng *rand.Rand, hc *httpClient) {
 // dozen writes that timed out in a row during an outage could not be
 // decided in minutes (TestRegistersDecided).
 func (w *Workload) registers(id int, rng *rand.Rand, hc *httpClient) {
-	unsure, last := map[string]bool{}, time.Duration(-1)
+	unsure, last := map[string]bool{}, -1
 	for i := int64(1); !w.stopped(); i++ {
-		period := time.Since(w.begin) / registerPeriod
+		period := int(time.Since(w.begin) / registerPeriod)
 		if period != last { // registers of past periods are not used again
 			clear(unsure)
 			last = period
