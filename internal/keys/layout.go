@@ -5,15 +5,29 @@ import (
 	"fmt"
 )
 
-// Sections of a partition's key range. Every key of a storage node starts
-// with Partition(db, id), so one partition is one contiguous range that can be
-// scanned, checkpointed, or deleted on its own.
+// Sections of a partition's key range. Every key of a storage node but the
+// commit log's starts with Partition(db, id), so a partition's rows, index
+// and metadata are one contiguous range that can be scanned or deleted on
+// its own.
 const (
 	SectionData byte = 'd' // P|d|table|key… → document row
-	SectionLog  byte = 'l' // P|l|generation|sequence → one commit's events
 	SectionIdx  byte = 'i' // P|i|kind|table|… → index postings, ordinals, statistics (storage/index.go)
 	SectionMeta byte = 'm' // P|m|name… → partition metadata
+	// SectionLog held a partition's commit log (P|l|generation|sequence)
+	// before the log moved to the log space; storage moves what it finds
+	// there when it opens the partition.
+	SectionLog byte = 'l'
 )
+
+// LogSpace starts every commit-log key: L|epoch|P|generation|sequence → one
+// commit's events. It sorts before every partition's keys (their first
+// byte is a string part's tag), and the epoch, an engine-wide counter that
+// only grows, comes before the partition: new log entries sort after all
+// older epochs' and before every row. So a memtable's flush, which holds
+// the newest epoch's entries and rows of every partition, spans no older
+// entry, and compactions out of level 0 leave the retained log alone
+// instead of rewriting every partition's log keys each time.
+const LogSpace byte = 0x08
 
 // Partition returns the key prefix of partition id of database db, with
 // room for what is usually appended (a section, a table, a short key, an
@@ -47,24 +61,42 @@ func DataTablePrefix(db string, id int, table string) []byte {
 	return AppendPart(b, S(table))
 }
 
-// Log returns the commit-log key of an SCN.
-func Log(db string, id int, gen uint32, seq uint64) []byte {
-	b := append(Partition(db, id), SectionLog)
-	b = binary.BigEndian.AppendUint32(b, gen)
+// Log returns the commit-log key of an SCN of partition id of db, written
+// in epoch.
+func Log(epoch uint32, db string, id int, gen uint32, seq uint64) []byte {
+	b := binary.BigEndian.AppendUint32(LogPrefix(epoch, db, id), gen)
 	return binary.BigEndian.AppendUint64(b, seq)
 }
 
-// LogPrefix returns the prefix of a partition's commit log.
-func LogPrefix(db string, id int) []byte {
+// LogPrefix returns the prefix of a partition's log entries of one epoch:
+// they follow it in SCN order. Its length does not depend on the epoch.
+func LogPrefix(epoch uint32, db string, id int) []byte {
+	b := make([]byte, 0, 5+len(db)+keyRoom)
+	b = binary.BigEndian.AppendUint32(append(b, LogSpace), epoch)
+	return appendPartition(b, db, id)
+}
+
+// LegacyLogPrefix returns the prefix of a partition's commit log as stored
+// before the log space (SectionLog).
+func LegacyLogPrefix(db string, id int) []byte {
 	return append(Partition(db, id), SectionLog)
 }
 
-// ParseLog returns the SCN of a commit-log key produced by Log.
+// ParseLog returns the SCN of a commit-log key produced by Log, whose
+// prefix (LogPrefix, LegacyLogPrefix) is prefixLen bytes.
 func ParseLog(k []byte, prefixLen int) (gen uint32, seq uint64, err error) {
 	if len(k) != prefixLen+12 {
 		return 0, 0, fmt.Errorf("log key of length %d: %w", len(k), ErrCorrupt)
 	}
 	return binary.BigEndian.Uint32(k[prefixLen:]), binary.BigEndian.Uint64(k[prefixLen+4:]), nil
+}
+
+// ParseLogEpoch returns the epoch of a key in the log space.
+func ParseLogEpoch(k []byte) (uint32, error) {
+	if len(k) < 5 || k[0] != LogSpace {
+		return 0, fmt.Errorf("log key %x: %w", k, ErrCorrupt)
+	}
+	return binary.BigEndian.Uint32(k[1:]), nil
 }
 
 // Meta returns the key of a named piece of partition metadata.

@@ -1,5 +1,6 @@
 // Package storage owns a storage node's Pebble instance: the partitioned
-// keyspace (every key starts with the partition, see package keys), document
+// keyspace (every key but the commit log's starts with the partition, see
+// package keys; the log is in the log space, logspace.go), document
 // rows with their header, the per-partition commit log and its retention
 // (with the timeline's generation history, which outlives trimmed
 // commits), SCN assignment, partition snapshots and their install, and the
@@ -35,6 +36,10 @@
 //     acknowledged watermark (ErrTruncateAcknowledged), nor does a trim
 //     remove one above it. The stored watermark may lag the one in
 //     memory (storeAcked), never lead it.
+//   - A partition's log entries are in SCN order across the epochs of
+//     the log space: a commit goes to the engine's epoch or to the
+//     partition's last, whichever is later, and the batch of the first
+//     commit in an epoch records it (logspace.go).
 //   - A commit's SCN is stored only in its log entry's key: a partition
 //     opens at the later of its log's last entry and the SCN stored by
 //     what may leave the log behind it (a truncation, a trim, an install).

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -66,8 +67,12 @@ type Engine struct {
 	mu         sync.Mutex
 	partitions map[partitionID]*Partition
 
-	rows      *rowCache // nil: none
-	fail      *failure
+	rows *rowCache // nil: none
+	fail *failure
+	// logEpoch is the epoch of the log space new log entries go to
+	// (logspace.go): later than every stored entry's, and moved on at
+	// every flush.
+	logEpoch  *atomic.Uint32
 	indexer   Indexer
 	stopProbe chan struct{}
 	probeDone chan struct{}
@@ -130,6 +135,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	fail := &failure{done: make(chan struct{})}
+	logEpoch := new(atomic.Uint32)
 	po := &pebble.Options{
 		FormatMajorVersion: pebble.FormatNewest,
 		Cache:              cache,
@@ -140,6 +146,10 @@ func Open(dir string, opts Options) (*Engine, error) {
 			// full or failing, and writes would soon stall.
 			opts.Logger.Error("pebble background error", "err", err)
 			fail.set(fmt.Errorf("%w: %v", ErrFailed, err))
+		}, FlushBegin: func(pebble.FlushInfo) {
+			// The memtable being flushed holds the entries of the epoch
+			// ending now (logspace.go).
+			logEpoch.Add(1)
 		}},
 	}
 	if opts.SeparateValuesFrom > 0 {
@@ -163,8 +173,15 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pebble in %s: %w", dir, err)
 	}
+	last, err := lastLogEpoch(db)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open pebble in %s: the log's last epoch: %w", dir, err)
+	}
+	// Epoch 0 is for logs stored before the log space (migrateLog).
+	logEpoch.Store(max(logEpoch.Load(), last+1, 1))
 	e := &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail, rows: newRowCache(opts.RowCacheBytes),
-		stopProbe: make(chan struct{}), probeDone: make(chan struct{})}
+		logEpoch: logEpoch, stopProbe: make(chan struct{}), probeDone: make(chan struct{})}
 	if opts.ProbeInterval > 0 {
 		go e.probeDisk(dir)
 	} else {

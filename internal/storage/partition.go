@@ -51,6 +51,10 @@ type Partition struct {
 	logStart SCN
 	logBytes int64
 
+	// logEpochs are the epochs of the log space the log's entries are
+	// in, oldest first (logspace.go).
+	logEpochs []logEpoch
+
 	// tail is the newest part of the log, in memory (logtail.go); it
 	// ends at scn or is not read.
 	tail logTail
@@ -80,6 +84,12 @@ const DurableRing = 1024
 
 func openPartition(e *Engine, db string, id int) (*Partition, error) {
 	p := &Partition{e: e, DB: db, ID: id}
+	if err := p.migrateLog(); err != nil {
+		return nil, err
+	}
+	if err := p.loadEpochs(); err != nil {
+		return nil, err
+	}
 	var err error
 	// A commit does not store the SCN it moves the partition to: its log
 	// entry says it. The meta key holds what the log's last entry does
@@ -313,9 +323,13 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 	if p.tail.last() == p.scn {
 		tail, inTail = p.tail.after(from, upTo)
 	}
+	var es []logEpoch
+	if !inTail {
+		es = p.epochsAfter(from)
+	}
 	p.mu.Unlock()
 	if !inTail {
-		return p.readStoredLog(from, upTo, fn)
+		return p.readStoredLog(es, from, upTo, fn)
 	}
 	for _, t := range tail {
 		c, err := decodeCommit(t.scn, append([]byte(nil), t.entry...))
@@ -329,41 +343,16 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 	return nil
 }
 
-// readStoredLog is ReadLog from Pebble, up to upTo.
-func (p *Partition) readStoredLog(from, upTo SCN, fn func(Commit) bool) error {
-	prefix := keys.LogPrefix(p.DB, p.ID)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{
-		LowerBound: keys.Log(p.DB, p.ID, from.Gen, from.Seq),
-		UpperBound: keys.PrefixEnd(prefix),
+// readStoredLog is ReadLog from Pebble, from the epochs es, up to upTo
+// (what is after it is not durable yet).
+func (p *Partition) readStoredLog(es []logEpoch, from, upTo SCN, fn func(Commit) bool) error {
+	return p.scanLog(es, from, upTo, func(scn SCN, _, v []byte) (bool, error) {
+		c, err := decodeCommit(scn, append([]byte(nil), v...))
+		if err != nil {
+			return false, fmt.Errorf("partition %s/%d: scn %s: %w", p.DB, p.ID, scn, err)
+		}
+		return fn(c), nil
 	})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for valid := it.First(); valid; valid = it.Next() {
-		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
-		if err != nil {
-			return err
-		}
-		if (SCN{gen, seq}) == from {
-			continue
-		}
-		if upTo.Less(SCN{gen, seq}) {
-			break // not durable yet
-		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
-		c, err := decodeCommit(SCN{gen, seq}, append([]byte(nil), v...))
-		if err != nil {
-			return fmt.Errorf("partition %s/%d: scn %d:%d: %w", p.DB, p.ID, gen, seq, err)
-		}
-		if !fn(c) {
-			break
-		}
-	}
-	return it.Error()
 }
 
 // Update runs fn in a transaction of this partition. Everything fn writes

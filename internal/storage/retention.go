@@ -58,22 +58,12 @@ func (p *Partition) loadHistory() error {
 		return err
 	}
 	// Build it from the log (never trimmed before the history existed).
-	prefix := keys.LogPrefix(p.DB, p.ID)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
-	if err != nil {
-		return err
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
-		if err != nil {
-			it.Close()
-			return err
+	if err := p.scanLog(p.logEpochs, SCN{}, maxSCN, func(scn SCN, _, _ []byte) (bool, error) {
+		if scn.Gen != p.scn.Gen {
+			p.hist[scn.Gen] = max(p.hist[scn.Gen], scn.Seq)
 		}
-		if gen != p.scn.Gen {
-			p.hist[gen] = max(p.hist[gen], seq)
-		}
-	}
-	if err := it.Close(); err != nil {
+		return true, nil
+	}); err != nil {
 		return err
 	}
 	b := p.e.db.NewBatch()
@@ -187,23 +177,14 @@ func (p *Partition) LogBytes() int64 {
 // measureLog adds up the log entries' sizes and returns the last entry's
 // SCN (zero if the log is empty), at open.
 func (p *Partition) measureLog() (last SCN, err error) {
-	prefix := keys.LogPrefix(p.DB, p.ID)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
-	if err != nil {
+	if err := p.scanLog(p.logEpochs, SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+		p.logBytes += int64(len(k) + len(v))
+		last = scn
+		return true, nil
+	}); err != nil {
 		return SCN{}, err
 	}
-	defer it.Close()
-	for valid := it.First(); valid; valid = it.Next() {
-		p.logBytes += int64(len(it.Key())) + int64(len(it.Value()))
-	}
-	if !it.Last() {
-		return SCN{}, it.Error()
-	}
-	gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
-	if err != nil {
-		return SCN{}, err
-	}
-	return SCN{gen, seq}, nil
+	return last, nil
 }
 
 // RetentionPolicy says how much of a partition's log to keep.
@@ -229,6 +210,7 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 	}
 	p.mu.Lock()
 	limit, start, total := p.acked, p.logStart, p.logBytes
+	es := p.epochsAfter(start)
 	p.mu.Unlock()
 	if !o.Keep.IsZero() && o.Keep.Less(limit) {
 		limit = o.Keep
@@ -236,39 +218,23 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 	if !start.Less(limit) || (o.MaxAge <= 0 && (o.MaxBytes <= 0 || total <= o.MaxBytes)) {
 		return SCN{}, nil
 	}
-	prefix := keys.LogPrefix(p.DB, p.ID)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{
-		LowerBound: keys.Log(p.DB, p.ID, start.Gen, start.Seq+1),
-		UpperBound: keys.Log(p.DB, p.ID, limit.Gen, limit.Seq+1),
-	})
-	if err != nil {
-		return SCN{}, err
-	}
-	defer it.Close()
 	var point SCN
 	cutoff := o.Now.Add(-o.MaxAge).UnixNano()
-	for valid := it.First(); valid; valid = it.Next() {
+	err := p.scanLog(es, start, limit, func(scn SCN, k, v []byte) (bool, error) {
 		over := o.MaxBytes > 0 && total > o.MaxBytes
 		old := false
 		if o.MaxAge > 0 {
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return SCN{}, err
-			}
 			ts, n := binary.Varint(v)
 			old = n > 0 && ts < cutoff
 		}
 		if !over && !old {
-			break
+			return false, nil
 		}
-		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
-		if err != nil {
-			return SCN{}, err
-		}
-		point = SCN{gen, seq}
-		total -= int64(len(it.Key())) + int64(len(it.Value()))
-	}
-	return point, it.Error()
+		point = scn
+		total -= int64(len(k) + len(v))
+		return true, nil
+	})
+	return point, err
 }
 
 // Trim removes every commit at or before upTo from the log (retention).
@@ -283,23 +249,27 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 	if !p.logStart.Less(upTo) || !p.onTimeline(upTo) {
 		return 0, nil
 	}
-	lo := keys.Log(p.DB, p.ID, p.logStart.Gen, p.logStart.Seq+1)
-	hi := keys.Log(p.DB, p.ID, upTo.Gen, upTo.Seq+1)
+	es := p.epochsAfter(p.logStart)
 	var freed int64
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return 0, err
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		freed += int64(len(it.Key())) + int64(len(it.Value()))
-	}
-	if err := it.Close(); err != nil {
+	if err := p.scanLog(es, p.logStart, upTo, func(_ SCN, k, v []byte) (bool, error) {
+		freed += int64(len(k) + len(v))
+		return true, nil
+	}); err != nil {
 		return 0, err
 	}
 	b := p.e.db.NewBatch()
 	defer b.Close()
-	if err := b.DeleteRange(lo, hi, nil); err != nil {
+	if err := p.deleteLog(b, es, p.logStart, upTo); err != nil {
 		return 0, err
+	}
+	// An epoch whose successor starts at or before upTo is empty now (the
+	// last one stays: its record says where the partition writes).
+	emptied := 0
+	for emptied+1 < len(p.logEpochs) && !upTo.Less(p.logEpochs[emptied+1].first) {
+		if err := b.Delete(epochKey(p.DB, p.ID, p.logEpochs[emptied].epoch), nil); err != nil {
+			return 0, err
+		}
+		emptied++
 	}
 	if err := b.Set(keys.Meta(p.DB, p.ID, "logstart"), encodeSCN(upTo), nil); err != nil {
 		return 0, err
@@ -315,6 +285,7 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 		return 0, fmt.Errorf("partition %s/%d: trim through %s: %w", p.DB, p.ID, upTo, err)
 	}
 	p.logStart = upTo
+	p.logEpochs = p.logEpochs[emptied:]
 	p.logBytes -= freed
 	p.tail.trim(upTo)
 	return freed, nil
@@ -322,7 +293,13 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 
 // CommitTime returns when the commit at scn was made, if the log holds it.
 func (p *Partition) CommitTime(scn SCN) (time.Time, bool, error) {
-	v, closer, err := p.e.db.Get(keys.Log(p.DB, p.ID, scn.Gen, scn.Seq))
+	p.mu.Lock()
+	k, ok := p.storedLogKey(scn)
+	p.mu.Unlock()
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	v, closer, err := p.e.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return time.Time{}, false, nil
 	}

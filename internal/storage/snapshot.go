@@ -153,7 +153,10 @@ func (p *Partition) wipe() error {
 			return err
 		}
 	}
-	for _, name := range []string{"hist", "autoinc"} {
+	if err := p.deleteLog(b, p.logEpochs, SCN{}, maxSCN); err != nil {
+		return err
+	}
+	for _, name := range []string{"hist", "autoinc", "logepoch"} {
 		lo := keys.Meta(p.DB, p.ID, name)
 		if err := b.DeleteRange(lo, keys.PrefixEnd(lo), nil); err != nil {
 			return err
@@ -170,7 +173,7 @@ func (p *Partition) wipe() error {
 	if err := p.e.commit(b); err != nil {
 		return fmt.Errorf("partition %s/%d: empty for a rebuild: %w", p.DB, p.ID, err)
 	}
-	p.acked, p.stored, p.logStart, p.logBytes = SCN{}, SCN{}, SCN{}, 0
+	p.acked, p.stored, p.logStart, p.logBytes, p.logEpochs = SCN{}, SCN{}, SCN{}, 0, nil
 	p.setSCN(SCN{})
 	clear(p.hist)
 	return nil

@@ -61,6 +61,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	last := p.scn
 	rows := rowWrites{p: p, leaveEmpty: true}
 	var closed []SCN
+	var opened []logEpoch
 	var added int64
 	entries := make([]tailEntry, 0, len(cs))
 	for i := range cs {
@@ -98,7 +99,11 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 				return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
 			}
 		}
-		lk, entry := keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), c.entry
+		lk, err := p.logKey(b, c.SCN, &opened)
+		if err != nil {
+			return err
+		}
+		entry := c.entry
 		if entry == nil {
 			entry = encodeCommit(c)
 		}
@@ -133,6 +138,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	for _, e := range closed {
 		p.hist[e.Gen] = e.Seq
 	}
+	p.addEpochs(opened)
 	p.logBytes += added
 	prev := p.scn
 	for _, t := range entries {
@@ -159,7 +165,12 @@ func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
 // returns once it is durable. The caller holds mu until it has set p.scn,
 // and marks the commit durable after wait.
 func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (wait func() error, err error) {
-	lk, entry := keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), encodeCommit(c)
+	var opened []logEpoch
+	lk, err := p.logKey(b, c.SCN, &opened)
+	if err != nil {
+		return nil, err
+	}
+	entry := encodeCommit(c)
 	if err := b.Set(lk, entry, nil); err != nil {
 		return nil, err
 	}
@@ -183,6 +194,7 @@ func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (wait func(
 	if closed {
 		p.hist[p.scn.Gen] = p.scn.Seq
 	}
+	p.addEpochs(opened)
 	p.logBytes += int64(len(lk) + len(entry))
 	p.stored = stored
 	p.tail.add(p.scn, c.SCN, entry)
@@ -254,6 +266,11 @@ func encodeSCN(s SCN) []byte {
 	return binary.BigEndian.AppendUint64(b, s.Seq)
 }
 
+// decodeSCN reads what encodeSCN wrote (12 bytes).
+func decodeSCN(b []byte) SCN {
+	return SCN{Gen: binary.BigEndian.Uint32(b), Seq: binary.BigEndian.Uint64(b[4:])}
+}
+
 // StartGeneration opens generation gen on a replica promoted to master:
 // it commits (gen, 1), a commit without events that marks where the new
 // master's timeline leaves the old one, before it takes any write. gen
@@ -303,30 +320,18 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s, but the log starts after %s: %w", p.DB, p.ID, keep, p.logStart, ErrTrimmed)
 	}
 	var commits []Commit
+	var logKeys [][]byte
 	var freed int64
-	prefix := keys.LogPrefix(p.DB, p.ID)
-	it, err := p.e.db.NewIter(&pebble.IterOptions{
-		LowerBound: keys.Log(p.DB, p.ID, keep.Gen, keep.Seq+1),
-		UpperBound: keys.PrefixEnd(prefix),
-	})
-	if err != nil {
-		return 0, err
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+	if err := p.scanLog(p.epochsAfter(keep), keep, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+		c, err := decodeCommit(scn, append([]byte(nil), v...))
 		if err != nil {
-			it.Close()
-			return 0, err
+			return false, err
 		}
-		c, err := decodeCommit(SCN{gen, seq}, append([]byte(nil), it.Value()...))
-		if err != nil {
-			it.Close()
-			return 0, err
-		}
-		freed += int64(len(it.Key()) + len(it.Value()))
+		freed += int64(len(k) + len(v))
 		commits = append(commits, c)
-	}
-	if err := it.Close(); err != nil {
+		logKeys = append(logKeys, append([]byte(nil), k...))
+		return true, nil
+	}); err != nil {
 		return 0, err
 	}
 	if len(commits) == 0 {
@@ -366,7 +371,15 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 			}
 			undone++
 		}
-		if err := b.Delete(keys.Log(p.DB, p.ID, c.SCN.Gen, c.SCN.Seq), nil); err != nil {
+		if err := b.Delete(logKeys[i], nil); err != nil {
+			return 0, err
+		}
+	}
+	// The epochs that start after keep are empty now.
+	kept := len(p.logEpochs)
+	for kept > 0 && keep.Less(p.logEpochs[kept-1].first) {
+		kept--
+		if err := b.Delete(epochKey(p.DB, p.ID, p.logEpochs[kept].epoch), nil); err != nil {
 			return 0, err
 		}
 	}
@@ -385,7 +398,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 		}
 	}
 	p.moveEpoch() // to odd: any row may change (rowcache.go)
-	err = p.e.commit(b)
+	err := p.e.commit(b)
 	p.moveEpoch()
 	if err != nil {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s: %w", p.DB, p.ID, keep, err)
@@ -393,6 +406,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	for _, g := range dropped {
 		delete(p.hist, g)
 	}
+	p.logEpochs = p.logEpochs[:kept]
 	p.logBytes -= freed
 	p.setSCN(keep)
 	return undone, nil
