@@ -1,10 +1,9 @@
 package storage
 
 import (
-	"errors"
+	"encoding/binary"
 	"fmt"
 	"math"
-	"sort"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -24,10 +23,11 @@ import (
 // wrote in, in epoch order: the engine's epoch never goes back, and a
 // partition writes a commit in the engine's current epoch or, if later,
 // the one it last wrote in. The partition records each epoch it writes
-// in, with the first SCN it wrote there (meta "logepoch"|epoch), in the
-// batch of that first commit, so a reader finds the epoch that holds an
-// SCN without a scan. A trim drops the record of an epoch it emptied, a
-// truncation those it emptied, a wipe all of them.
+// in, keyed by the first SCN it wrote there (meta "logfrom"|generation|
+// sequence → epoch), in the batch of that first commit, so a reader
+// finds the epoch that holds an SCN with one seek. A trim drops the
+// records of the epochs it emptied, a truncation those it emptied, a
+// wipe all of them.
 
 // logEpoch is one epoch a partition wrote log entries in: every entry of
 // the partition in it is at or after first, and before the next epoch's
@@ -40,47 +40,47 @@ type logEpoch struct {
 // maxSCN is after every SCN: reading the log up to it reads all of it.
 var maxSCN = SCN{Gen: math.MaxUint32, Seq: math.MaxUint64}
 
-func epochKey(db string, id int, epoch uint32) []byte {
-	return keys.Meta(db, id, "logepoch", keys.I(int64(epoch)))
+// The record of an epoch is keyed by the first SCN the partition wrote in
+// it (so the records are in SCN order too) and holds the epoch: the one
+// holding an SCN is the last record at or before it, found with one seek,
+// and a partition keeps only its last epoch in memory, however many its
+// retained log spans.
+func epochsPrefix(db string, id int) []byte { return keys.Meta(db, id, "logfrom") }
+
+func epochKey(db string, id int, first SCN) []byte {
+	return keys.Meta(db, id, "logfrom", keys.I(int64(first.Gen)), keys.I(int64(first.Seq)))
 }
 
-// loadEpochs reads the epochs the partition's log is in, at open.
+func epochValue(epoch uint32) []byte { return binary.BigEndian.AppendUint32(nil, epoch) }
+
+// loadEpochs reads the epoch the partition last wrote in, at open.
 func (p *Partition) loadEpochs() error {
-	lo := keys.Meta(p.DB, p.ID, "logepoch")
-	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
+	es, err := p.epochsAfter(maxSCN)
 	if err != nil {
 		return err
 	}
-	defer it.Close()
-	p.logEpochs = nil
-	for valid := it.First(); valid; valid = it.Next() {
-		parts, err := keys.Decode(it.Key()[len(lo):])
-		v, verr := it.ValueAndErr()
-		if err != nil || verr != nil || len(parts) != 1 || !parts[0].IsInt || len(v) != 12 {
-			return fmt.Errorf("partition %s/%d: corrupt log epoch %x", p.DB, p.ID, it.Key())
-		}
-		p.logEpochs = append(p.logEpochs, logEpoch{uint32(parts[0].Int), decodeSCN(v)})
+	p.lastEpoch, p.wroteEpoch = 0, len(es) > 0
+	if len(es) > 0 {
+		p.lastEpoch = es[len(es)-1].epoch
 	}
-	return it.Error()
+	return nil
 }
 
 // logKey returns the key of the log entry of the commit at scn, about to
 // be added to b, in the engine's current epoch or the partition's last,
 // whichever is later. A new epoch is recorded in b and appended to
-// *opened, which the caller adds to p.logEpochs once b is committed
+// *opened, which the caller records in the partition once b is committed
 // (addEpochs); the caller holds mu.
 func (p *Partition) logKey(b *pebble.Batch, scn SCN, opened *[]logEpoch) ([]byte, error) {
 	epoch := p.e.logEpoch.Load()
-	last, ok := uint32(0), false
+	last, ok := p.lastEpoch, p.wroteEpoch
 	if n := len(*opened); n > 0 {
 		last, ok = (*opened)[n-1].epoch, true
-	} else if n := len(p.logEpochs); n > 0 {
-		last, ok = p.logEpochs[n-1].epoch, true
 	}
 	if ok && epoch <= last {
 		epoch = last
 	} else {
-		if err := b.Set(epochKey(p.DB, p.ID, epoch), encodeSCN(scn), nil); err != nil {
+		if err := b.Set(epochKey(p.DB, p.ID, scn), epochValue(epoch), nil); err != nil {
 			return nil, err
 		}
 		*opened = append(*opened, logEpoch{epoch, scn})
@@ -90,24 +90,48 @@ func (p *Partition) logKey(b *pebble.Batch, scn SCN, opened *[]logEpoch) ([]byte
 
 // addEpochs records epochs a committed batch opened; the caller holds mu.
 func (p *Partition) addEpochs(opened []logEpoch) {
-	p.logEpochs = append(p.logEpochs, opened...)
-}
-
-// epochsAfter returns the epochs that may hold commits after from, a
-// copy; the caller holds mu.
-func (p *Partition) epochsAfter(from SCN) []logEpoch {
-	i := sort.Search(len(p.logEpochs), func(i int) bool { return from.Less(p.logEpochs[i].first) })
-	return append([]logEpoch(nil), p.logEpochs[max(i-1, 0):]...)
-}
-
-// storedLogKey returns the key a stored commit at scn has; the caller
-// holds mu.
-func (p *Partition) storedLogKey(scn SCN) ([]byte, bool) {
-	i := sort.Search(len(p.logEpochs), func(i int) bool { return scn.Less(p.logEpochs[i].first) })
-	if i == 0 {
-		return nil, false
+	if n := len(opened); n > 0 {
+		p.lastEpoch, p.wroteEpoch = opened[n-1].epoch, true
 	}
-	return keys.Log(p.logEpochs[i-1].epoch, p.DB, p.ID, scn.Gen, scn.Seq), true
+}
+
+// epochsAfter returns, from the stored records, the epochs that may hold
+// commits after from: the last one that starts at or before it, and
+// every later one.
+func (p *Partition) epochsAfter(from SCN) ([]logEpoch, error) {
+	lo := epochsPrefix(p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	valid := from != maxSCN && it.SeekLT(keys.PrefixEnd(epochKey(p.DB, p.ID, from)))
+	if !valid {
+		if from == maxSCN {
+			valid = it.Last()
+		} else {
+			valid = it.First()
+		}
+	}
+	var out []logEpoch
+	for ; valid; valid = it.Next() {
+		parts, err := keys.Decode(it.Key()[len(lo):])
+		v, verr := it.ValueAndErr()
+		if err != nil || verr != nil || len(parts) != 2 || !parts[0].IsInt || !parts[1].IsInt || len(v) != 4 {
+			return nil, fmt.Errorf("partition %s/%d: corrupt log epoch record %x", p.DB, p.ID, it.Key())
+		}
+		out = append(out, logEpoch{binary.BigEndian.Uint32(v), SCN{uint32(parts[0].Int), uint64(parts[1].Int)}})
+	}
+	return out, it.Error()
+}
+
+// storedLogKey returns the key a stored commit at scn has.
+func (p *Partition) storedLogKey(scn SCN) ([]byte, bool, error) {
+	es, err := p.epochsAfter(scn)
+	if err != nil || len(es) == 0 || scn.Less(es[0].first) {
+		return nil, false, err
+	}
+	return keys.Log(es[0].epoch, p.DB, p.ID, scn.Gen, scn.Seq), true, nil
 }
 
 // scanLog calls fn with each stored log entry of the epochs es that is
@@ -176,30 +200,6 @@ func (p *Partition) deleteLog(b *pebble.Batch, es []logEpoch, from, upTo SCN) er
 	return nil
 }
 
-// lastLogEntry returns the SCN of the partition's last stored log entry
-// (zero if it has none), at open.
-func (p *Partition) lastLogEntry() (SCN, error) {
-	for i := len(p.logEpochs) - 1; i >= 0; i-- {
-		prefix := keys.LogPrefix(p.logEpochs[i].epoch, p.DB, p.ID)
-		it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
-		if err != nil {
-			return SCN{}, err
-		}
-		if !it.Last() {
-			if err := it.Close(); err != nil {
-				return SCN{}, err
-			}
-			continue
-		}
-		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
-		if cerr := it.Close(); err == nil {
-			err = cerr
-		}
-		return SCN{gen, seq}, err
-	}
-	return SCN{}, nil
-}
-
 // migrateBatchBytes is how much of a legacy log one batch moves.
 const migrateBatchBytes = 4 << 20
 
@@ -218,13 +218,12 @@ func (p *Partition) migrateLog() error {
 	if !it.First() {
 		return it.Error()
 	}
-	_, closer, err := p.e.db.Get(epochKey(p.DB, p.ID, 0))
-	recorded := err == nil
-	if recorded {
-		closer.Close()
-	} else if !errors.Is(err, pebble.ErrNotFound) {
+	// A move a crash interrupted recorded epoch 0 with its first batch.
+	es, err := p.epochsAfter(SCN{})
+	if err != nil {
 		return err
 	}
+	recorded := len(es) > 0 && es[0].epoch == 0
 	b := p.e.db.NewBatch()
 	defer func() { b.Close() }()
 	for valid := true; valid; valid = it.Next() {
@@ -237,7 +236,7 @@ func (p *Partition) migrateLog() error {
 			return err
 		}
 		if !recorded {
-			if err := b.Set(epochKey(p.DB, p.ID, 0), encodeSCN(SCN{gen, seq}), nil); err != nil {
+			if err := b.Set(epochKey(p.DB, p.ID, SCN{gen, seq}), epochValue(0), nil); err != nil {
 				return err
 			}
 			recorded = true

@@ -14,9 +14,10 @@ import (
 // the epochs it records.
 func storedSCNs(t *testing.T, p *Partition, from SCN) []SCN {
 	t.Helper()
-	p.mu.Lock()
-	es := p.epochsAfter(from)
-	p.mu.Unlock()
+	es, err := p.epochsAfter(from)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []SCN
 	if err := p.readStoredLog(es, from, maxSCN, func(c Commit) bool {
 		got = append(got, c.SCN)
@@ -56,10 +57,20 @@ func rawLog(t *testing.T, p *Partition) []string {
 	return out
 }
 
-func epochsOf(p *Partition) []logEpoch {
+// epochsOf returns the partition's records of its epochs, checking that
+// the one it keeps in memory is the last.
+func epochsOf(t *testing.T, p *Partition) []logEpoch {
+	t.Helper()
+	es, err := p.epochsAfter(SCN{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.logEpochs)
+	if p.wroteEpoch != (len(es) > 0) || len(es) > 0 && p.lastEpoch != es[len(es)-1].epoch {
+		t.Fatalf("the partition's last epoch is %d (%v), its records %v", p.lastEpoch, p.wroteEpoch, es)
+	}
+	return es
 }
 
 // flush ends the engine's log epoch: the next commit of every partition
@@ -101,7 +112,7 @@ func TestLogAcrossEpochs(t *testing.T) {
 			put(t, other, fmt.Sprint("k", i), fmt.Sprint(round))
 		}
 	}
-	es := epochsOf(p)
+	es := epochsOf(t, p)
 	if len(es) != 3 || es[0].first != all[0] || es[1].first != all[10] || es[2].first != all[20] {
 		t.Fatalf("epochs %v, want three starting at %s, %s, %s", es, all[0], all[10], all[20])
 	}
@@ -126,8 +137,8 @@ func TestLogAcrossEpochs(t *testing.T) {
 	defer func() { e.Close() }()
 	p, _ = e.Partition("db", 0)
 	other, _ = e.Partition("db", 1)
-	if p.SCN() != all[29] || !slices.Equal(epochsOf(p), es) {
-		t.Fatalf("reopened at %s with epochs %v, want %s and %v", p.SCN(), epochsOf(p), all[29], es)
+	if p.SCN() != all[29] || !slices.Equal(epochsOf(t, p), es) {
+		t.Fatalf("reopened at %s with epochs %v, want %s and %v", p.SCN(), epochsOf(t, p), all[29], es)
 	}
 	if e.logEpoch.Load() <= es[2].epoch {
 		t.Fatalf("reopened in epoch %d, not after the stored %d", e.logEpoch.Load(), es[2].epoch)
@@ -151,7 +162,7 @@ func TestLogAcrossEpochs(t *testing.T) {
 	if n := len(rawLog(t, p)); n != len(all)-15 {
 		t.Fatalf("after the trim %d entries are stored, want %d", n, len(all)-15)
 	}
-	if es := epochsOf(p); len(es) != 3 || es[0].first != all[10] {
+	if es := epochsOf(t, p); len(es) != 3 || es[0].first != all[10] {
 		t.Fatalf("after the trim the epochs are %v", es)
 	}
 	if p.LogBytes() != before-freed || freed <= 0 {
@@ -172,7 +183,7 @@ func TestLogAcrossEpochs(t *testing.T) {
 	if n := len(rawLog(t, p)); n != 10 {
 		t.Fatalf("after the truncation %d entries are stored, want 10", n)
 	}
-	if es := epochsOf(p); len(es) != 2 {
+	if es := epochsOf(t, p); len(es) != 2 {
 		t.Fatalf("after the truncation the epochs are %v", es)
 	}
 	next := put(t, p, "k9", "4")
@@ -186,8 +197,8 @@ func TestLogAcrossEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Abort()
-	if got := rawLog(t, p); len(got) != 0 || len(epochsOf(p)) != 0 {
-		t.Fatalf("after a wipe the log holds %v in epochs %v", got, epochsOf(p))
+	if got := rawLog(t, p); len(got) != 0 || len(epochsOf(t, p)) != 0 {
+		t.Fatalf("after a wipe the log holds %v in epochs %v", got, epochsOf(t, p))
 	}
 	if got := rawLog(t, other); !slices.Equal(got, otherLog) {
 		t.Fatalf("the other partition's log changed: %v, want %v", got, otherLog)
@@ -212,7 +223,7 @@ func TestLegacyLogMovesToTheLogSpace(t *testing.T) {
 			// Store the log as before the log space, the first `moved`
 			// entries already moved to epoch 0.
 			b := e.db.NewBatch()
-			es := epochsOf(p)
+			es := epochsOf(t, p)
 			if err := p.scanLog(es, SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
 				legacy := legacyLogKey(keys.LegacyLogPrefix(p.DB, p.ID), scn)
 				if scn.Seq <= uint64(moved) {
@@ -226,12 +237,12 @@ func TestLegacyLogMovesToTheLogSpace(t *testing.T) {
 				if err := b.DeleteRange(keys.LogPrefix(ep.epoch, p.DB, p.ID), keys.PrefixEnd(keys.LogPrefix(ep.epoch, p.DB, p.ID)), nil); err != nil {
 					t.Fatal(err)
 				}
-				if err := b.Delete(epochKey(p.DB, p.ID, ep.epoch), nil); err != nil {
+				if err := b.Delete(epochKey(p.DB, p.ID, ep.first), nil); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if moved > 0 {
-				if err := b.Set(epochKey(p.DB, p.ID, 0), encodeSCN(all[0]), nil); err != nil {
+				if err := b.Set(epochKey(p.DB, p.ID, all[0]), epochValue(0), nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -257,14 +268,14 @@ func TestLegacyLogMovesToTheLogSpace(t *testing.T) {
 			if got := sectionDump(t, p, keys.SectionLog); got != "" {
 				t.Fatalf("the old log section still holds\n%s", got)
 			}
-			if es := epochsOf(p); len(es) != 1 || es[0] != (logEpoch{0, all[0]}) {
+			if es := epochsOf(t, p); len(es) != 1 || es[0] != (logEpoch{0, all[0]}) {
 				t.Fatalf("the moved log's epochs: %v", es)
 			}
 			next := put(t, p, "k0", "w")
 			if got := storedSCNs(t, p, all[8]); !slices.Equal(got, []SCN{all[9], next}) {
 				t.Fatalf("a commit after the move: the log after %s holds %v", all[8], got)
 			}
-			if es := epochsOf(p); len(es) != 2 || es[1].epoch == 0 {
+			if es := epochsOf(t, p); len(es) != 2 || es[1].epoch == 0 {
 				t.Fatalf("a commit after the move went to the epochs %v", es)
 			}
 		})

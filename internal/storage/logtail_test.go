@@ -23,9 +23,10 @@ func readBoth(t *testing.T, p *Partition, from SCN) (got, stored []string) {
 	if err := p.ReadLog(from, collect(&got)); err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
-	es := p.epochsAfter(from)
-	p.mu.Unlock()
+	es, err := p.epochsAfter(from)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.readStoredLog(es, from, p.SCN(), collect(&stored)); err != nil {
 		t.Fatal(err)
 	}

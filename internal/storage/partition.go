@@ -51,9 +51,10 @@ type Partition struct {
 	logStart SCN
 	logBytes int64
 
-	// logEpochs are the epochs of the log space the log's entries are
-	// in, oldest first (logspace.go).
-	logEpochs []logEpoch
+	// lastEpoch is the epoch of the log space the partition last wrote
+	// in, if wroteEpoch (logspace.go).
+	lastEpoch  uint32
+	wroteEpoch bool
 
 	// tail is the newest part of the log, in memory (logtail.go); it
 	// ends at scn or is not read.
@@ -323,12 +324,14 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 	if p.tail.last() == p.scn {
 		tail, inTail = p.tail.after(from, upTo)
 	}
-	var es []logEpoch
-	if !inTail {
-		es = p.epochsAfter(from)
-	}
 	p.mu.Unlock()
 	if !inTail {
+		// The epochs' records, read after the lock: an epoch a later
+		// commit opened holds only commits after upTo.
+		es, err := p.epochsAfter(from)
+		if err != nil {
+			return err
+		}
 		return p.readStoredLog(es, from, upTo, fn)
 	}
 	for _, t := range tail {

@@ -58,7 +58,11 @@ func (p *Partition) loadHistory() error {
 		return err
 	}
 	// Build it from the log (never trimmed before the history existed).
-	if err := p.scanLog(p.logEpochs, SCN{}, maxSCN, func(scn SCN, _, _ []byte) (bool, error) {
+	es, err := p.epochsAfter(SCN{})
+	if err != nil {
+		return err
+	}
+	if err := p.scanLog(es, SCN{}, maxSCN, func(scn SCN, _, _ []byte) (bool, error) {
 		if scn.Gen != p.scn.Gen {
 			p.hist[scn.Gen] = max(p.hist[scn.Gen], scn.Seq)
 		}
@@ -177,7 +181,11 @@ func (p *Partition) LogBytes() int64 {
 // measureLog adds up the log entries' sizes and returns the last entry's
 // SCN (zero if the log is empty), at open.
 func (p *Partition) measureLog() (last SCN, err error) {
-	if err := p.scanLog(p.logEpochs, SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+	es, err := p.epochsAfter(SCN{})
+	if err != nil {
+		return SCN{}, err
+	}
+	if err := p.scanLog(es, SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
 		p.logBytes += int64(len(k) + len(v))
 		last = scn
 		return true, nil
@@ -210,7 +218,6 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 	}
 	p.mu.Lock()
 	limit, start, total := p.acked, p.logStart, p.logBytes
-	es := p.epochsAfter(start)
 	p.mu.Unlock()
 	if !o.Keep.IsZero() && o.Keep.Less(limit) {
 		limit = o.Keep
@@ -218,9 +225,13 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 	if !start.Less(limit) || (o.MaxAge <= 0 && (o.MaxBytes <= 0 || total <= o.MaxBytes)) {
 		return SCN{}, nil
 	}
+	es, err := p.epochsAfter(start)
+	if err != nil {
+		return SCN{}, err
+	}
 	var point SCN
 	cutoff := o.Now.Add(-o.MaxAge).UnixNano()
-	err := p.scanLog(es, start, limit, func(scn SCN, k, v []byte) (bool, error) {
+	err = p.scanLog(es, start, limit, func(scn SCN, k, v []byte) (bool, error) {
 		over := o.MaxBytes > 0 && total > o.MaxBytes
 		old := false
 		if o.MaxAge > 0 {
@@ -249,7 +260,10 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 	if !p.logStart.Less(upTo) || !p.onTimeline(upTo) {
 		return 0, nil
 	}
-	es := p.epochsAfter(p.logStart)
+	es, err := p.epochsAfter(p.logStart)
+	if err != nil {
+		return 0, err
+	}
 	var freed int64
 	if err := p.scanLog(es, p.logStart, upTo, func(_ SCN, k, v []byte) (bool, error) {
 		freed += int64(len(k) + len(v))
@@ -262,14 +276,18 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 	if err := p.deleteLog(b, es, p.logStart, upTo); err != nil {
 		return 0, err
 	}
-	// An epoch whose successor starts at or before upTo is empty now (the
-	// last one stays: its record says where the partition writes).
-	emptied := 0
-	for emptied+1 < len(p.logEpochs) && !upTo.Less(p.logEpochs[emptied+1].first) {
-		if err := b.Delete(epochKey(p.DB, p.ID, p.logEpochs[emptied].epoch), nil); err != nil {
+	// An epoch whose successor starts at or before upTo is empty now:
+	// the records before the last one at or before upTo go.
+	keep := -1
+	for i, ep := range es {
+		if !upTo.Less(ep.first) {
+			keep = i
+		}
+	}
+	if keep >= 0 {
+		if err := b.DeleteRange(epochsPrefix(p.DB, p.ID), epochKey(p.DB, p.ID, es[keep].first), nil); err != nil {
 			return 0, err
 		}
-		emptied++
 	}
 	if err := b.Set(keys.Meta(p.DB, p.ID, "logstart"), encodeSCN(upTo), nil); err != nil {
 		return 0, err
@@ -285,7 +303,6 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 		return 0, fmt.Errorf("partition %s/%d: trim through %s: %w", p.DB, p.ID, upTo, err)
 	}
 	p.logStart = upTo
-	p.logEpochs = p.logEpochs[emptied:]
 	p.logBytes -= freed
 	p.tail.trim(upTo)
 	return freed, nil
@@ -293,11 +310,9 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 
 // CommitTime returns when the commit at scn was made, if the log holds it.
 func (p *Partition) CommitTime(scn SCN) (time.Time, bool, error) {
-	p.mu.Lock()
-	k, ok := p.storedLogKey(scn)
-	p.mu.Unlock()
-	if !ok {
-		return time.Time{}, false, nil
+	k, ok, err := p.storedLogKey(scn)
+	if err != nil || !ok {
+		return time.Time{}, false, err
 	}
 	v, closer, err := p.e.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {

@@ -153,10 +153,14 @@ func (p *Partition) wipe() error {
 			return err
 		}
 	}
-	if err := p.deleteLog(b, p.logEpochs, SCN{}, maxSCN); err != nil {
+	es, err := p.epochsAfter(SCN{})
+	if err != nil {
 		return err
 	}
-	for _, name := range []string{"hist", "autoinc", "logepoch"} {
+	if err := p.deleteLog(b, es, SCN{}, maxSCN); err != nil {
+		return err
+	}
+	for _, name := range []string{"hist", "autoinc", "logfrom"} {
 		lo := keys.Meta(p.DB, p.ID, name)
 		if err := b.DeleteRange(lo, keys.PrefixEnd(lo), nil); err != nil {
 			return err
@@ -173,7 +177,8 @@ func (p *Partition) wipe() error {
 	if err := p.e.commit(b); err != nil {
 		return fmt.Errorf("partition %s/%d: empty for a rebuild: %w", p.DB, p.ID, err)
 	}
-	p.acked, p.stored, p.logStart, p.logBytes, p.logEpochs = SCN{}, SCN{}, SCN{}, 0, nil
+	p.acked, p.stored, p.logStart, p.logBytes = SCN{}, SCN{}, SCN{}, 0
+	p.lastEpoch, p.wroteEpoch = 0, false
 	p.setSCN(SCN{})
 	clear(p.hist)
 	return nil

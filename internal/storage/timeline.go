@@ -322,7 +322,11 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	var commits []Commit
 	var logKeys [][]byte
 	var freed int64
-	if err := p.scanLog(p.epochsAfter(keep), keep, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+	es, err := p.epochsAfter(keep)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.scanLog(es, keep, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
 		c, err := decodeCommit(scn, append([]byte(nil), v...))
 		if err != nil {
 			return false, err
@@ -375,13 +379,14 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 			return 0, err
 		}
 	}
-	// The epochs that start after keep are empty now.
-	kept := len(p.logEpochs)
-	for kept > 0 && keep.Less(p.logEpochs[kept-1].first) {
-		kept--
-		if err := b.Delete(epochKey(p.DB, p.ID, p.logEpochs[kept].epoch), nil); err != nil {
-			return 0, err
-		}
+	// The epochs that start after keep are empty now; the partition's
+	// last is the one keep is in, if any.
+	if err := b.DeleteRange(keys.PrefixEnd(epochKey(p.DB, p.ID, keep)), keys.PrefixEnd(epochsPrefix(p.DB, p.ID)), nil); err != nil {
+		return 0, err
+	}
+	last, wrote := uint32(0), len(es) > 0 && !keep.Less(es[0].first)
+	if wrote {
+		last = es[0].epoch
 	}
 	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(keep), nil); err != nil {
 		return 0, err
@@ -398,7 +403,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 		}
 	}
 	p.moveEpoch() // to odd: any row may change (rowcache.go)
-	err := p.e.commit(b)
+	err = p.e.commit(b)
 	p.moveEpoch()
 	if err != nil {
 		return 0, fmt.Errorf("partition %s/%d: truncate after %s: %w", p.DB, p.ID, keep, err)
@@ -406,7 +411,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	for _, g := range dropped {
 		delete(p.hist, g)
 	}
-	p.logEpochs = p.logEpochs[:kept]
+	p.lastEpoch, p.wroteEpoch = last, wrote
 	p.logBytes -= freed
 	p.setSCN(keep)
 	return undone, nil

@@ -31,9 +31,10 @@ func rows(t *testing.T, p *Partition) string {
 // logDump returns the partition's stored log entries, by SCN.
 func logDump(t *testing.T, p *Partition) string {
 	t.Helper()
-	p.mu.Lock()
-	es := p.epochsAfter(SCN{})
-	p.mu.Unlock()
+	es, err := p.epochsAfter(SCN{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var b strings.Builder
 	if err := p.scanLog(es, SCN{}, maxSCN, func(scn SCN, _, v []byte) (bool, error) {
 		fmt.Fprintf(&b, "%s=%x\n", scn, v)
