@@ -55,15 +55,11 @@ func epochValue(epoch uint32) []byte { return binary.BigEndian.AppendUint32(nil,
 
 // loadEpochs reads the epoch the partition last wrote in, at open.
 func (p *Partition) loadEpochs() error {
-	es, err := p.epochsAfter(maxSCN)
-	if err != nil {
-		return err
-	}
-	p.lastEpoch, p.wroteEpoch = 0, len(es) > 0
-	if len(es) > 0 {
-		p.lastEpoch = es[len(es)-1].epoch
-	}
-	return nil
+	p.lastEpoch, p.wroteEpoch = 0, false
+	return p.eachEpoch(maxSCN, func(ep logEpoch) (bool, error) {
+		p.lastEpoch, p.wroteEpoch = ep.epoch, true
+		return false, nil
+	})
 }
 
 // logKey returns the key of the log entry of the commit at scn, about to
@@ -95,85 +91,110 @@ func (p *Partition) addEpochs(opened []logEpoch) {
 	}
 }
 
-// epochsAfter returns, from the stored records, the epochs that may hold
-// commits after from: the last one that starts at or before it, and
-// every later one.
-func (p *Partition) epochsAfter(from SCN) ([]logEpoch, error) {
+// eachEpoch calls fn with the partition's epochs, from its records, in
+// order, from the last one that starts at or before from (or the first,
+// if none does; the last, if from is maxSCN) until fn returns false.
+func (p *Partition) eachEpoch(from SCN, fn func(logEpoch) (bool, error)) error {
 	lo := epochsPrefix(p.DB, p.ID)
 	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer it.Close()
-	valid := from != maxSCN && it.SeekLT(keys.PrefixEnd(epochKey(p.DB, p.ID, from)))
-	if !valid {
-		if from == maxSCN {
-			valid = it.Last()
-		} else {
-			valid = it.First()
-		}
+	var valid bool
+	switch {
+	case from == maxSCN:
+		valid = it.Last()
+	case it.SeekLT(keys.PrefixEnd(epochKey(p.DB, p.ID, from))):
+		valid = true
+	default:
+		valid = it.First()
 	}
-	var out []logEpoch
 	for ; valid; valid = it.Next() {
 		parts, err := keys.Decode(it.Key()[len(lo):])
 		v, verr := it.ValueAndErr()
 		if err != nil || verr != nil || len(parts) != 2 || !parts[0].IsInt || !parts[1].IsInt || len(v) != 4 {
-			return nil, fmt.Errorf("partition %s/%d: corrupt log epoch record %x", p.DB, p.ID, it.Key())
+			return fmt.Errorf("partition %s/%d: corrupt log epoch record %x", p.DB, p.ID, it.Key())
 		}
-		out = append(out, logEpoch{binary.BigEndian.Uint32(v), SCN{uint32(parts[0].Int), uint64(parts[1].Int)}})
+		ep := logEpoch{binary.BigEndian.Uint32(v), SCN{uint32(parts[0].Int), uint64(parts[1].Int)}}
+		if ok, err := fn(ep); err != nil || !ok {
+			return err
+		}
 	}
-	return out, it.Error()
+	return it.Error()
+}
+
+// epochs returns the epochs that may hold commits after from and at or
+// before upTo.
+func (p *Partition) epochs(from, upTo SCN) ([]logEpoch, error) {
+	var out []logEpoch
+	err := p.eachEpoch(from, func(ep logEpoch) (bool, error) {
+		if upTo.Less(ep.first) {
+			return false, nil
+		}
+		out = append(out, ep)
+		return true, nil
+	})
+	return out, err
+}
+
+// epochAt returns the epoch that holds the commit at scn, if the
+// partition wrote it.
+func (p *Partition) epochAt(scn SCN) (ep logEpoch, ok bool, err error) {
+	err = p.eachEpoch(scn, func(e logEpoch) (bool, error) {
+		ep, ok = e, !scn.Less(e.first)
+		return false, nil
+	})
+	return ep, ok, err
 }
 
 // storedLogKey returns the key a stored commit at scn has.
 func (p *Partition) storedLogKey(scn SCN) ([]byte, bool, error) {
-	es, err := p.epochsAfter(scn)
-	if err != nil || len(es) == 0 || scn.Less(es[0].first) {
+	ep, ok, err := p.epochAt(scn)
+	if err != nil || !ok {
 		return nil, false, err
 	}
-	return keys.Log(es[0].epoch, p.DB, p.ID, scn.Gen, scn.Seq), true, nil
+	return keys.Log(ep.epoch, p.DB, p.ID, scn.Gen, scn.Seq), true, nil
 }
 
-// scanLog calls fn with each stored log entry of the epochs es that is
-// after from and at or before upTo, in SCN order, until fn returns false
-// or an error. The key and value are valid only during the call.
-func (p *Partition) scanLog(es []logEpoch, from, upTo SCN, fn func(scn SCN, k, v []byte) (bool, error)) error {
+// scanLog calls fn with each stored log entry after from and at or
+// before upTo, in SCN order, until fn returns false or an error, reading
+// the epochs' records as it goes. The key and value are valid only
+// during the call.
+func (p *Partition) scanLog(from, upTo SCN, fn func(scn SCN, k, v []byte) (bool, error)) error {
 	it, err := p.e.db.NewIter(nil)
 	if err != nil {
 		return err
 	}
 	defer it.Close()
-	for _, ep := range es {
+	return p.eachEpoch(from, func(ep logEpoch) (bool, error) {
 		if upTo.Less(ep.first) {
-			break
+			return false, nil
 		}
 		prefix := keys.LogPrefix(ep.epoch, p.DB, p.ID)
 		it.SetBounds(keys.Log(ep.epoch, p.DB, p.ID, from.Gen, from.Seq), keys.PrefixEnd(prefix))
 		for valid := it.First(); valid; valid = it.Next() {
 			gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
 			if err != nil {
-				return err
+				return false, err
 			}
 			scn := SCN{gen, seq}
 			if scn == from {
 				continue
 			}
 			if upTo.Less(scn) {
-				return it.Error()
+				return false, it.Error()
 			}
 			v, err := it.ValueAndErr()
 			if err != nil {
-				return err
+				return false, err
 			}
 			if ok, err := fn(scn, it.Key(), v); err != nil || !ok {
-				return err
+				return false, err
 			}
 		}
-		if err := it.Error(); err != nil {
-			return err
-		}
-	}
-	return nil
+		return true, it.Error()
+	})
 }
 
 // deleteLog adds to b the deletion of every log entry after from and at
@@ -219,11 +240,13 @@ func (p *Partition) migrateLog() error {
 		return it.Error()
 	}
 	// A move a crash interrupted recorded epoch 0 with its first batch.
-	es, err := p.epochsAfter(SCN{})
-	if err != nil {
+	recorded := false
+	if err := p.eachEpoch(SCN{}, func(ep logEpoch) (bool, error) {
+		recorded = ep.epoch == 0
+		return false, nil
+	}); err != nil {
 		return err
 	}
-	recorded := len(es) > 0 && es[0].epoch == 0
 	b := p.e.db.NewBatch()
 	defer func() { b.Close() }()
 	for valid := true; valid; valid = it.Next() {

@@ -14,12 +14,8 @@ import (
 // the epochs it records.
 func storedSCNs(t *testing.T, p *Partition, from SCN) []SCN {
 	t.Helper()
-	es, err := p.epochsAfter(from)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []SCN
-	if err := p.readStoredLog(es, from, maxSCN, func(c Commit) bool {
+	if err := p.readStoredLog(from, maxSCN, func(c Commit) bool {
 		got = append(got, c.SCN)
 		return true
 	}); err != nil {
@@ -61,7 +57,7 @@ func rawLog(t *testing.T, p *Partition) []string {
 // the one it keeps in memory is the last.
 func epochsOf(t *testing.T, p *Partition) []logEpoch {
 	t.Helper()
-	es, err := p.epochsAfter(SCN{})
+	es, err := p.epochs(SCN{}, maxSCN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +220,7 @@ func TestLegacyLogMovesToTheLogSpace(t *testing.T) {
 			// entries already moved to epoch 0.
 			b := e.db.NewBatch()
 			es := epochsOf(t, p)
-			if err := p.scanLog(es, SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+			if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
 				legacy := legacyLogKey(keys.LegacyLogPrefix(p.DB, p.ID), scn)
 				if scn.Seq <= uint64(moved) {
 					return true, b.Set(keys.Log(0, p.DB, p.ID, scn.Gen, scn.Seq), v, nil)

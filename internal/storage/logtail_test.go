@@ -23,11 +23,7 @@ func readBoth(t *testing.T, p *Partition, from SCN) (got, stored []string) {
 	if err := p.ReadLog(from, collect(&got)); err != nil {
 		t.Fatal(err)
 	}
-	es, err := p.epochsAfter(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.readStoredLog(es, from, p.SCN(), collect(&stored)); err != nil {
+	if err := p.readStoredLog(from, p.SCN(), collect(&stored)); err != nil {
 		t.Fatal(err)
 	}
 	return got, stored

@@ -326,13 +326,7 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 	}
 	p.mu.Unlock()
 	if !inTail {
-		// The epochs' records, read after the lock: an epoch a later
-		// commit opened holds only commits after upTo.
-		es, err := p.epochsAfter(from)
-		if err != nil {
-			return err
-		}
-		return p.readStoredLog(es, from, upTo, fn)
+		return p.readStoredLog(from, upTo, fn)
 	}
 	for _, t := range tail {
 		c, err := decodeCommit(t.scn, append([]byte(nil), t.entry...))
@@ -346,10 +340,10 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 	return nil
 }
 
-// readStoredLog is ReadLog from Pebble, from the epochs es, up to upTo
-// (what is after it is not durable yet).
-func (p *Partition) readStoredLog(es []logEpoch, from, upTo SCN, fn func(Commit) bool) error {
-	return p.scanLog(es, from, upTo, func(scn SCN, _, v []byte) (bool, error) {
+// readStoredLog is ReadLog from Pebble, up to upTo (what is after it is
+// not durable yet).
+func (p *Partition) readStoredLog(from, upTo SCN, fn func(Commit) bool) error {
+	return p.scanLog(from, upTo, func(scn SCN, _, v []byte) (bool, error) {
 		c, err := decodeCommit(scn, append([]byte(nil), v...))
 		if err != nil {
 			return false, fmt.Errorf("partition %s/%d: scn %s: %w", p.DB, p.ID, scn, err)

@@ -58,11 +58,7 @@ func (p *Partition) loadHistory() error {
 		return err
 	}
 	// Build it from the log (never trimmed before the history existed).
-	es, err := p.epochsAfter(SCN{})
-	if err != nil {
-		return err
-	}
-	if err := p.scanLog(es, SCN{}, maxSCN, func(scn SCN, _, _ []byte) (bool, error) {
+	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, _, _ []byte) (bool, error) {
 		if scn.Gen != p.scn.Gen {
 			p.hist[scn.Gen] = max(p.hist[scn.Gen], scn.Seq)
 		}
@@ -181,11 +177,7 @@ func (p *Partition) LogBytes() int64 {
 // measureLog adds up the log entries' sizes and returns the last entry's
 // SCN (zero if the log is empty), at open.
 func (p *Partition) measureLog() (last SCN, err error) {
-	es, err := p.epochsAfter(SCN{})
-	if err != nil {
-		return SCN{}, err
-	}
-	if err := p.scanLog(es, SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
 		p.logBytes += int64(len(k) + len(v))
 		last = scn
 		return true, nil
@@ -225,13 +217,9 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 	if !start.Less(limit) || (o.MaxAge <= 0 && (o.MaxBytes <= 0 || total <= o.MaxBytes)) {
 		return SCN{}, nil
 	}
-	es, err := p.epochsAfter(start)
-	if err != nil {
-		return SCN{}, err
-	}
 	var point SCN
 	cutoff := o.Now.Add(-o.MaxAge).UnixNano()
-	err = p.scanLog(es, start, limit, func(scn SCN, k, v []byte) (bool, error) {
+	err := p.scanLog(start, limit, func(scn SCN, k, v []byte) (bool, error) {
 		over := o.MaxBytes > 0 && total > o.MaxBytes
 		old := false
 		if o.MaxAge > 0 {
@@ -260,12 +248,12 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 	if !p.logStart.Less(upTo) || !p.onTimeline(upTo) {
 		return 0, nil
 	}
-	es, err := p.epochsAfter(p.logStart)
+	es, err := p.epochs(p.logStart, upTo)
 	if err != nil {
 		return 0, err
 	}
 	var freed int64
-	if err := p.scanLog(es, p.logStart, upTo, func(_ SCN, k, v []byte) (bool, error) {
+	if err := p.scanLog(p.logStart, upTo, func(_ SCN, k, v []byte) (bool, error) {
 		freed += int64(len(k) + len(v))
 		return true, nil
 	}); err != nil {
@@ -277,15 +265,9 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 		return 0, err
 	}
 	// An epoch whose successor starts at or before upTo is empty now:
-	// the records before the last one at or before upTo go.
-	keep := -1
-	for i, ep := range es {
-		if !upTo.Less(ep.first) {
-			keep = i
-		}
-	}
-	if keep >= 0 {
-		if err := b.DeleteRange(epochsPrefix(p.DB, p.ID), epochKey(p.DB, p.ID, es[keep].first), nil); err != nil {
+	// the records before the last one at or before upTo (es's last) go.
+	if len(es) > 0 {
+		if err := b.DeleteRange(epochsPrefix(p.DB, p.ID), epochKey(p.DB, p.ID, es[len(es)-1].first), nil); err != nil {
 			return 0, err
 		}
 	}

@@ -153,7 +153,7 @@ func (p *Partition) wipe() error {
 			return err
 		}
 	}
-	es, err := p.epochsAfter(SCN{})
+	es, err := p.epochs(SCN{}, maxSCN)
 	if err != nil {
 		return err
 	}

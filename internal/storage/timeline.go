@@ -322,11 +322,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	var commits []Commit
 	var logKeys [][]byte
 	var freed int64
-	es, err := p.epochsAfter(keep)
-	if err != nil {
-		return 0, err
-	}
-	if err := p.scanLog(es, keep, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+	if err := p.scanLog(keep, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
 		c, err := decodeCommit(scn, append([]byte(nil), v...))
 		if err != nil {
 			return false, err
@@ -384,9 +380,9 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	if err := b.DeleteRange(keys.PrefixEnd(epochKey(p.DB, p.ID, keep)), keys.PrefixEnd(epochsPrefix(p.DB, p.ID)), nil); err != nil {
 		return 0, err
 	}
-	last, wrote := uint32(0), len(es) > 0 && !keep.Less(es[0].first)
-	if wrote {
-		last = es[0].epoch
+	last, wrote, err := p.epochAt(keep)
+	if err != nil {
+		return 0, err
 	}
 	if err := b.Set(keys.Meta(p.DB, p.ID, "scn"), encodeSCN(keep), nil); err != nil {
 		return 0, err
@@ -411,7 +407,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	for _, g := range dropped {
 		delete(p.hist, g)
 	}
-	p.lastEpoch, p.wroteEpoch = last, wrote
+	p.lastEpoch, p.wroteEpoch = last.epoch, wrote
 	p.logBytes -= freed
 	p.setSCN(keep)
 	return undone, nil

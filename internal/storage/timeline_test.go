@@ -31,12 +31,8 @@ func rows(t *testing.T, p *Partition) string {
 // logDump returns the partition's stored log entries, by SCN.
 func logDump(t *testing.T, p *Partition) string {
 	t.Helper()
-	es, err := p.epochsAfter(SCN{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b strings.Builder
-	if err := p.scanLog(es, SCN{}, maxSCN, func(scn SCN, _, v []byte) (bool, error) {
+	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, _, v []byte) (bool, error) {
 		fmt.Fprintf(&b, "%s=%x\n", scn, v)
 		return true, nil
 	}); err != nil {
