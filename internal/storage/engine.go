@@ -67,15 +67,16 @@ type Engine struct {
 	mu         sync.Mutex
 	partitions map[partitionID]*Partition
 
-	rows *rowCache // nil: none
-	fail *failure
-	// logEpoch is the epoch of the log space new log entries go to
-	// (logspace.go): later than every stored entry's, and moved on at
-	// every flush.
-	logEpoch  *atomic.Uint32
+	rows      *rowCache // nil: none
+	fail      *failure
 	indexer   Indexer
 	stopProbe chan struct{}
 	probeDone chan struct{}
+
+	// logEpoch is the epoch of the log space new log entries go to
+	// (logspace.go): later than every stored entry's, and moved on at
+	// every flush.
+	logEpoch *atomic.Uint32
 }
 
 // failure is an engine's first fatal error, shared with its Pebble logger.

@@ -53,42 +53,38 @@ func epochKey(db string, id int, first SCN) []byte {
 
 func epochValue(epoch uint32) []byte { return binary.BigEndian.AppendUint32(nil, epoch) }
 
+// logCursor is the epoch a partition last wrote a log entry in, if it
+// wrote one.
+type logCursor struct {
+	epoch uint32
+	wrote bool
+}
+
 // loadEpochs reads the epoch the partition last wrote in, at open.
 func (p *Partition) loadEpochs() error {
-	p.lastEpoch, p.wroteEpoch = 0, false
+	p.logAt = logCursor{}
 	return p.eachEpoch(maxSCN, func(ep logEpoch) (bool, error) {
-		p.lastEpoch, p.wroteEpoch = ep.epoch, true
+		p.logAt = logCursor{ep.epoch, true}
 		return false, nil
 	})
 }
 
 // logKey returns the key of the log entry of the commit at scn, about to
-// be added to b, in the engine's current epoch or the partition's last,
-// whichever is later. A new epoch is recorded in b and appended to
-// *opened, which the caller records in the partition once b is committed
-// (addEpochs); the caller holds mu.
-func (p *Partition) logKey(b *pebble.Batch, scn SCN, opened *[]logEpoch) ([]byte, error) {
+// be added to b after the entry *at was written in: in the engine's
+// current epoch or *at's, whichever is later. A new epoch is recorded in
+// b and moves *at. The caller starts from a copy of p.logAt and stores it
+// back once b is committed; it holds mu.
+func (p *Partition) logKey(b *pebble.Batch, scn SCN, at *logCursor) ([]byte, error) {
 	epoch := p.e.logEpoch.Load()
-	last, ok := p.lastEpoch, p.wroteEpoch
-	if n := len(*opened); n > 0 {
-		last, ok = (*opened)[n-1].epoch, true
-	}
-	if ok && epoch <= last {
-		epoch = last
+	if at.wrote && epoch <= at.epoch {
+		epoch = at.epoch
 	} else {
 		if err := b.Set(epochKey(p.DB, p.ID, scn), epochValue(epoch), nil); err != nil {
 			return nil, err
 		}
-		*opened = append(*opened, logEpoch{epoch, scn})
+		*at = logCursor{epoch, true}
 	}
 	return keys.Log(epoch, p.DB, p.ID, scn.Gen, scn.Seq), nil
-}
-
-// addEpochs records epochs a committed batch opened; the caller holds mu.
-func (p *Partition) addEpochs(opened []logEpoch) {
-	if n := len(opened); n > 0 {
-		p.lastEpoch, p.wroteEpoch = opened[n-1].epoch, true
-	}
 }
 
 // eachEpoch calls fn with the partition's epochs, from its records, in

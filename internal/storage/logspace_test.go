@@ -63,8 +63,8 @@ func epochsOf(t *testing.T, p *Partition) []logEpoch {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.wroteEpoch != (len(es) > 0) || len(es) > 0 && p.lastEpoch != es[len(es)-1].epoch {
-		t.Fatalf("the partition's last epoch is %d (%v), its records %v", p.lastEpoch, p.wroteEpoch, es)
+	if p.logAt.wrote != (len(es) > 0) || len(es) > 0 && p.logAt.epoch != es[len(es)-1].epoch {
+		t.Fatalf("the partition's last epoch is %+v, its records %v", p.logAt, es)
 	}
 	return es
 }

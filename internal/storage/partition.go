@@ -51,10 +51,9 @@ type Partition struct {
 	logStart SCN
 	logBytes int64
 
-	// lastEpoch is the epoch of the log space the partition last wrote
-	// in, if wroteEpoch (logspace.go).
-	lastEpoch  uint32
-	wroteEpoch bool
+	// logAt is the epoch of the log space the partition last wrote in
+	// (logspace.go).
+	logAt logCursor
 
 	// tail is the newest part of the log, in memory (logtail.go); it
 	// ends at scn or is not read.

@@ -178,7 +178,7 @@ func (p *Partition) wipe() error {
 		return fmt.Errorf("partition %s/%d: empty for a rebuild: %w", p.DB, p.ID, err)
 	}
 	p.acked, p.stored, p.logStart, p.logBytes = SCN{}, SCN{}, SCN{}, 0
-	p.lastEpoch, p.wroteEpoch = 0, false
+	p.logAt = logCursor{}
 	p.setSCN(SCN{})
 	clear(p.hist)
 	return nil

@@ -61,7 +61,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	last := p.scn
 	rows := rowWrites{p: p, leaveEmpty: true}
 	var closed []SCN
-	var opened []logEpoch
+	at := p.logAt
 	var added int64
 	entries := make([]tailEntry, 0, len(cs))
 	for i := range cs {
@@ -99,7 +99,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 				return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
 			}
 		}
-		lk, err := p.logKey(b, c.SCN, &opened)
+		lk, err := p.logKey(b, c.SCN, &at)
 		if err != nil {
 			return err
 		}
@@ -138,7 +138,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	for _, e := range closed {
 		p.hist[e.Gen] = e.Seq
 	}
-	p.addEpochs(opened)
+	p.logAt = at
 	p.logBytes += added
 	prev := p.scn
 	for _, t := range entries {
@@ -165,8 +165,8 @@ func (p *Partition) commitLog(b *pebble.Batch, c *Commit) error {
 // returns once it is durable. The caller holds mu until it has set p.scn,
 // and marks the commit durable after wait.
 func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (wait func() error, err error) {
-	var opened []logEpoch
-	lk, err := p.logKey(b, c.SCN, &opened)
+	at := p.logAt
+	lk, err := p.logKey(b, c.SCN, &at)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func (p *Partition) writeLog(b *pebble.Batch, c *Commit, async bool) (wait func(
 	if closed {
 		p.hist[p.scn.Gen] = p.scn.Seq
 	}
-	p.addEpochs(opened)
+	p.logAt = at
 	p.logBytes += int64(len(lk) + len(entry))
 	p.stored = stored
 	p.tail.add(p.scn, c.SCN, entry)
@@ -264,11 +264,6 @@ func later(a, b SCN) SCN {
 func encodeSCN(s SCN) []byte {
 	b := binary.BigEndian.AppendUint32(nil, s.Gen)
 	return binary.BigEndian.AppendUint64(b, s.Seq)
-}
-
-// decodeSCN reads what encodeSCN wrote (12 bytes).
-func decodeSCN(b []byte) SCN {
-	return SCN{Gen: binary.BigEndian.Uint32(b), Seq: binary.BigEndian.Uint64(b[4:])}
 }
 
 // StartGeneration opens generation gen on a replica promoted to master:
@@ -407,7 +402,7 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	for _, g := range dropped {
 		delete(p.hist, g)
 	}
-	p.lastEpoch, p.wroteEpoch = last.epoch, wrote
+	p.logAt = logCursor{last.epoch, wrote}
 	p.logBytes -= freed
 	p.setSCN(keep)
 	return undone, nil
