@@ -204,6 +204,11 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 				size += c.Size()
 				return len(res.Commits) < req.Max && size < req.ByteLimit()
 			})
+			if errors.Is(err, storage.ErrTrimmed) {
+				// The log was trimmed past the asker while it read.
+				res.Commits, res.Holds, res.Trimmed, res.LogStart = nil, false, true, p.LogStart()
+				return res, nil
+			}
 			if err != nil || len(res.Commits) > 0 {
 				return res, err
 			}

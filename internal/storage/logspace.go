@@ -153,11 +153,25 @@ func (p *Partition) storedLogKey(scn SCN) ([]byte, bool, error) {
 	return keys.Log(ep.epoch, p.DB, p.ID, scn.Gen, scn.Seq), true, nil
 }
 
+// logValue is the value of the log entry a scan is at: its length is
+// known without reading it (values this large are in blob files, and a
+// read fetches a block of one), the value is read on demand.
+type logValue struct{ it *pebble.Iterator }
+
+// Len returns the value's length.
+func (v logValue) Len() int {
+	lv := v.it.LazyValue()
+	return lv.Len()
+}
+
+// Read returns the value, valid until the scan moves on.
+func (v logValue) Read() ([]byte, error) { return v.it.ValueAndErr() }
+
 // scanLog calls fn with each stored log entry after from and at or
 // before upTo, in SCN order, until fn returns false or an error, reading
 // the epochs' records as it goes. The key and value are valid only
 // during the call.
-func (p *Partition) scanLog(from, upTo SCN, fn func(scn SCN, k, v []byte) (bool, error)) error {
+func (p *Partition) scanLog(from, upTo SCN, fn func(scn SCN, k []byte, v logValue) (bool, error)) error {
 	it, err := p.e.db.NewIter(nil)
 	if err != nil {
 		return err
@@ -181,11 +195,7 @@ func (p *Partition) scanLog(from, upTo SCN, fn func(scn SCN, k, v []byte) (bool,
 			if upTo.Less(scn) {
 				return false, it.Error()
 			}
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return false, err
-			}
-			if ok, err := fn(scn, it.Key(), v); err != nil || !ok {
+			if ok, err := fn(scn, it.Key(), logValue{it}); err != nil || !ok {
 				return false, err
 			}
 		}

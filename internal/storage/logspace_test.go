@@ -220,7 +220,11 @@ func TestLegacyLogMovesToTheLogSpace(t *testing.T) {
 			// entries already moved to epoch 0.
 			b := e.db.NewBatch()
 			es := epochsOf(t, p)
-			if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+			if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, k []byte, lv logValue) (bool, error) {
+				v, err := lv.Read()
+				if err != nil {
+					return false, err
+				}
 				legacy := legacyLogKey(keys.LegacyLogPrefix(p.DB, p.ID), scn)
 				if scn.Seq <= uint64(moved) {
 					return true, b.Set(keys.Log(0, p.DB, p.ID, scn.Gen, scn.Seq), v, nil)

@@ -91,6 +91,9 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 		return nil, err
 	}
 	var err error
+	if p.logStart, err = readMetaSCN(e, db, id, "logstart"); err != nil {
+		return nil, err
+	}
 	// A commit does not store the SCN it moves the partition to: its log
 	// entry says it. The meta key holds what the log's last entry does
 	// not (a truncation's, an install's, a trim's SCN).
@@ -107,9 +110,6 @@ func openPartition(e *Engine, db string, id int) (*Partition, error) {
 		return nil, err
 	}
 	p.stored = p.acked
-	if p.logStart, err = readMetaSCN(e, db, id, "logstart"); err != nil {
-		return nil, err
-	}
 	if err := p.loadHistory(); err != nil {
 		return nil, fmt.Errorf("partition %s/%d: generation history: %w", db, id, err)
 	}
@@ -314,10 +314,14 @@ func scan(r iterable, db string, id int, o ScanOptions, fn func([]keys.Part, []b
 
 // ReadLog calls fn for each durable commit with an SCN after from, in SCN
 // order, until fn returns false. The newest commits come from the log's
-// tail in memory, older ones from Pebble.
+// tail in memory, older ones from Pebble. From before the log's start it
+// reads from the start. It fails with ErrTrimmed when a trim passed where
+// it read from while it read (fn may then have been given commits after
+// a gap, to be dropped).
 func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 	p.mu.Lock()
 	upTo := p.durable
+	from = later(from, p.logStart)
 	var tail []tailEntry
 	inTail := false
 	if p.tail.last() == p.scn {
@@ -325,7 +329,18 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 	}
 	p.mu.Unlock()
 	if !inTail {
-		return p.readStoredLog(from, upTo, fn)
+		if err := p.readStoredLog(from, upTo, fn); err != nil {
+			return err
+		}
+		// A trim past from after it was taken above and before the read
+		// took its view of the log may have left a gap in what fn was
+		// given.
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if from.Less(p.logStart) {
+			return fmt.Errorf("partition %s/%d: the log was trimmed past %s during a read: %w", p.DB, p.ID, from, ErrTrimmed)
+		}
+		return nil
 	}
 	for _, t := range tail {
 		c, err := decodeCommit(t.scn, append([]byte(nil), t.entry...))
@@ -342,7 +357,11 @@ func (p *Partition) ReadLog(from SCN, fn func(Commit) bool) error {
 // readStoredLog is ReadLog from Pebble, up to upTo (what is after it is
 // not durable yet).
 func (p *Partition) readStoredLog(from, upTo SCN, fn func(Commit) bool) error {
-	return p.scanLog(from, upTo, func(scn SCN, _, v []byte) (bool, error) {
+	return p.scanLog(from, upTo, func(scn SCN, _ []byte, lv logValue) (bool, error) {
+		v, err := lv.Read()
+		if err != nil {
+			return false, err
+		}
 		c, err := decodeCommit(scn, append([]byte(nil), v...))
 		if err != nil {
 			return false, fmt.Errorf("partition %s/%d: scn %s: %w", p.DB, p.ID, scn, err)

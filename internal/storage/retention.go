@@ -58,7 +58,7 @@ func (p *Partition) loadHistory() error {
 		return err
 	}
 	// Build it from the log (never trimmed before the history existed).
-	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, _, _ []byte) (bool, error) {
+	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, _ []byte, _ logValue) (bool, error) {
 		if scn.Gen != p.scn.Gen {
 			p.hist[scn.Gen] = max(p.hist[scn.Gen], scn.Seq)
 		}
@@ -174,11 +174,12 @@ func (p *Partition) LogBytes() int64 {
 	return p.logBytes
 }
 
-// measureLog adds up the log entries' sizes and returns the last entry's
-// SCN (zero if the log is empty), at open.
+// measureLog adds up the sizes of the log's entries (their lengths, not
+// their values) and returns the last entry's SCN (zero if the log is
+// empty), at open.
 func (p *Partition) measureLog() (last SCN, err error) {
-	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
-		p.logBytes += int64(len(k) + len(v))
+	if err := p.scanLog(p.logStart, maxSCN, func(scn SCN, k []byte, v logValue) (bool, error) {
+		p.logBytes += int64(len(k) + v.Len())
 		last = scn
 		return true, nil
 	}); err != nil {
@@ -217,23 +218,67 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 	if !start.Less(limit) || (o.MaxAge <= 0 && (o.MaxBytes <= 0 || total <= o.MaxBytes)) {
 		return SCN{}, nil
 	}
-	var point SCN
+	var old SCN // every commit before it is older than MaxAge
 	cutoff := o.Now.Add(-o.MaxAge).UnixNano()
-	err := p.scanLog(start, limit, func(scn SCN, k, v []byte) (bool, error) {
-		over := o.MaxBytes > 0 && total > o.MaxBytes
-		old := false
-		if o.MaxAge > 0 {
-			ts, n := binary.Varint(v)
-			old = n > 0 && ts < cutoff
+	if o.MaxAge > 0 {
+		var err error
+		if old, err = p.oldEpochs(start, limit, cutoff); err != nil {
+			return SCN{}, err
 		}
-		if !over && !old {
+	}
+	var point SCN
+	err := p.scanLog(start, limit, func(scn SCN, k []byte, v logValue) (bool, error) {
+		over := o.MaxBytes > 0 && total > o.MaxBytes
+		aged := scn.Less(old)
+		if !aged && !over && o.MaxAge > 0 {
+			// Only the entries of the epoch the cutoff falls in are read.
+			value, err := v.Read()
+			if err != nil {
+				return false, err
+			}
+			ts, n := binary.Varint(value)
+			aged = n > 0 && ts < cutoff
+		}
+		if !over && !aged {
 			return false, nil
 		}
 		point = scn
-		total -= int64(len(k) + len(v))
+		total -= int64(len(k) + v.Len())
 		return true, nil
 	})
 	return point, err
+}
+
+// oldEpochs returns the first commit of the last epoch that starts after
+// start, at or before limit, with a commit older than cutoff (zero if
+// none): every commit before it is older too, since a partition's commit
+// times follow its SCNs. It reads one entry an epoch, not each entry of
+// the epochs (whose values are in blob files).
+func (p *Partition) oldEpochs(start, limit SCN, cutoff int64) (SCN, error) {
+	var old SCN
+	err := p.eachEpoch(start, func(ep logEpoch) (bool, error) {
+		if limit.Less(ep.first) {
+			return false, nil
+		}
+		if !start.Less(ep.first) {
+			return true, nil // its first commit was trimmed
+		}
+		v, closer, err := p.e.db.Get(keys.Log(ep.epoch, p.DB, p.ID, ep.first.Gen, ep.first.Seq))
+		if errors.Is(err, pebble.ErrNotFound) {
+			return false, nil // not expected (a record is written with its first entry): stop
+		}
+		if err != nil {
+			return false, err
+		}
+		ts, n := binary.Varint(v)
+		closer.Close()
+		if n <= 0 || ts >= cutoff {
+			return false, nil
+		}
+		old = ep.first
+		return true, nil
+	})
+	return old, err
 }
 
 // Trim removes every commit at or before upTo from the log (retention).
@@ -253,8 +298,8 @@ func (p *Partition) Trim(upTo SCN) (int64, error) {
 		return 0, err
 	}
 	var freed int64
-	if err := p.scanLog(p.logStart, upTo, func(_ SCN, k, v []byte) (bool, error) {
-		freed += int64(len(k) + len(v))
+	if err := p.scanLog(p.logStart, upTo, func(_ SCN, k []byte, v logValue) (bool, error) {
+		freed += int64(len(k) + v.Len())
 		return true, nil
 	}); err != nil {
 		return 0, err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/cortado-db/cortado/internal/keys"
 )
 
@@ -196,5 +198,99 @@ func TestInterruptedInstallLeavesEmpty(t *testing.T) {
 	p, _ = e.Partition("db", 1)
 	if p.SCN() != (SCN{}) || rows(t, p) != "" {
 		t.Fatalf("after an interrupted install: scn %s, rows %q", p.SCN(), rows(t, p))
+	}
+}
+
+// TestTrimPointByAgeAcrossEpochs: by age, the trim point is the last
+// commit older than the cutoff, wherever the cutoff falls among the
+// epochs the log spans; the commits of epochs a later epoch's first
+// commit shows to be old are not read (their values here are emptied,
+// which would read as young).
+func TestTrimPointByAgeAcrossEpochs(t *testing.T) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	p, _ := e.Partition("db", 0)
+	var scns []SCN
+	for round := range 4 {
+		if round > 0 {
+			flush(t, e)
+		}
+		for i := range 5 {
+			scns = append(scns, put(t, p, fmt.Sprint("k", i), fmt.Sprint(round)))
+		}
+	}
+	p.Acknowledged(scns[18])
+	times := make([]time.Time, len(scns))
+	for i, scn := range scns {
+		at, ok, err := p.CommitTime(scn)
+		if err != nil || !ok {
+			t.Fatalf("CommitTime(%s): %v %v", scn, ok, err)
+		}
+		times[i] = at
+	}
+	es := epochsOf(t, p)
+	// Empty the values of every commit but the epochs' first ones of the
+	// first three epochs.
+	b := e.db.NewBatch()
+	for i, scn := range scns[:15] {
+		if i%5 != 0 {
+			b.Set(keys.Log(es[i/5].epoch, p.DB, p.ID, scn.Gen, scn.Seq), nil, nil)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	for i := range scns {
+		if i%5 != 0 && i < 15 {
+			continue // a cutoff inside an emptied epoch reads its values
+		}
+		want := SCN{}
+		for j := range scns[:19] { // capped at the acknowledged scns[18]
+			if !times[j].After(times[i]) {
+				want = scns[j]
+			}
+		}
+		// Commits a second ago or more are old: those up to times[i].
+		o := RetentionPolicy{MaxAge: time.Second, Now: times[i].Add(time.Second + 1)}
+		if got, err := p.TrimPoint(o); err != nil || got != want {
+			t.Fatalf("cutoff after commit %d (%s): trim point %s (%v), want %s", i, scns[i], got, err, want)
+		}
+	}
+}
+
+// TestReadLogFailsWhenATrimPassesIt: a read of the stored log that a trim
+// passes before it ends fails with ErrTrimmed (what it handed on may
+// follow a gap); a read from before the log's start reads from the start.
+func TestReadLogFailsWhenATrimPassesIt(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	p, _ := e.Partition("db", 0)
+	var scns []SCN
+	for i := range 10 {
+		scns = append(scns, put(t, p, fmt.Sprint("k", i), "v"))
+	}
+	p.Acknowledged(scns[9])
+	// Reopened, the log's tail in memory is empty: reads go to Pebble.
+	e.Close()
+	e = open(t, dir)
+	defer e.Close()
+	p, _ = e.Partition("db", 0)
+	p.Acknowledged(scns[9])
+	trimmed := false
+	err := p.ReadLog(scns[1], func(c Commit) bool {
+		if !trimmed {
+			trimmed = true
+			if _, err := p.Trim(scns[4]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return true
+	})
+	if !errors.Is(err, ErrTrimmed) {
+		t.Fatalf("a read a trim passed: %v, want ErrTrimmed", err)
+	}
+	var got []SCN
+	if err := p.ReadLog(scns[1], func(c Commit) bool { got = append(got, c.SCN); return true }); err != nil || !slices.Equal(got, scns[5:]) {
+		t.Fatalf("a read from before the log's start: %v (%v), want %v", got, err, scns[5:])
 	}
 }

@@ -317,7 +317,11 @@ func (p *Partition) TruncateAfter(keep SCN) (int, error) {
 	var commits []Commit
 	var logKeys [][]byte
 	var freed int64
-	if err := p.scanLog(keep, maxSCN, func(scn SCN, k, v []byte) (bool, error) {
+	if err := p.scanLog(keep, maxSCN, func(scn SCN, k []byte, lv logValue) (bool, error) {
+		v, err := lv.Read()
+		if err != nil {
+			return false, err
+		}
 		c, err := decodeCommit(scn, append([]byte(nil), v...))
 		if err != nil {
 			return false, err

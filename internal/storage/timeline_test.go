@@ -32,9 +32,10 @@ func rows(t *testing.T, p *Partition) string {
 func logDump(t *testing.T, p *Partition) string {
 	t.Helper()
 	var b strings.Builder
-	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, _, v []byte) (bool, error) {
+	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, _ []byte, lv logValue) (bool, error) {
+		v, err := lv.Read()
 		fmt.Fprintf(&b, "%s=%x\n", scn, v)
-		return true, nil
+		return true, err
 	}); err != nil {
 		t.Fatal(err)
 	}
