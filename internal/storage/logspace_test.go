@@ -82,6 +82,24 @@ func flush(t *testing.T, e *Engine) {
 	}
 }
 
+// putInEpochs commits n writes to each of parts in each of rounds
+// epochs (a flush between two rounds) and returns each partition's SCNs.
+func putInEpochs(t *testing.T, e *Engine, rounds, n int, parts ...*Partition) [][]SCN {
+	t.Helper()
+	scns := make([][]SCN, len(parts))
+	for round := range rounds {
+		if round > 0 {
+			flush(t, e)
+		}
+		for i := range n {
+			for j, p := range parts {
+				scns[j] = append(scns[j], put(t, p, fmt.Sprint("k", i), fmt.Sprint(round)))
+			}
+		}
+	}
+	return scns
+}
+
 // TestLogAcrossEpochs: a partition's log spread over the epochs of
 // several flushes and a restart reads as one, from any SCN; a trim, a
 // truncation and a wipe remove exactly their entries from every epoch,
@@ -98,16 +116,7 @@ func TestLogAcrossEpochs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all []SCN
-	for round := range 3 {
-		if round > 0 {
-			flush(t, e)
-		}
-		for i := range 10 {
-			all = append(all, put(t, p, fmt.Sprint("k", i), fmt.Sprint(round)))
-			put(t, other, fmt.Sprint("k", i), fmt.Sprint(round))
-		}
-	}
+	all := putInEpochs(t, e, 3, 10, p, other)[0]
 	es := epochsOf(t, p)
 	if len(es) != 3 || es[0].first != all[0] || es[1].first != all[10] || es[2].first != all[20] {
 		t.Fatalf("epochs %v, want three starting at %s, %s, %s", es, all[0], all[10], all[20])

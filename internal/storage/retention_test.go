@@ -210,15 +210,7 @@ func TestTrimPointByAgeAcrossEpochs(t *testing.T) {
 	e := open(t, t.TempDir())
 	defer e.Close()
 	p, _ := e.Partition("db", 0)
-	var scns []SCN
-	for round := range 4 {
-		if round > 0 {
-			flush(t, e)
-		}
-		for i := range 5 {
-			scns = append(scns, put(t, p, fmt.Sprint("k", i), fmt.Sprint(round)))
-		}
-	}
+	scns := putInEpochs(t, e, 4, 5, p)[0]
 	p.Acknowledged(scns[18])
 	times := make([]time.Time, len(scns))
 	for i, scn := range scns {
@@ -265,10 +257,7 @@ func TestReadLogFailsWhenATrimPassesIt(t *testing.T) {
 	dir := t.TempDir()
 	e := open(t, dir)
 	p, _ := e.Partition("db", 0)
-	var scns []SCN
-	for i := range 10 {
-		scns = append(scns, put(t, p, fmt.Sprint("k", i), "v"))
-	}
+	scns := putInEpochs(t, e, 1, 10, p)[0]
 	p.Acknowledged(scns[9])
 	// Reopened, the log's tail in memory is empty: reads go to Pebble.
 	e.Close()
