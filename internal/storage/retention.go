@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -218,28 +219,19 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 	if !start.Less(limit) || (o.MaxAge <= 0 && (o.MaxBytes <= 0 || total <= o.MaxBytes)) {
 		return SCN{}, nil
 	}
-	var old SCN // every commit before it is older than MaxAge
-	cutoff := o.Now.Add(-o.MaxAge).UnixNano()
+	var aged SCN // the last commit older than MaxAge (zero: none)
 	if o.MaxAge > 0 {
 		var err error
-		if old, err = p.oldEpochs(start, limit, cutoff); err != nil {
+		if aged, err = p.agePoint(start, limit, o.Now.Add(-o.MaxAge).UnixNano()); err != nil {
 			return SCN{}, err
 		}
 	}
 	var point SCN
+	// Up to aged, and on while the log is over its size: lengths come
+	// from the entries' blob handles, unread.
 	err := p.scanLog(start, limit, func(scn SCN, k []byte, v logValue) (bool, error) {
 		over := o.MaxBytes > 0 && total > o.MaxBytes
-		aged := scn.Less(old)
-		if !aged && !over && o.MaxAge > 0 {
-			// Only the entries of the epoch the cutoff falls in are read.
-			value, err := v.Read()
-			if err != nil {
-				return false, err
-			}
-			ts, n := binary.Varint(value)
-			aged = n > 0 && ts < cutoff
-		}
-		if !over && !aged {
+		if !over && aged.Less(scn) {
 			return false, nil
 		}
 		point = scn
@@ -249,36 +241,129 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 	return point, err
 }
 
-// oldEpochs returns the first commit of the last epoch that starts after
-// start, at or before limit, with a commit older than cutoff (zero if
-// none): every commit before it is older too, since a partition's commit
-// times follow its SCNs. It reads one entry an epoch, not each entry of
-// the epochs (whose values are in blob files).
-func (p *Partition) oldEpochs(start, limit SCN, cutoff int64) (SCN, error) {
-	var old SCN
+// agePoint returns the last commit after start and at or before limit
+// that is older than cutoff (zero: none). A partition's commit times
+// follow its SCNs, so it reads the first commit of each epoch to find the
+// last epoch whose first commit is old (or else the one holding start),
+// and searches that epoch by halves: its commits of one generation have
+// consecutive sequence numbers. A few reads, where reading each commit
+// would fetch a block of a blob file for each.
+func (p *Partition) agePoint(start, limit SCN, cutoff int64) (SCN, error) {
+	var in logEpoch
+	found := false
 	err := p.eachEpoch(start, func(ep logEpoch) (bool, error) {
 		if limit.Less(ep.first) {
 			return false, nil
 		}
-		if !start.Less(ep.first) {
-			return true, nil // its first commit was trimmed
+		if ep.first.Less(start) || ep.first == start {
+			in, found = ep, true // it holds start
+			return true, nil
 		}
-		v, closer, err := p.e.db.Get(keys.Log(ep.epoch, p.DB, p.ID, ep.first.Gen, ep.first.Seq))
+		ts, err := p.entryTime(ep.epoch, ep.first)
 		if errors.Is(err, pebble.ErrNotFound) {
-			return false, nil // not expected (a record is written with its first entry): stop
+			return false, nil // not expected: a record is written with its first entry
 		}
-		if err != nil {
+		if err != nil || ts >= cutoff {
 			return false, err
 		}
-		ts, n := binary.Varint(v)
-		closer.Close()
-		if n <= 0 || ts >= cutoff {
-			return false, nil
-		}
-		old = ep.first
+		in, found = ep, true
 		return true, nil
 	})
-	return old, err
+	if err != nil || !found {
+		return SCN{}, err
+	}
+	prefix := keys.LogPrefix(in.epoch, p.DB, p.ID)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{
+		LowerBound: keys.Log(in.epoch, p.DB, p.ID, start.Gen, start.Seq+1),
+		UpperBound: keys.Log(in.epoch, p.DB, p.ID, limit.Gen, limit.Seq+1),
+	})
+	if err != nil {
+		return SCN{}, err
+	}
+	defer it.Close()
+	scnAt := func() (SCN, error) {
+		gen, seq, err := keys.ParseLog(it.Key(), len(prefix))
+		return SCN{gen, seq}, err
+	}
+	if !it.Last() {
+		return SCN{}, it.Error()
+	}
+	hi, err := scnAt()
+	if err != nil {
+		return SCN{}, err
+	}
+	it.First()
+	lo, err := scnAt()
+	if err != nil {
+		return SCN{}, err
+	}
+	if lo.Gen == hi.Gen {
+		if point, ok, err := p.searchAge(in.epoch, lo, hi, cutoff); err != nil || ok {
+			return point, err
+		}
+	}
+	// Generations change within the epoch (or a commit is missing): read
+	// the commits in order.
+	var point SCN
+	for valid := true; valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return SCN{}, err
+		}
+		if ts, n := binary.Varint(v); n <= 0 || ts >= cutoff {
+			break
+		}
+		if point, err = scnAt(); err != nil {
+			return SCN{}, err
+		}
+	}
+	return point, it.Error()
+}
+
+// searchAge returns the last commit from lo to hi (of one generation,
+// in epoch) older than cutoff, by halves; false if a commit between them
+// is missing.
+func (p *Partition) searchAge(epoch uint32, lo, hi SCN, cutoff int64) (SCN, bool, error) {
+	old := func(seq uint64) (bool, bool, error) {
+		ts, err := p.entryTime(epoch, SCN{lo.Gen, seq})
+		if errors.Is(err, pebble.ErrNotFound) {
+			return false, false, nil
+		}
+		return ts < cutoff, true, err
+	}
+	// Invariant: a is old (or lo-1), b is not (or hi+1).
+	a, b := lo.Seq-1, hi.Seq+1
+	for b-a > 1 {
+		m := a + (b-a)/2
+		isOld, held, err := old(m)
+		if err != nil || !held {
+			return SCN{}, false, err
+		}
+		if isOld {
+			a = m
+		} else {
+			b = m
+		}
+	}
+	if a < lo.Seq {
+		return SCN{}, true, nil
+	}
+	return SCN{lo.Gen, a}, true, nil
+}
+
+// entryTime returns the commit time (Unix nanoseconds) of the log entry
+// of scn in epoch; an entry without one reads as the newest.
+func (p *Partition) entryTime(epoch uint32, scn SCN) (int64, error) {
+	v, closer, err := p.e.db.Get(keys.Log(epoch, p.DB, p.ID, scn.Gen, scn.Seq))
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	ts, n := binary.Varint(v)
+	if n <= 0 {
+		return math.MaxInt64, nil
+	}
+	return ts, nil
 }
 
 // Trim removes every commit at or before upTo from the log (retention).

@@ -250,6 +250,31 @@ func TestTrimPointByAgeAcrossEpochs(t *testing.T) {
 	}
 }
 
+// TestTrimPointByAgeAcrossGenerations: within an epoch whose commits are
+// of two generations (sequence numbers start again), the trim point by
+// age is still the last commit older than the cutoff.
+func TestTrimPointByAgeAcrossGenerations(t *testing.T) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	p, _ := e.Partition("db", 0)
+	scns := putInEpochs(t, e, 1, 4, p)[0]
+	if err := p.StartGeneration(2); err != nil {
+		t.Fatal(err)
+	}
+	scns = append(scns, putInEpochs(t, e, 1, 4, p)[0]...)
+	p.Acknowledged(p.SCN())
+	for _, scn := range scns {
+		at, ok, err := p.CommitTime(scn)
+		if err != nil || !ok {
+			t.Fatalf("CommitTime(%s): %v %v", scn, ok, err)
+		}
+		o := RetentionPolicy{MaxAge: time.Second, Now: at.Add(time.Second + 1)}
+		if got, err := p.TrimPoint(o); err != nil || got != scn {
+			t.Fatalf("cutoff after %s: trim point %s (%v)", scn, got, err)
+		}
+	}
+}
+
 // TestReadLogFailsWhenATrimPassesIt: a read of the stored log that a trim
 // passes before it ends fails with ErrTrimmed (what it handed on may
 // follow a gap); a read from before the log's start reads from the start.
