@@ -226,6 +226,9 @@ func (p *Partition) TrimPoint(o RetentionPolicy) (SCN, error) {
 			return SCN{}, err
 		}
 	}
+	if o.MaxBytes <= 0 || total <= o.MaxBytes {
+		return aged, nil // aged is a commit in (start, limit], or zero
+	}
 	var point SCN
 	// Up to aged, and on while the log is over its size: lengths come
 	// from the entries' blob handles, unread.
