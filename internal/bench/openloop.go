@@ -47,45 +47,62 @@ const (
 	redialRate = 1000
 )
 
+// loopResult is what openLoop measured.
+type loopResult struct {
+	// lat holds the latencies of the requests that succeeded; reads and
+	// writes split them (the mix's GETs and PUTs).
+	lat, reads, writes []time.Duration
+	// late holds, for each request sent, how long after its due time it
+	// left (after its connection's dial, for the first on a
+	// connection): on two cores shared with the server, the generator's
+	// own delay, which counts in the latency.
+	late []time.Duration
+	// failed is how many requests did not succeed, dials how many
+	// connections the generator opened.
+	failed, dials int
+}
+
 // openLoop offers the mix at rate to base for d: request i is due at
 // start + i/rate. A request answered within timeout of its due time with
 // a status below 300 or 404 succeeds, its latency counted from its due
 // time; one not answered by then fails and its connection is closed, as
 // a client that gives up closes it. A request that finds no idle
 // connection and may not dial one (maxConns, redialRate) fails unsent.
-//
-// late holds, for each request sent, how long after its due time it left
-// (after its connection's dial, for the first on a connection): on two
-// cores shared with the server, the generator's own delay, which counts
-// in the latency. dials is how many connections it opened.
-func openLoop(ctx context.Context, o Options, base string, rate float64, d, timeout time.Duration) (lat, late []time.Duration, failed, dials int, err error) {
+func openLoop(ctx context.Context, o Options, base string, rate float64, d, timeout time.Duration) (loopResult, error) {
 	doc := docJSON(o.DocBytes)
 	var mu sync.Mutex
-	err = offer(ctx, base, rate, d, timeout, openLoad{
-		write: func(bw *bufio.Writer, r *rand.Rand, host string) { writeMix(bw, r, o, host, doc) },
+	var res loopResult
+	err := offer(ctx, base, rate, d, timeout, openLoad{
+		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool { return writeMix(bw, r, o, host, doc) },
 		answer: func(_ time.Time, took time.Duration, a answer) {
 			mu.Lock()
 			defer mu.Unlock()
 			if a.sent {
-				late = append(late, a.late)
+				res.late = append(res.late, a.late)
 				if a.dialed {
-					dials++
+					res.dials++
 				}
 			}
 			if succeeded(a.status) && took <= timeout {
-				lat = append(lat, took)
+				res.lat = append(res.lat, took)
+				if a.write {
+					res.writes = append(res.writes, took)
+				} else {
+					res.reads = append(res.reads, took)
+				}
 			} else {
-				failed++
+				res.failed++
 			}
 		},
 	})
-	return lat, late, failed, dials, err
+	return res, err
 }
 
 // openLoad is what an open-loop run sends and where its answers go.
 type openLoad struct {
-	// write appends a request to bw (host is the Host header's).
-	write func(bw *bufio.Writer, r *rand.Rand, host string)
+	// write appends a request to bw (host is the Host header's) and
+	// says whether it writes (its answer's write).
+	write func(bw *bufio.Writer, r *rand.Rand, host string) (writes bool)
 	// answer is called once for each request of the schedule, from
 	// any goroutine, with its due time and latency from it.
 	answer func(due time.Time, took time.Duration, a answer)
@@ -105,6 +122,8 @@ type answer struct {
 	// connection was dialled for it.
 	sent, dialed bool
 	late         time.Duration
+	// write says whether the request was a write (openLoad.write).
+	write bool
 	// tail is the body's last bytes (up to tailBytes: a stream's end
 	// line) when the load asks for them, valid only during its answer
 	// call.
@@ -182,9 +201,9 @@ func (g *generator) connection(seed uint64, first time.Time) {
 	for at, dialed := first, true; ; dialed = false {
 		late := time.Since(at)
 		c.SetDeadline(at.Add(g.timeout))
-		g.l.write(bw, r, g.host)
+		writes := g.l.write(bw, r, g.host)
 		a, alive := roundTrip(bw, br, tail)
-		a.sent, a.dialed, a.late = true, dialed, late
+		a.sent, a.dialed, a.late, a.write = true, dialed, late, writes
 		g.l.answer(at, time.Since(at), a)
 		if !alive {
 			return
@@ -410,15 +429,16 @@ func docJSON(size int) string {
 }
 
 // writeMix appends a request of the mix (95 % GET, 5 % PUT of a random
-// key) to bw.
-func writeMix(bw *bufio.Writer, r *rand.Rand, o Options, host, doc string) {
+// key) to bw and says whether it is a PUT.
+func writeMix(bw *bufio.Writer, r *rand.Rand, o Options, host, doc string) (put bool) {
 	id := r.IntN(o.Keys)
 	if r.IntN(100) < 5 {
 		body := fmt.Sprintf(doc, id)
 		fmt.Fprintf(bw, "PUT /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", o.DB, id, host, len(body), body)
-		return
+		return true
 	}
 	fmt.Fprintf(bw, "GET /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\n\r\n", o.DB, id, host)
+	return false
 }
 
 // closedLoop measures the mix's throughput at o.URL on o.Workers

@@ -55,9 +55,15 @@ func TestOpenLoop(t *testing.T) {
 	defer srv.Close()
 	o := Options{DB: "b", Keys: 100, DocBytes: 100}
 	const rate, d = 2000, 500 * time.Millisecond
-	lat, late, failed, dials, err := openLoop(t.Context(), o, srv.URL, rate, d, 300*time.Millisecond)
+	res, err := openLoop(t.Context(), o, srv.URL, rate, d, 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
+	}
+	lat, late, failed, dials := res.lat, res.late, res.failed, res.dials
+	// Every success is a read or a write, and the writes are the PUTs
+	// the server answered.
+	if len(res.reads)+len(res.writes) != len(lat) || len(res.writes) == 0 || len(res.writes) > int(puts.Load()) {
+		t.Fatalf("%d reads + %d writes counted for %d successes (server saw %d PUTs)", len(res.reads), len(res.writes), len(lat), puts.Load())
 	}
 	n := int(rate * d.Seconds())
 	// Every request the server saw was sent, and each connection the
@@ -175,8 +181,9 @@ func TestOfferAnswers(t *testing.T) {
 	got := map[string]int{}
 	var lastDue time.Time
 	err := offer(t.Context(), srv.URL, 200, 500*time.Millisecond, time.Second, openLoad{
-		write: func(bw *bufio.Writer, r *rand.Rand, host string) {
+		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool {
 			fmt.Fprintf(bw, "GET /b/Doc/%d HTTP/1.1\r\nHost: %s\r\nCache-Control: max-stale=10\r\n\r\n", r.IntN(10), host)
+			return false
 		},
 		answer: func(due time.Time, _ time.Duration, a answer) {
 			mu.Lock()
@@ -240,30 +247,40 @@ func TestMultiGetOpenLoop(t *testing.T) {
 }
 
 // TestSuccessP99: the server's p99 comes from the successful requests'
-// histogram buckets between two readings; failures do not count.
+// histogram buckets between two readings; failures do not count, and a
+// method given counts only its requests.
 func TestSuccessP99(t *testing.T) {
-	page := func(fast, slow, failed int) metricsPage {
+	page := func(fast, slow, failed, slowPuts int) metricsPage {
 		var m metricsPage
 		for _, b := range []struct {
-			le   string
-			n, f int
-		}{{"0.0001", 0, 0}, {"0.0002", fast, 0}, {"0.0004", fast, 0}, {"0.0008", fast + slow, failed}, {"+Inf", fast + slow, failed}} {
+			le      string
+			n, f, p int
+		}{{"0.0001", 0, 0, 0}, {"0.0002", fast, 0, 0}, {"0.0004", fast, 0, 0}, {"0.0008", fast + slow, failed, slowPuts}, {"+Inf", fast + slow, failed, slowPuts}} {
 			m = append(m,
 				fmt.Sprintf(`cortado_request_duration_seconds_bucket{code="200",method="GET",route="doc",le="%s"} %d`, b.le, b.n),
-				fmt.Sprintf(`cortado_request_duration_seconds_bucket{code="503",method="GET",route="doc",le="%s"} %d`, b.le, b.f))
+				fmt.Sprintf(`cortado_request_duration_seconds_bucket{code="503",method="GET",route="doc",le="%s"} %d`, b.le, b.f),
+				fmt.Sprintf(`cortado_request_duration_seconds_bucket{code="204",method="PUT",route="doc",le="%s"} %d`, b.le, b.p))
 		}
 		return m
 	}
 	// Between the readings: 990 fast successes, 10 slow ones, and 5,000
 	// slow failures that would move the p99 if they counted.
-	if got := successP99(page(1000, 0, 0), page(1990, 10, 5000)); got != 200*time.Microsecond {
+	if got := successP99(page(1000, 0, 0, 0), page(1990, 10, 5000, 0), ""); got != 200*time.Microsecond {
 		t.Fatalf("p99 %v, want the 0.2 ms bucket", got)
 	}
-	if got := successP99(page(1000, 0, 0), page(1980, 20, 0)); got != 800*time.Microsecond {
+	if got := successP99(page(1000, 0, 0, 0), page(1980, 20, 0, 0), ""); got != 800*time.Microsecond {
 		t.Fatalf("p99 %v, want the 0.8 ms bucket", got)
 	}
-	if got := successP99(page(1000, 0, 0), page(1000, 0, 0)); got != 0 {
+	if got := successP99(page(1000, 0, 0, 0), page(1000, 0, 0, 0), ""); got != 0 {
 		t.Fatalf("p99 of nothing served: %v", got)
+	}
+	// 50 slow PUTs beside 1,000 fast GETs: they are the p99 of all, and
+	// of the PUTs, not of the GETs.
+	before, after := page(1000, 0, 0, 0), page(2000, 0, 0, 50)
+	for method, want := range map[string]time.Duration{"": 800 * time.Microsecond, "GET": 200 * time.Microsecond, "PUT": 800 * time.Microsecond} {
+		if got := successP99(before, after, method); got != want {
+			t.Errorf("p99 of %q: %v, want %v", method, got, want)
+		}
 	}
 }
 

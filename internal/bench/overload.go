@@ -50,6 +50,8 @@ type Step struct {
 	Goodput           float64 // successful requests per second
 	ErrorRate         float64 // failed / sent
 	P50, P99          time.Duration
+	// P99Reads and P99Writes split P99 by the mix's GETs and PUTs.
+	P99Reads, P99Writes time.Duration
 	// CPU used during the step, in cores: the server's (its
 	// process_cpu_seconds_total) and this load generator's own.
 	ServerCPU, GeneratorCPU float64
@@ -74,6 +76,8 @@ type Step struct {
 	// scheduler's delays before it not), as the upper bound of the
 	// histogram's bucket (buckets double from 0.1 ms).
 	ServerP99 time.Duration
+	// ServerP99Reads and ServerP99Writes split it by GET and PUT.
+	ServerP99Reads, ServerP99Writes time.Duration
 }
 
 func (o *OverloadOptions) fill() {
@@ -200,18 +204,21 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base, metrics string, r
 	m0 := fetchMetrics(hc, metrics)
 	cpu0, self0, t0 := m0.sum("process_cpu_seconds_total", ""), selfCPU(), time.Now()
 	peak := watchServer(metrics, o.Duration)
-	lat, late, failed, dials, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
+	res, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
 	heap, other, goroutines := peak()
 	if err != nil {
 		return Step{}, err
 	}
+	lat, late, failed, dials := res.lat, res.late, res.failed, res.dials
 	secs := time.Since(t0).Seconds()
 	m1 := fetchMetrics(hc, metrics)
 	serverCPU := (m1.sum("process_cpu_seconds_total", "") - cpu0) / secs
 	generatorCPU := (selfCPU() - self0).Seconds() / secs
 	slices.Sort(lat)
 	s := Step{Offered: rate, Goodput: float64(len(lat)) / o.Duration.Seconds(), HeapMiB: heap / (1 << 20), OtherHeapMiB: other / (1 << 20), Goroutines: goroutines,
-		ServerCPU: serverCPU, GeneratorCPU: generatorCPU, Dials: dials, ServerP99: successP99(m0, m1)}
+		ServerCPU: serverCPU, GeneratorCPU: generatorCPU, Dials: dials, ServerP99: successP99(m0, m1, ""),
+		ServerP99Reads: successP99(m0, m1, "GET"), ServerP99Writes: successP99(m0, m1, "PUT"),
+		P99Reads: p99(res.reads), P99Writes: p99(res.writes)}
 	if len(late) > 0 {
 		slices.Sort(late)
 		s.SendLateP99 = late[len(late)*99/100]
@@ -225,10 +232,20 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base, metrics string, r
 	return s, nil
 }
 
+// p99 is the 99th percentile of lat (0 when empty); it sorts lat.
+func p99(lat []time.Duration) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	return lat[len(lat)*99/100]
+}
+
 // successP99 is the upper bound of the router's latency bucket holding
 // the 99th percentile of the successful requests (2xx, 404) served
-// between two readings of its /metrics; 0 without any.
-func successP99(before, after metricsPage) time.Duration {
+// between two readings of its /metrics, of those with the given method
+// if one is given; 0 without any.
+func successP99(before, after metricsPage, method string) time.Duration {
 	counts := func(m metricsPage) map[float64]float64 {
 		c := map[float64]float64{}
 		for _, line := range m {
@@ -238,6 +255,9 @@ func successP99(before, after metricsPage) time.Duration {
 			}
 			labels, value, ok := strings.Cut(rest, "} ")
 			if !ok || !(strings.Contains(labels, `code="2`) || strings.Contains(labels, `code="404"`)) {
+				continue
+			}
+			if method != "" && !strings.Contains(labels, `method="`+method+`"`) {
 				continue
 			}
 			_, le, _ := strings.Cut(labels, `le="`)
@@ -322,10 +342,11 @@ func scrape(hc *http.Client, base string) (heap, other, goroutines float64) {
 // OverloadTable writes the steps as a Markdown table.
 func OverloadTable(w io.Writer, capacity float64, steps []Step) {
 	fmt.Fprintf(w, "Capacity C = %.0f requests/s (95 %% GET, 5 %% PUT): the highest rate served in open loop with at most 1 %% failed.\n\n", capacity)
-	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | heap peak | live besides caches | goroutines peak | cores: server / generator | sent late p99 | dials | p99 in the server |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | p99 GET / PUT | heap peak | live besides caches | goroutines peak | cores: server / generator | sent late p99 | dials | p99 in the server | in the server GET / PUT |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 	for _, s := range steps {
-		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %.0f MiB | %.0f MiB | %.0f | %.2f / %.2f | %v | %d | ≤ %v |\n", s.Multiple, s.Offered, s.Server,
-			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU,
-			s.SendLateP99.Round(10*time.Microsecond), s.Dials, s.ServerP99)
+		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %v / %v | %.0f MiB | %.0f MiB | %.0f | %.2f / %.2f | %v | %d | ≤ %v | ≤ %v / ≤ %v |\n", s.Multiple, s.Offered, s.Server,
+			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, r(s.P50), r(s.P99), r(s.P99Reads), r(s.P99Writes), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU,
+			r(s.SendLateP99), s.Dials, s.ServerP99, s.ServerP99Reads, s.ServerP99Writes)
 	}
 }

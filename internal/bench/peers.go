@@ -123,7 +123,7 @@ func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int, accep
 	errs := 0
 	start := time.Now()
 	err := offer(ctx, o.URL, rate, o.Duration, timeout, openLoad{
-		write: func(bw *bufio.Writer, r *rand.Rand, host string) {
+		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool {
 			fmt.Fprintf(bw, "GET /%s/Doc/(", o.DB)
 			for j := range multiKeys {
 				if j > 0 {
@@ -132,6 +132,7 @@ func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int, accep
 				bw.WriteString(strconv.Itoa(r.IntN(o.Keys)))
 			}
 			fmt.Fprintf(bw, ") HTTP/1.1\r\nHost: %s\r\n%s\r\n", host, header)
+			return false
 		},
 		answer: func(_ time.Time, took time.Duration, a answer) {
 			mu.Lock()

@@ -184,8 +184,9 @@ func stallRun(ctx context.Context, o StallOptions, base string) (StallRun, error
 		results []result
 	)
 	err := offer(ctx, base, o.Rate, o.Duration, o.Timeout, openLoad{
-		write: func(bw *bufio.Writer, r *rand.Rand, host string) {
+		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool {
 			fmt.Fprintf(bw, "GET /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\nCache-Control: max-stale=10\r\n\r\n", o.DB, r.IntN(o.Keys), host)
+			return false
 		},
 		answer: func(due time.Time, took time.Duration, a answer) {
 			why := strings.TrimSpace(strconv.Itoa(a.status) + " " + a.problem)
