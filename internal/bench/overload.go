@@ -219,10 +219,7 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base, metrics string, r
 		ServerCPU: serverCPU, GeneratorCPU: generatorCPU, Dials: dials, ServerP99: successP99(m0, m1, ""),
 		ServerP99Reads: successP99(m0, m1, "GET"), ServerP99Writes: successP99(m0, m1, "PUT"),
 		P99Reads: p99(res.reads), P99Writes: p99(res.writes)}
-	if len(late) > 0 {
-		slices.Sort(late)
-		s.SendLateP99 = late[len(late)*99/100]
-	}
+	s.SendLateP99 = p99(late)
 	if sent := len(lat) + failed; sent > 0 {
 		s.ErrorRate = float64(failed) / float64(sent)
 	}

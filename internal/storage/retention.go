@@ -258,7 +258,7 @@ func (p *Partition) agePoint(start, limit SCN, cutoff int64) (SCN, error) {
 		if limit.Less(ep.first) {
 			return false, nil
 		}
-		if ep.first.Less(start) || ep.first == start {
+		if !start.Less(ep.first) {
 			in, found = ep, true // it holds start
 			return true, nil
 		}
@@ -313,7 +313,7 @@ func (p *Partition) agePoint(start, limit SCN, cutoff int64) (SCN, error) {
 		if err != nil {
 			return SCN{}, err
 		}
-		if ts, n := binary.Varint(v); n <= 0 || ts >= cutoff {
+		if entryTimeOf(v) >= cutoff {
 			break
 		}
 		if point, err = scnAt(); err != nil {
@@ -362,11 +362,18 @@ func (p *Partition) entryTime(epoch uint32, scn SCN) (int64, error) {
 		return 0, err
 	}
 	defer closer.Close()
-	ts, n := binary.Varint(v)
+	return entryTimeOf(v), nil
+}
+
+// entryTimeOf returns the commit time (Unix nanoseconds) at the head of
+// a log entry; an entry without one reads as the newest, so retention
+// by age never takes it as old.
+func entryTimeOf(entry []byte) int64 {
+	ts, n := binary.Varint(entry)
 	if n <= 0 {
-		return math.MaxInt64, nil
+		return math.MaxInt64
 	}
-	return ts, nil
+	return ts
 }
 
 // Trim removes every commit at or before upTo from the log (retention).
