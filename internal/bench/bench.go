@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -100,6 +101,23 @@ func Run(ctx context.Context, o Options, progress io.Writer) ([]Phase, error) {
 	return phases, nil
 }
 
+// putRetrying writes document id, waiting out a server's refusals as
+// overloaded (nothing was done) for as long as it asks, a few times.
+func putRetrying(ctx context.Context, cl *client.Client, db string, id int, payload string) error {
+	for attempt := 0; ; attempt++ {
+		_, err := cl.Put(ctx, db, "Doc", client.Key{id}, map[string]any{"n": id, "payload": payload}, nil)
+		var e *client.Error
+		if attempt == 10 || !errors.Is(err, client.ErrOverloaded) || !errors.As(err, &e) {
+			return err
+		}
+		select {
+		case <-time.After(max(e.RetryAfter, 100*time.Millisecond)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 func load(ctx context.Context, cl *client.Client, o Options, payload string) error {
 	ids := make(chan int)
 	errc := make(chan error, o.Workers)
@@ -109,7 +127,7 @@ func load(ctx context.Context, cl *client.Client, o Options, payload string) err
 		go func() {
 			defer wg.Done()
 			for id := range ids {
-				if _, err := cl.Put(ctx, o.DB, "Doc", client.Key{id}, map[string]any{"n": id, "payload": payload}, nil); err != nil {
+				if err := putRetrying(ctx, cl, o.DB, id, payload); err != nil {
 					errc <- err
 					return
 				}

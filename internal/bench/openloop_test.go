@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cortado-db/cortado/client"
 )
 
 // TestOpenLoop: every request of the schedule is sent once and counted
@@ -355,4 +357,47 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("a cut response read as status %d, alive %v", a.status, alive)
 	}
 	c2.Close()
+}
+
+// TestLoadWaitsOutRefusals: a server refusing writes as overloaded (503,
+// Retry-After) slows a load down but does not fail it, and every
+// document ends up written; any other error still ends it.
+func TestLoadWaitsOutRefusals(t *testing.T) {
+	var mu sync.Mutex
+	tries, stored := map[string]int{}, map[string]bool{}
+	fail := "" // a path answered 400 when set
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path == fail {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"type":"urn:cortado:problem:malformed","status":400}`))
+			return
+		}
+		if tries[r.URL.Path]++; tries[r.URL.Path] <= 2 {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"type":"urn:cortado:problem:overloaded","status":503}`))
+			return
+		}
+		stored[r.URL.Path] = true
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	o := Options{DB: "b", Keys: 20, Workers: 4}
+	if err := load(t.Context(), client.New(srv.URL), o, "x"); err != nil {
+		t.Fatalf("load refused twice a document: %v", err)
+	}
+	if len(stored) != o.Keys {
+		t.Fatalf("%d of %d documents stored", len(stored), o.Keys)
+	}
+	mu.Lock()
+	fail = "/b/Doc/3"
+	mu.Unlock()
+	if err := load(t.Context(), client.New(srv.URL), o, "x"); err == nil {
+		t.Fatal("a load whose write is malformed succeeded")
+	}
 }
