@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -399,5 +400,71 @@ func TestLoadWaitsOutRefusals(t *testing.T) {
 	mu.Unlock()
 	if err := load(t.Context(), client.New(srv.URL), o, "x"); err == nil {
 		t.Fatal("a load whose write is malformed succeeded")
+	}
+}
+
+// TestSocketQueues: bytes a server has not read count as a waiting
+// request on its port, bytes its client has not read as a waiting
+// answer; a listening socket's backlog and other ports' queues do not
+// count. Against the kernel's own table, then a fixed one.
+func TestSocketQueues(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	read := func() (int, int) {
+		f, err := os.Open("/proc/net/tcp")
+		if err != nil {
+			t.Skip("no /proc/net/tcp:", err)
+		}
+		defer f.Close()
+		return socketQueues(f, port)
+	}
+	if rq, rs := read(); rq != 0 || rs != 0 {
+		t.Fatalf("idle connection: %d unread requests, %d unread answers", rq, rs)
+	}
+	// The bytes are in the peer's queue once the kernel has moved them;
+	// poll the table for it rather than assume when.
+	await := func(wantRq, wantRs int) {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			rq, rs := read()
+			if rq == wantRq && rs == wantRs {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("counted %d unread requests and %d unread answers, want %d and %d", rq, rs, wantRq, wantRs)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	c.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+	await(1, 0)
+	s.Write([]byte("HTTP/1.1 200 OK\r\n\r\n"))
+	await(1, 1)
+
+	const table = `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000005 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:C350 01 00000000:00000012 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+   2: 0100007F:1F90 0100007F:C351 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 100 0 0 10 0
+   6: 0100007F:1F90 0100007F:C354 01 00000000:00000001 00:00000000 00000000     0        0 7 1 0 100 0 0 10 0
+   3: 0100007F:C350 0100007F:1F90 01 00000000:00000200 00:00000000 00000000     0        0 4 1 0 100 0 0 10 0
+   4: 0100007F:C352 0100007F:1F90 06 00000000:00000200 00:00000000 00000000     0        0 5 1 0 100 0 0 10 0
+   5: 0100007F:1F91 0100007F:C353 01 00000000:00000040 00:00000000 00000000     0        0 6 1 0 100 0 0 10 0
+`
+	if rq, rs := socketQueues(strings.NewReader(table), 0x1F90); rq != 2 || rs != 1 {
+		t.Fatalf("fixed table: %d unread requests, %d unread answers; want 2 and 1", rq, rs)
 	}
 }

@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +81,12 @@ type Step struct {
 	ServerP99 time.Duration
 	// ServerP99Reads and ServerP99Writes split it by GET and PUT.
 	ServerP99Reads, ServerP99Writes time.Duration
+	// UnreadRequests is the most connections to the server's port seen
+	// at once holding bytes the server had not read (a request waiting
+	// in the kernel, before any admission can see it), UnreadResponses
+	// the most of the generator's connections holding an answer it had
+	// not read (its own delay); -1 where /proc/net/tcp cannot be read.
+	UnreadRequests, UnreadResponses int
 }
 
 func (o *OverloadOptions) fill() {
@@ -204,8 +213,10 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base, metrics string, r
 	m0 := fetchMetrics(hc, metrics)
 	cpu0, self0, t0 := m0.sum("process_cpu_seconds_total", ""), selfCPU(), time.Now()
 	peak := watchServer(metrics, o.Duration)
+	unread := watchSockets(base, o.Duration)
 	res, err := openLoop(ctx, o.Options, base, rate, o.Duration, o.Timeout)
 	heap, other, goroutines := peak()
+	requests, responses := unread()
 	if err != nil {
 		return Step{}, err
 	}
@@ -218,7 +229,7 @@ func openLoopMix(ctx context.Context, o OverloadOptions, base, metrics string, r
 	s := Step{Offered: rate, Goodput: float64(len(lat)) / o.Duration.Seconds(), HeapMiB: heap / (1 << 20), OtherHeapMiB: other / (1 << 20), Goroutines: goroutines,
 		ServerCPU: serverCPU, GeneratorCPU: generatorCPU, Dials: dials, ServerP99: successP99(m0, m1, ""),
 		ServerP99Reads: successP99(m0, m1, "GET"), ServerP99Writes: successP99(m0, m1, "PUT"),
-		P99Reads: p99(res.reads), P99Writes: p99(res.writes)}
+		P99Reads: p99(res.reads), P99Writes: p99(res.writes), UnreadRequests: requests, UnreadResponses: responses}
 	s.SendLateP99 = p99(late)
 	if sent := len(lat) + failed; sent > 0 {
 		s.ErrorRate = float64(failed) / float64(sent)
@@ -314,6 +325,76 @@ func watchServer(base string, d time.Duration) func() (heap, other, goroutines f
 	}
 }
 
+// watchSockets samples, for d, the connections to base's port that hold
+// unread bytes on either side (Step.UnreadRequests and UnreadResponses);
+// the returned function waits for the end and returns the peaks, -1
+// each where the kernel's socket tables cannot be read.
+func watchSockets(base string, d time.Duration) func() (requests, responses int) {
+	u, err := url.Parse(base)
+	port, _ := strconv.Atoi(u.Port())
+	if err != nil || port == 0 {
+		return func() (int, int) { return -1, -1 }
+	}
+	requests, responses := -1, -1
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+				f, err := os.Open(table)
+				if err != nil {
+					continue
+				}
+				rq, rs := socketQueues(f, port)
+				f.Close()
+				requests, responses = max(requests, rq), max(responses, rs)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}()
+	return func() (int, int) {
+		<-done
+		return requests, responses
+	}
+}
+
+// socketQueues reads a kernel socket table (the format of /proc/net/tcp)
+// and counts the established connections of port holding unread bytes:
+// on the server's side (local port port) and on its clients' (remote
+// port port).
+func socketQueues(table io.Reader, port int) (requests, responses int) {
+	sc := bufio.NewScanner(table)
+	sc.Scan() // the header
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 5 || f[3] != "01" { // ESTABLISHED
+			continue
+		}
+		_, queues, _ := strings.Cut(f[4], ":") // tx_queue:rx_queue
+		if rx, err := strconv.ParseUint(queues, 16, 64); err != nil || rx == 0 {
+			continue
+		}
+		switch port {
+		case portOf(f[1]):
+			requests++
+		case portOf(f[2]):
+			responses++
+		}
+	}
+	return requests, responses
+}
+
+// portOf is the port of a socket table's address (hex "0100007F:1F90").
+func portOf(addr string) int {
+	i := strings.LastIndexByte(addr, ':')
+	p, err := strconv.ParseUint(addr[i+1:], 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(p)
+}
+
 // selfCPU is the CPU time this process has used.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
@@ -339,11 +420,11 @@ func scrape(hc *http.Client, base string) (heap, other, goroutines float64) {
 // OverloadTable writes the steps as a Markdown table.
 func OverloadTable(w io.Writer, capacity float64, steps []Step) {
 	fmt.Fprintf(w, "Capacity C = %.0f requests/s (95 %% GET, 5 %% PUT): the highest rate served in open loop with at most 1 %% failed.\n\n", capacity)
-	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | p99 GET / PUT | heap peak | live besides caches | goroutines peak | cores: server / generator | sent late p99 | dials | p99 in the server | in the server GET / PUT |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | p99 GET / PUT | heap peak | live besides caches | goroutines peak | cores: server / generator | sent late p99 | dials | p99 in the server | in the server GET / PUT | unread in sockets: requests / answers |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 	for _, s := range steps {
-		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %v / %v | %.0f MiB | %.0f MiB | %.0f | %.2f / %.2f | %v | %d | ≤ %v | ≤ %v / ≤ %v |\n", s.Multiple, s.Offered, s.Server,
+		fmt.Fprintf(w, "| %.2fC (%.0f/s) | %s | %.0f/s (%.2fC) | %.1f %% | %v | %v | %v / %v | %.0f MiB | %.0f MiB | %.0f | %.2f / %.2f | %v | %d | ≤ %v | ≤ %v / ≤ %v | %d / %d |\n", s.Multiple, s.Offered, s.Server,
 			s.Goodput, s.Goodput/capacity, 100*s.ErrorRate, r(s.P50), r(s.P99), r(s.P99Reads), r(s.P99Writes), s.HeapMiB, s.OtherHeapMiB, s.Goroutines, s.ServerCPU, s.GeneratorCPU,
-			r(s.SendLateP99), s.Dials, s.ServerP99, s.ServerP99Reads, s.ServerP99Writes)
+			r(s.SendLateP99), s.Dials, s.ServerP99, s.ServerP99Reads, s.ServerP99Writes, s.UnreadRequests, s.UnreadResponses)
 	}
 }
