@@ -580,6 +580,10 @@ func TestAdminPortOutsideTheBounds(t *testing.T) {
 	if got := metricValue(t, adminURL, "cortado_connections_open"); got < maxConns {
 		t.Fatalf("open connections %v, want the %d held", got, maxConns)
 	}
+	// The held connections sent nothing: none holds an unread request.
+	if got := metricValue(t, adminURL, "cortado_connections_waiting"); got != 0 {
+		t.Fatalf("connections waiting %v, want 0 of idle ones", got)
+	}
 	// The admin port is not a way around the bounds: no documents there.
 	r, err := http.Get(adminURL + "/demo/Message/x")
 	if err != nil {

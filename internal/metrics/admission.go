@@ -116,10 +116,13 @@ func (c hedgeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHedges, prometheus.CounterValue, float64(denied), "denied")
 }
 
-// RegisterConns exports a listener's open connections and those it
-// closed as over its bound.
-func (m *Metrics) RegisterConns(open, refused func() int64) {
+// RegisterConns exports a listener's open connections, those it closed
+// as over its bound, and an estimate of those holding a request not read
+// yet.
+func (m *Metrics) RegisterConns(open, refused, waiting func() int64) {
 	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cortado_connections_waiting", Help: "Connections on this process's port holding bytes it has not read (an estimate from a sample of them; Linux only, else 0): past capacity, requests the kernel keeps, which no admission limit sees yet."},
+			func() float64 { return float64(waiting()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cortado_connections_open", Help: "Connections open on this process's port."},
 			func() float64 { return float64(open()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cortado_connections_refused_total", Help: "Connections closed at once because the port held its maximum (--max-conns)."},

@@ -523,7 +523,7 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 func (s *Server) Serve(ln net.Listener) error {
 	if s.opts.MaxConns > 0 {
 		limited := wire.LimitConns(ln, s.opts.MaxConns)
-		s.Metrics.RegisterConns(limited.Open, limited.Refused)
+		s.Metrics.RegisterConns(limited.Open, limited.Refused, limited.Waiting)
 		ln = limited
 	}
 	l := wire.Serve(ln, s.httpServer(s.Handler()), s.rpc)
