@@ -67,10 +67,10 @@ const (
 )
 
 // Waiting estimates how many open connections hold bytes this process
-// has not read: past capacity, each is a request the kernel keeps and no
-// admission has seen yet, a queue that only the connections bound (on
-// HTTP/1.1, one request a connection). An idle kept-alive connection
-// holds none. It reads the receive queues of up to waitingSample
+// has not read. Past capacity each is a request the kernel keeps and no
+// admission has seen yet: a queue that only the number of connections
+// bounds (HTTP/1.1 sends one request a connection at a time). An idle
+// kept-alive connection holds none. It reads the receive queues of up to waitingSample
 // connections picked at random, at most every waitingEvery (the calls
 // between get the last estimate); 0 where the platform cannot tell.
 func (l *ConnLimit) Waiting() int64 {
