@@ -309,20 +309,27 @@ func successP99(before, after metricsPage, method string) time.Duration {
 func watchServer(base string, d time.Duration) func() (heap, other, goroutines float64) {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	var heap, other, goroutines float64
+	wait := sampleFor(d, func() {
+		h, o, g := scrape(hc, base)
+		heap, other, goroutines = max(heap, h), max(other, o), max(goroutines, g)
+	})
+	return func() (float64, float64, float64) {
+		wait()
+		return heap, other, goroutines
+	}
+}
+
+// sampleFor calls sample every 250 ms for d, from a goroutine of its
+// own; the returned function waits for the last call to end.
+func sampleFor(d time.Duration, sample func()) (wait func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		end := time.Now().Add(d)
-		for time.Now().Before(end) {
-			h, o, g := scrape(hc, base)
-			heap, other, goroutines = max(heap, h), max(other, o), max(goroutines, g)
-			time.Sleep(250 * time.Millisecond)
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+			sample()
 		}
 	}()
-	return func() (float64, float64, float64) {
-		<-done
-		return heap, other, goroutines
-	}
+	return func() { <-done }
 }
 
 // watchSockets samples, for d, the connections to base's port that hold
@@ -336,25 +343,19 @@ func watchSockets(base string, d time.Duration) func() (requests, responses int)
 		return func() (int, int) { return -1, -1 }
 	}
 	requests, responses := -1, -1
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		end := time.Now().Add(d)
-		for time.Now().Before(end) {
-			for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-				f, err := os.Open(table)
-				if err != nil {
-					continue
-				}
-				rq, rs := socketQueues(f, port)
-				f.Close()
-				requests, responses = max(requests, rq), max(responses, rs)
+	wait := sampleFor(d, func() {
+		for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+			f, err := os.Open(table)
+			if err != nil {
+				continue
 			}
-			time.Sleep(250 * time.Millisecond)
+			rq, rs := socketQueues(f, port)
+			f.Close()
+			requests, responses = max(requests, rq), max(responses, rs)
 		}
-	}()
+	})
 	return func() (int, int) {
-		<-done
+		wait()
 		return requests, responses
 	}
 }
