@@ -73,7 +73,8 @@ func openLoop(ctx context.Context, o Options, base string, rate float64, d, time
 	var mu sync.Mutex
 	var res loopResult
 	err := offer(ctx, base, rate, d, timeout, openLoad{
-		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool { return writeMix(bw, r, o, host, doc) },
+		goroutines: o.Generator == "goroutines",
+		write:      func(bw *bufio.Writer, r *rand.Rand, host string) bool { return writeMix(bw, r, o, host, doc) },
 		answer: func(_ time.Time, took time.Duration, a answer) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -109,6 +110,9 @@ type openLoad struct {
 	// tail keeps each answer's last bytes (answer.tail); without it a
 	// body is discarded as it is read.
 	tail bool
+	// goroutines sends with a goroutine per connection rather than on
+	// the event loop (Options.Generator).
+	goroutines bool
 }
 
 // answer is what became of a request: its status (0 when it got none:
@@ -133,8 +137,18 @@ type answer struct {
 const tailBytes = 256
 
 // offer sends l's requests at rate to base for d, open loop, as openLoop
-// describes.
+// describes: on one event loop (offerEvents), or with l.goroutines on a
+// goroutine per connection.
 func offer(ctx context.Context, base string, rate float64, d, timeout time.Duration, l openLoad) error {
+	if l.goroutines {
+		return offerGoroutines(ctx, base, rate, d, timeout, l)
+	}
+	return offerEvents(ctx, base, rate, d, timeout, l)
+}
+
+// offerGoroutines is offer with a goroutine per connection, the
+// generator of the runs before 2026-11-28 (kept to compare with).
+func offerGoroutines(ctx context.Context, base string, rate float64, d, timeout time.Duration, l openLoad) error {
 	u, err := url.Parse(base)
 	if err != nil {
 		return err
@@ -228,9 +242,21 @@ func roundTrip(bw *bufio.Writer, br *bufio.Reader, tail *tailWriter) (a answer, 
 	if err := bw.Flush(); err != nil {
 		return answer{problem: "timeout"}, false
 	}
-	h, err := readHead(br)
+	a, alive, err := readAnswer(br, tail, true)
 	if err != nil {
 		return answer{problem: "timeout"}, false
+	}
+	return a, alive
+}
+
+// readAnswer reads one response from br (roundTrip's reading). atEnd
+// says whether br ends where the connection does: when it does not (the
+// event loop parses what has arrived so far), a body delimited by the
+// connection's end is not complete yet (io.ErrUnexpectedEOF).
+func readAnswer(br *bufio.Reader, tail *tailWriter, atEnd bool) (a answer, alive bool, err error) {
+	h, err := readHead(br)
+	if err != nil {
+		return a, false, err
 	}
 	var keep func([]byte)
 	var problem []byte
@@ -253,6 +279,8 @@ func roundTrip(bw *bufio.Writer, br *bufio.Reader, tail *tailWriter) (a answer, 
 		err = readChunks(br, keep)
 	case h.length >= 0:
 		err = readN(br, h.length, keep)
+	case !atEnd:
+		return a, false, io.ErrUnexpectedEOF
 	default:
 		// Delimited by the connection's end.
 		err, h.closing = readN(br, -1, keep), true
@@ -261,14 +289,14 @@ func roundTrip(bw *bufio.Writer, br *bufio.Reader, tail *tailWriter) (a answer, 
 		}
 	}
 	if err != nil {
-		return answer{problem: "timeout"}, false
+		return a, false, err
 	}
 	a.status = h.status
 	a.problem = problemType(problem)
 	if tail != nil {
 		a.tail = tail.b
 	}
-	return a, !h.closing
+	return a, !h.closing, nil
 }
 
 // maxProblemBytes is how much of a 5xx body is searched for its problem

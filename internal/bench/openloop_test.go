@@ -24,7 +24,9 @@ import (
 // once (answered, or failed), PUT bodies are the mix's documents, a
 // server that hangs up fails that request only, and a request the server
 // holds past the timeout fails without holding back the others.
-func TestOpenLoop(t *testing.T) {
+func TestOpenLoop(t *testing.T) { eachGenerator(t, testOpenLoop) }
+
+func testOpenLoop(t *testing.T, gen string) {
 	var gets, puts, hangups, held atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/b/Doc/") {
@@ -56,7 +58,7 @@ func TestOpenLoop(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	o := Options{DB: "b", Keys: 100, DocBytes: 100}
+	o := Options{DB: "b", Keys: 100, DocBytes: 100, Generator: gen}
 	const rate, d = 2000, 500 * time.Millisecond
 	res, err := openLoop(t.Context(), o, srv.URL, rate, d, 300*time.Millisecond)
 	if err != nil {
@@ -155,7 +157,9 @@ func TestSearchCapacityNothingServed(t *testing.T) {
 // last request is due. (Counting connections instead failed under the
 // race detector beside other packages' tests: a round trip slower than
 // the 5 ms between requests rightly opens another connection.)
-func TestOfferAnswers(t *testing.T) {
+func TestOfferAnswers(t *testing.T) { eachGenerator(t, testOfferAnswers) }
+
+func testOfferAnswers(t *testing.T, gen string) {
 	var n atomic.Int64
 	var closedMu sync.Mutex
 	var closed []time.Time
@@ -184,6 +188,7 @@ func TestOfferAnswers(t *testing.T) {
 	got := map[string]int{}
 	var lastDue time.Time
 	err := offer(t.Context(), srv.URL, 200, 500*time.Millisecond, time.Second, openLoad{
+		goroutines: gen == "goroutines",
 		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool {
 			fmt.Fprintf(bw, "GET /b/Doc/%d HTTP/1.1\r\nHost: %s\r\nCache-Control: max-stale=10\r\n\r\n", r.IntN(10), host)
 			return false
@@ -215,7 +220,9 @@ func TestOfferAnswers(t *testing.T) {
 // TestMultiGetOpenLoop: the multi-get generator sends every request of
 // its schedule with multiKeys keys of the table and its Accept header,
 // and counts a stream without its end line as failed.
-func TestMultiGetOpenLoop(t *testing.T) {
+func TestMultiGetOpenLoop(t *testing.T) { eachGenerator(t, testMultiGetOpenLoop) }
+
+func testMultiGetOpenLoop(t *testing.T, gen string) {
 	var seen atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := seen.Add(1)
@@ -239,7 +246,7 @@ func TestMultiGetOpenLoop(t *testing.T) {
 	}))
 	defer srv.Close()
 	const rate, d = 400, 500 * time.Millisecond
-	p, err := OpenLoop(t.Context(), Options{URL: srv.URL, DB: "b", Keys: 100, Duration: d}, rate, 3, "application/x-ndjson")
+	p, err := OpenLoop(t.Context(), Options{URL: srv.URL, DB: "b", Keys: 100, Duration: d, Generator: gen}, rate, 3, "application/x-ndjson")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,5 +473,12 @@ func TestSocketQueues(t *testing.T) {
 `
 	if rq, rs := socketQueues(strings.NewReader(table), 0x1F90); rq != 2 || rs != 1 {
 		t.Fatalf("fixed table: %d unread requests, %d unread answers; want 2 and 1", rq, rs)
+	}
+}
+
+// eachGenerator runs test with each open-loop generator (Options.Generator).
+func eachGenerator(t *testing.T, test func(t *testing.T, gen string)) {
+	for _, gen := range []string{"events", "goroutines"} {
+		t.Run(gen, func(t *testing.T) { test(t, gen) })
 	}
 }
