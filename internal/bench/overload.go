@@ -1,14 +1,12 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -355,18 +353,7 @@ func watchSockets(base string, d time.Duration) func() (requests, responses int)
 	}
 	requests, responses := -1, -1
 	wait := sampleFor(d, func() {
-		// A connection is in one table or the other: count both at once.
-		rq, rs, read := 0, 0, false
-		for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-			f, err := os.Open(table)
-			if err != nil {
-				continue
-			}
-			q, s := socketQueues(f, port)
-			f.Close()
-			rq, rs, read = rq+q, rs+s, true
-		}
-		if read {
+		if rq, rs, err := socketQueues(port); err == nil {
 			requests, responses = max(requests, rq), max(responses, rs)
 		}
 	})
@@ -374,42 +361,6 @@ func watchSockets(base string, d time.Duration) func() (requests, responses int)
 		wait()
 		return requests, responses
 	}
-}
-
-// socketQueues reads a kernel socket table (the format of /proc/net/tcp)
-// and counts the established connections of port holding unread bytes:
-// on the server's side (local port port) and on its clients' (remote
-// port port).
-func socketQueues(table io.Reader, port int) (requests, responses int) {
-	sc := bufio.NewScanner(table)
-	sc.Scan() // the header
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 5 || f[3] != "01" { // ESTABLISHED
-			continue
-		}
-		_, queues, _ := strings.Cut(f[4], ":") // tx_queue:rx_queue
-		if rx, err := strconv.ParseUint(queues, 16, 64); err != nil || rx == 0 {
-			continue
-		}
-		switch port {
-		case portOf(f[1]):
-			requests++
-		case portOf(f[2]):
-			responses++
-		}
-	}
-	return requests, responses
-}
-
-// portOf is the port of a socket table's address (hex "0100007F:1F90").
-func portOf(addr string) int {
-	i := strings.LastIndexByte(addr, ':')
-	p, err := strconv.ParseUint(addr[i+1:], 16, 16)
-	if err != nil {
-		return -1
-	}
-	return int(p)
 }
 
 // selfCPU is the CPU time this process has used.
