@@ -33,7 +33,6 @@ func runBench(args []string) error {
 	fs.IntVar(&o.Keys, "keys", 0, "distinct documents (default 10000)")
 	fs.StringVar(&o.DB, "db", "", "database to create and use (default bench)")
 	fs.IntVar(&o.Replicas, "replicas", 0, "load: replicas of the database it creates (default: the server's)")
-	fs.StringVar(&o.Generator, "generator", "events", "overload, stall, multiget: how the open-loop generator sends: events (one event loop) or goroutines (one a connection)")
 	fs.StringVar(&o.RetainAge, "retain-age", "", "load: retention by age of the database it creates (default: the server's)")
 	listen := fs.String("listen", "127.0.0.1:8090", "floor: listen address")
 	rate := fs.Float64("rate", 1000, "multiget: requests per second (open loop)")
@@ -48,7 +47,6 @@ func runBench(args []string) error {
 	quiet := fs.Duration("quiet", 0, "consume: stop after this long without a change event, reporting what arrived (0: wait for --expect)")
 	wal2json := fs.Bool("wal2json", false, "consume: count wal2json lines (pg_recvlogical) from stdin instead")
 	first := fs.Int("first", 0, "insert: id of the first new document")
-	generators := fs.String("generators", "", "overload: the generator of some servers' steps, name=events|goroutines,… (default --generator): one server under two names, a generator each, compares them")
 	servers := fs.String("servers", "", "overload: servers to compare, name=URL,name=URL (each with the bench database loaded)")
 	metricsAt := fs.String("metrics", "", "overload: where each server's /metrics is read, name=URL,… (default its own URL; a server's --admin-listen keeps the readings coming when its port is full)")
 	multiples := fs.String("multiples", "", "overload: offered loads as multiples of the capacity (default 0.8,1,1.05,1.2,1.5,2,5)")
@@ -76,9 +74,6 @@ func runBench(args []string) error {
 			pprof.StopCPUProfile()
 			pf.Close()
 		}()
-	}
-	if err := checkGenerator(o.Generator); err != nil {
-		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -136,16 +131,6 @@ func runBench(args []string) error {
 		if *metricsAt != "" {
 			if oo.Metrics, ok = namedURLs(*metricsAt, oo.Servers); !ok {
 				return fmt.Errorf("--metrics takes name=URL,… for the names of --servers")
-			}
-		}
-		if *generators != "" {
-			if oo.Generators, ok = namedURLs(*generators, oo.Servers); !ok {
-				return fmt.Errorf("--generators takes name=events|goroutines,… for the names of --servers")
-			}
-			for _, g := range oo.Generators {
-				if err := checkGenerator(g); err != nil {
-					return err
-				}
 			}
 		}
 		if *multiples != "" {
@@ -217,14 +202,6 @@ func runBench(args []string) error {
 
 // namedURLs reads a flag's name=URL,… list; with known, every name must
 // be one of its keys.
-// checkGenerator refuses a --generator that is neither of bench.Options'.
-func checkGenerator(g string) error {
-	if g != "events" && g != "goroutines" {
-		return fmt.Errorf("--generator: %q is neither events nor goroutines", g)
-	}
-	return nil
-}
-
 func namedURLs(v string, known map[string]string) (map[string]string, bool) {
 	out := map[string]string{}
 	for _, kv := range strings.Split(v, ",") {

@@ -31,11 +31,6 @@ type Options struct {
 	// RetainAge, when set, is the retention by age of a database Load
 	// creates.
 	RetainAge string
-	// Generator is how the open-loop loads send: "events" (the
-	// default: one event loop, where the system has epoll) or
-	// "goroutines" (a goroutine per connection, the generator of the
-	// runs before 2026-11-28).
-	Generator string
 }
 
 // Phase is the result of one operation's run.
@@ -63,9 +58,6 @@ func (o *Options) fill() {
 	}
 	if o.DB == "" {
 		o.DB = "bench"
-	}
-	if o.Generator == "" {
-		o.Generator = "events"
 	}
 }
 

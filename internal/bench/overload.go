@@ -42,10 +42,6 @@ type OverloadOptions struct {
 	// Capacity, when set, is C; otherwise it is measured on the first
 	// server in name order (Capacity below).
 	Capacity float64
-	// Generators is the generator of each named server's steps (default
-	// Options.Generator): one server under two names, with a generator
-	// each, compares the generators in one run.
-	Generators map[string]string
 }
 
 // Step is one offered load against one server.
@@ -87,7 +83,8 @@ type Step struct {
 	// at once holding bytes the server had not read (a request waiting
 	// in the kernel, before any admission can see it), UnreadResponses
 	// the most of the generator's connections holding an answer it had
-	// not read (its own delay); -1 where /proc/net/tcp cannot be read.
+	// not read (its own delay); -1 where the kernel cannot be asked
+	// (socketQueues).
 	UnreadRequests, UnreadResponses int
 }
 
@@ -109,23 +106,16 @@ func Overload(ctx context.Context, o OverloadOptions, progress io.Writer) (capac
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	generator := func(name string) OverloadOptions {
-		so := o
-		if g, ok := o.Generators[name]; ok {
-			so.Generator = g
-		}
-		return so
-	}
 	capacity = o.Capacity
 	if capacity == 0 {
-		if capacity, err = Capacity(ctx, generator(names[0]), o.Servers[names[0]], progress); err != nil {
+		if capacity, err = Capacity(ctx, o, o.Servers[names[0]], progress); err != nil {
 			return 0, nil, err
 		}
 		fmt.Fprintf(progress, "capacity of %s: %.0f requests/s (95%% GET, 5%% PUT, open loop)\n", names[0], capacity)
 	}
 	for _, m := range o.Multiples {
 		for _, n := range names {
-			s, err := openLoopMix(ctx, generator(n), o.Servers[n], o.metricsOf(n), m*capacity)
+			s, err := openLoopMix(ctx, o, o.Servers[n], o.metricsOf(n), m*capacity)
 			if err != nil {
 				return capacity, steps, err
 			}

@@ -123,7 +123,6 @@ func OpenLoop(ctx context.Context, o Options, rate float64, multiKeys int, accep
 	errs := 0
 	start := time.Now()
 	err := offer(ctx, o.URL, rate, o.Duration, timeout, openLoad{
-		goroutines: o.Generator == "goroutines",
 		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool {
 			fmt.Fprintf(bw, "GET /%s/Doc/(", o.DB)
 			for j := range multiKeys {

@@ -184,7 +184,6 @@ func stallRun(ctx context.Context, o StallOptions, base string) (StallRun, error
 		results []result
 	)
 	err := offer(ctx, base, o.Rate, o.Duration, o.Timeout, openLoad{
-		goroutines: o.Generator == "goroutines",
 		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool {
 			fmt.Fprintf(bw, "GET /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\nCache-Control: max-stale=10\r\n\r\n", o.DB, r.IntN(o.Keys), host)
 			return false
