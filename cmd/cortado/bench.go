@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -59,22 +58,14 @@ func runBench(args []string) error {
 	stopFor := fs.Duration("stop-for", 0, "stall: how long it stays stopped (default 2s)")
 	watch := fs.String("watch", "", "stall: the other storage nodes, id=URL,id=URL (their admission metrics are sampled)")
 	rounds := fs.Int("rounds", 0, "stall: rounds, the routers interleaved (default 2)")
-	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the benchmark's own process to this file (for `go tool pprof`)")
+	profilePath := fs.String("cpu-profile", "", "write a CPU profile of the benchmark's own process to this file (for `go tool pprof`)")
 	fs.Parse(args)
 	o.URL = *c.url
-	if *cpuProfile != "" {
-		pf, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			pf.Close()
-		}()
+	stopProfile, err := cpuProfile(*profilePath)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	switch sub {

@@ -288,19 +288,11 @@ func runRole(name string, f *roleFlags, open func(context.Context, server.Option
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("role", name)
 	slog.SetDefault(log)
-	if *f.cpuProfile != "" {
-		pf, err := os.Create(*f.cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			pf.Close()
-		}()
+	stopProfile, err := cpuProfile(*f.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if *f.allocProfile != "" {
 		pf, err := os.Create(*f.allocProfile)
 		if err != nil {
@@ -349,4 +341,24 @@ func runRole(name string, f *roleFlags, open func(context.Context, server.Option
 		log.Info("cortado shutting down")
 		return s.Close()
 	}
+}
+
+// cpuProfile starts a CPU profile of the process into path (none when
+// path is empty); stop ends it.
+func cpuProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
 }

@@ -195,7 +195,7 @@ type generator struct {
 // dials a step from one address to one port leave its ephemeral ports
 // (32768–60999) in TIME_WAIT, and the kernel then searched them for a
 // free one on every connect (220 µs of the generator's CPU a dial at 2C,
-// profiled; 40 µs spread). The port is still chosen at connect
+// profiled; 25 µs spread). The port is still chosen at connect
 // (IP_BIND_ADDRESS_NO_PORT).
 func (g *generator) dial(timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}

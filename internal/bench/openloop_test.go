@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -158,6 +159,25 @@ func TestSearchCapacity(t *testing.T) {
 		want := min(tc.served, tc.closed)
 		if err != nil || c > want || c < want-0.05*tc.closed || probes > 6 {
 			t.Errorf("closed %.0f, served up to %.0f: capacity %.0f after %d probes, %v", tc.closed, tc.served, c, probes, err)
+		}
+	}
+}
+
+// TestConfirmCapacity: the search's rate is kept when a whole step
+// serves it, and lowered by 5 % a try until one does, at most
+// confirmTries rates in all, the last one not offered.
+func TestConfirmCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		served, want float64
+		probes       int
+	}{{1000, 1000, 1}, {903, 902.5, 3}, {960, 950, 2}, {100, 857.375, 3}} {
+		probes := 0
+		c, err := confirmCapacity(1000, func(rate float64) (bool, error) {
+			probes++
+			return rate <= tc.served, nil
+		})
+		if err != nil || math.Abs(c-tc.want) > 0.01 || probes != tc.probes {
+			t.Errorf("served up to %.0f: capacity %.3f after %d probes (%v), want %.3f after %d", tc.served, c, probes, err, tc.want, tc.probes)
 		}
 	}
 }
