@@ -403,7 +403,7 @@ func scrape(hc *http.Client, base string) (heap, other, goroutines float64) {
 
 // OverloadTable writes the steps as a Markdown table.
 func OverloadTable(w io.Writer, capacity float64, steps []Step) {
-	fmt.Fprintf(w, "Capacity C = %.0f requests/s (95 %% GET, 5 %% PUT): the highest rate served in open loop with at most 1 %% failed.\n\n", capacity)
+	fmt.Fprintf(w, "Capacity C = %.0f requests/s (95 %% GET, 5 %% PUT): the highest rate served in open loop with at most 1 %% failed, for a whole step.\n\n", capacity)
 	fmt.Fprintf(w, "| offered | server | goodput | errors | p50 | p99 | p99 GET / PUT | heap peak | live besides caches | goroutines peak | cores: server / generator | sent late p99 | dials | p99 in the server | in the server GET / PUT | unread in sockets: requests / answers |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 	for _, s := range steps {
