@@ -165,9 +165,13 @@ func Capacity(ctx context.Context, o OverloadOptions, base string, progress io.W
 			return ok, nil
 		}
 	}
-	c, err := searchCapacity(closed, servesFor(max(o.Duration/3, min(o.Duration, 3*time.Second))))
+	probe := max(o.Duration/3, min(o.Duration, 3*time.Second))
+	c, err := searchCapacity(closed, servesFor(probe))
 	if err != nil {
 		return 0, err
+	}
+	if probe == o.Duration {
+		return c, nil // the search's probes were whole steps already
 	}
 	return confirmCapacity(c, servesFor(o.Duration))
 }
