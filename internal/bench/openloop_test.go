@@ -446,8 +446,8 @@ func TestLoadWaitsOutRefusals(t *testing.T) {
 
 // TestSocketQueues: bytes a server has not read count as a waiting
 // request on its port, bytes its client has not read as a waiting
-// answer; a listening socket's backlog and other ports' queues do not
-// count. Against the kernel's own table, then a fixed one.
+// answer. Against the kernel's own table; TestCountQueues has what does
+// not count (backlogs, other states, other ports), in a fixed dump.
 func TestSocketQueues(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {

@@ -34,41 +34,52 @@ func socketQueues(port int) (requests, responses int, err error) {
 		if err := unix.Sendto(fd, req[:], 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			return 0, 0, fmt.Errorf("bench: sock_diag: %w", err)
 		}
-	dump:
-		for {
+		for done := false; !done; {
 			n, _, err := unix.Recvfrom(fd, buf, 0)
 			if err != nil {
 				return 0, 0, fmt.Errorf("bench: sock_diag: %w", err)
 			}
-			for b := buf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
-				// struct nlmsghdr: length, type.
-				size := int(binary.NativeEndian.Uint32(b))
-				if size < unix.NLMSG_HDRLEN || size > len(b) {
-					return 0, 0, fmt.Errorf("bench: sock_diag: a message of %d bytes in %d", size, len(b))
-				}
-				typ, d := binary.NativeEndian.Uint16(b[4:]), b[unix.NLMSG_HDRLEN:size]
-				b = b[min(len(b), (size+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1)):]
-				switch typ {
-				case unix.NLMSG_DONE:
-					break dump
-				case unix.NLMSG_ERROR:
-					return 0, 0, fmt.Errorf("bench: sock_diag: the kernel refused the dump")
-				}
-				// struct inet_diag_msg: state at 1, the ports (network
-				// order) at 4 and 6, idiag_rqueue at 56.
-				if len(d) < 60 || d[1] != tcpEstablished || binary.NativeEndian.Uint32(d[56:]) == 0 {
-					continue
-				}
-				switch port {
-				case int(binary.BigEndian.Uint16(d[4:])):
-					requests++
-				case int(binary.BigEndian.Uint16(d[6:])):
-					responses++
-				}
+			var rq, rs int
+			if rq, rs, done, err = countQueues(buf[:n], port); err != nil {
+				return 0, 0, err
 			}
+			requests, responses = requests+rq, responses+rs
 		}
 	}
 	return requests, responses, nil
+}
+
+// countQueues counts, in one read of a sock_diag dump (netlink messages
+// of struct inet_diag_msg), the established connections of port holding
+// unread bytes, as socketQueues does; done once the dump's end is in it.
+func countQueues(b []byte, port int) (requests, responses int, done bool, err error) {
+	for len(b) >= unix.NLMSG_HDRLEN {
+		// struct nlmsghdr: length, type.
+		size := int(binary.NativeEndian.Uint32(b))
+		if size < unix.NLMSG_HDRLEN || size > len(b) {
+			return 0, 0, false, fmt.Errorf("bench: sock_diag: a message of %d bytes in %d", size, len(b))
+		}
+		typ, d := binary.NativeEndian.Uint16(b[4:]), b[unix.NLMSG_HDRLEN:size]
+		b = b[min(len(b), (size+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1)):]
+		switch typ {
+		case unix.NLMSG_DONE:
+			return requests, responses, true, nil
+		case unix.NLMSG_ERROR:
+			return 0, 0, false, fmt.Errorf("bench: sock_diag: the kernel refused the dump")
+		}
+		// struct inet_diag_msg: state at 1, the ports (network order)
+		// at 4 and 6, idiag_rqueue at 56.
+		if len(d) < 60 || d[1] != tcpEstablished || binary.NativeEndian.Uint32(d[56:]) == 0 {
+			continue
+		}
+		switch port {
+		case int(binary.BigEndian.Uint16(d[4:])):
+			requests++
+		case int(binary.BigEndian.Uint16(d[6:])):
+			responses++
+		}
+	}
+	return requests, responses, false, nil
 }
 
 const tcpEstablished = 1
