@@ -81,7 +81,8 @@ func Parse(t Type, s string) (Part, error) {
 		v, err := strconv.ParseInt(s, 10, 64)
 		// Only the canonical decimal form: "+1" and "01" would address
 		// key 1 under another name.
-		if err != nil || strconv.FormatInt(v, 10) != s {
+		var canonical [20]byte
+		if err != nil || string(strconv.AppendInt(canonical[:0], v, 10)) != s {
 			return Part{}, fmt.Errorf("%s is not a %s in canonical decimal form", quoteShort(s), t)
 		}
 		if t == Int && (v < math.MinInt32 || v > math.MaxInt32) {

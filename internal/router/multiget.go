@@ -39,37 +39,50 @@ func (r *Router) planMultiGet(db, table string, keyTexts [][]string, f Format) (
 	if len(keyTexts) > r.opts.MaxLimit {
 		return nil, &keyError{fmt.Errorf("a multi-get takes at most %d keys", r.opts.MaxLimit)}
 	}
+	d, err := r.reg.Database(db)
+	if err != nil {
+		return nil, err
+	}
+	t, err := r.reg.Table(db, table)
+	if err != nil {
+		return nil, err
+	}
+	// One allocation for the keys and one for the ints (each key's
+	// group, each key's place in its group's array, the partitions, the
+	// groups' sizes): a multi-get is as many allocations as partitions it
+	// reads, not as keys.
 	n := len(keyTexts)
-	m := &multiGet{all: make([][]keys.Part, n)}
-	group := make([]int, n) // each key's place in order
+	m := &multiGet{db: d, table: t}
+	parts := make([][]keys.Part, 2*n)
+	ints := make([]int, 4*n)
+	m.all = parts[:n:n]
+	ks := parts[n:]
+	group, at, count := ints[:n:n], ints[n:2*n:2*n], ints[3*n:]
+	m.order = ints[2*n : 2*n : 3*n]
 	for i, kt := range keyTexts {
-		tg, err := r.resolve(db, table, kt, false)
+		key, err := t.ParseKey(kt)
 		if err != nil {
-			return nil, err
+			return nil, &keyError{err}
 		}
-		if !r.full(tg) {
-			return nil, &keyError{fmt.Errorf("multi-get key %d has %d of %d key parts", i, len(tg.key), len(tg.table.Key))}
+		if len(key) != len(t.Key) {
+			return nil, &keyError{fmt.Errorf("multi-get key %d has %d of %d key parts", i, len(key), len(t.Key))}
 		}
-		m.db, m.table = tg.db, tg.table
-		m.all[i] = tg.key
+		m.all[i] = key
+		part := d.PartitionOf(key[0])
 		// At most MaxLimit keys and as many partitions: a search, not a
 		// map to make.
-		g := slices.Index(m.order, tg.part)
+		g := slices.Index(m.order, part)
 		if g < 0 {
 			g = len(m.order)
-			m.order = append(m.order, tg.part)
+			m.order = append(m.order, part)
 		}
 		group[i] = g
-	}
-	// The groups are cut from one array of keys and one of places.
-	count := make([]int, len(m.order))
-	for _, g := range group {
 		count[g]++
 	}
-	ks, at := make([][]keys.Part, n), make([]int, n)
+	// The groups are cut from one array of keys and one of places.
 	m.groups, m.at = make([][][]keys.Part, len(m.order)), make([][]int, len(m.order))
 	start := 0
-	for g, c := range count {
+	for g, c := range count[:len(m.order)] {
 		m.groups[g], m.at[g] = ks[start:start:start+c], at[start:start:start+c]
 		start += c
 	}
@@ -77,7 +90,6 @@ func (r *Router) planMultiGet(db, table string, keyTexts [][]string, f Format) (
 		m.groups[g] = append(m.groups[g], m.all[i])
 		m.at[g] = append(m.at[g], i)
 	}
-	var err error
 	if m.spec, err = r.readSpec(m.table, f); err != nil {
 		return nil, err
 	}
@@ -241,7 +253,7 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 		err := matchItems(ks, items, func(j int, it *node.Item) error {
 			if it == nil {
 				b = append(b, `{"key":`...)
-				b = append(b, schema.KeyJSON(ks[j])...)
+				b = schema.AppendKeyJSON(b, ks[j])
 				b = append(b, `,"missing":true}`+"\n"...)
 				return nil
 			}
@@ -273,11 +285,11 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 // {"key":…,"etag":…,"scn":…,"lastModified":…,"document":…}.
 func (r *Router) appendItem(b []byte, t *schema.Table, it *node.Item, f Format) ([]byte, error) {
 	b = append(b, `{"key":`...)
-	b = append(b, schema.KeyJSON(it.Key)...)
+	b = schema.AppendKeyJSON(b, it.Key)
 	b = append(b, `,"etag":`...)
 	b = strconv.AppendQuote(b, it.ETag)
 	b = append(b, `,"scn":"`...)
-	b = append(b, it.SCN.String()...)
+	b = it.SCN.Append(b)
 	b = append(b, `","lastModified":"`...)
 	b = it.Modified.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","document":`...)

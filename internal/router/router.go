@@ -729,7 +729,7 @@ func (r *Router) renderPage(t *schema.Table, items []*node.Item, missing [][]key
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, schema.KeyJSON(k)...)
+			b = schema.AppendKeyJSON(b, k)
 		}
 		b = append(b, ']')
 	}

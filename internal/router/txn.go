@@ -66,7 +66,7 @@ func (r *Router) Txn(ctx context.Context, db, partitionKey string, body []byte) 
 			b = append(b, ',')
 		}
 		b = append(b, `{"key":`...)
-		b = append(b, schema.KeyJSON(o.Key)...)
+		b = schema.AppendKeyJSON(b, o.Key)
 		if o.ETag != "" {
 			b = fmt.Appendf(b, `,"etag":%q`, o.ETag)
 		}

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/hamba/avro/v2"
@@ -260,6 +264,33 @@ func TestPartitionOfIsStable(t *testing.T) {
 	want := []int{46, 1, 61, 20}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("partition function changed: got %v, want %v", got, want)
+	}
+}
+
+// PartitionOf's hash is hash/fnv's FNV-1a written out, for every key
+// (long strings, NUL bytes, negative and extreme integers), and costs no
+// allocation for a key whose encoding fits its buffer.
+func TestPartitionOfIsFNV1a(t *testing.T) {
+	d := &Database{Partitions: 64}
+	r := rand.New(rand.NewPCG(1, 2))
+	parts := []keys.Part{keys.I(0), keys.I(-1), keys.I(math.MinInt64), keys.I(math.MaxInt64), keys.S(""), keys.S("a\x00b"), keys.S(strings.Repeat("x", 300))}
+	for range 2000 {
+		parts = append(parts, keys.I(int64(r.Uint64())))
+		b := make([]byte, r.IntN(100))
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+		parts = append(parts, keys.S(string(b)))
+	}
+	for _, p := range parts {
+		h := fnv.New32a()
+		h.Write(keys.AppendPart(nil, p))
+		if got, want := d.PartitionOf(p), int(h.Sum32()%64); got != want {
+			t.Fatalf("PartitionOf(%v) = %d, hash/fnv gives %d", p, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { d.PartitionOf(keys.S("alice")); d.PartitionOf(keys.I(42)) }); n != 0 {
+		t.Fatalf("PartitionOf allocated %v times a call", n)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"slices"
 	"strconv"
@@ -389,15 +388,17 @@ func (t *Table) keyNames() string {
 func (t *Table) AutoIncrement() bool { return t.Key[len(t.Key)-1].AutoIncrement }
 
 // KeyJSON renders key parts as a JSON array of strings and numbers.
-func KeyJSON(parts []keys.Part) json.RawMessage {
-	var b []byte
+func KeyJSON(parts []keys.Part) json.RawMessage { return AppendKeyJSON(nil, parts) }
+
+// AppendKeyJSON appends KeyJSON(parts) to b.
+func AppendKeyJSON(b []byte, parts []keys.Part) []byte {
 	b = append(b, '[')
 	for i, p := range parts {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		if p.IsInt {
-			b = fmt.Appendf(b, "%d", p.Int)
+			b = strconv.AppendInt(b, p.Int, 10)
 		} else {
 			b = appendJSONString(b, p.Str)
 		}
@@ -415,20 +416,31 @@ func SameKey(a, b []KeyPart) bool { return slices.Equal(a, b) }
 // partitions; for range partitioning, the number of boundaries at or
 // below the key (in the same encoding's order).
 func (d *Database) PartitionOf(pk keys.Part) int {
-	enc := keys.AppendPart(nil, pk)
 	if d.Partitioning == "range" {
-		bounds, _ := d.boundaries() // checked when the database was created
-		n, _ := slices.BinarySearchFunc(bounds, enc, func(b keys.Part, k []byte) int {
-			return bytes.Compare(keys.AppendPart(nil, b), k)
-		})
-		if n < len(bounds) && bytes.Equal(keys.AppendPart(nil, bounds[n]), enc) {
-			n++ // a boundary begins its own partition
-		}
-		return n
+		return d.rangePartition(keys.AppendPart(nil, pk))
 	}
-	h := fnv.New32a()
-	h.Write(enc)
-	return int(h.Sum32() % uint32(d.Partitions))
+	var buf [64]byte // most keys' encodings fit: no allocation
+	enc := keys.AppendPart(buf[:0], pk)
+	// FNV-1a (hash/fnv's New32a, written out: the interface made enc
+	// and the hash escape to the heap on every call).
+	h := uint32(2166136261)
+	for _, c := range enc {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return int(h % uint32(d.Partitions))
+}
+
+// rangePartition is PartitionOf for range partitioning, of the key's
+// encoding enc.
+func (d *Database) rangePartition(enc []byte) int {
+	bounds, _ := d.boundaries() // checked when the database was created
+	n, _ := slices.BinarySearchFunc(bounds, enc, func(b keys.Part, k []byte) int {
+		return bytes.Compare(keys.AppendPart(nil, b), k)
+	})
+	if n < len(bounds) && bytes.Equal(keys.AppendPart(nil, bounds[n]), enc) {
+		n++ // a boundary begins its own partition
+	}
+	return n
 }
 
 // boundaries parses the range boundaries.

@@ -24,10 +24,15 @@ func (s SCN) IsZero() bool { return s.Gen == 0 && s.Seq == 0 }
 
 // String renders "generation:sequence", the form used in headers and URLs.
 func (s SCN) String() string {
-	var b [24]byte
-	out := strconv.AppendUint(b[:0], uint64(s.Gen), 10)
-	out = append(out, ':')
-	return string(strconv.AppendUint(out, s.Seq, 10))
+	var b [32]byte
+	return string(s.Append(b[:0]))
+}
+
+// Append appends String's form to b.
+func (s SCN) Append(b []byte) []byte {
+	b = strconv.AppendUint(b, uint64(s.Gen), 10)
+	b = append(b, ':')
+	return strconv.AppendUint(b, s.Seq, 10)
 }
 
 // ParseSCN parses the form String produces.
