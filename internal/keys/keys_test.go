@@ -115,6 +115,21 @@ func TestParse(t *testing.T) {
 	if _, err := Parse(Long, "x"); err == nil {
 		t.Fatal("non-number accepted as long")
 	}
+	// Only the canonical decimal form names a number: others would
+	// address the same key under another name.
+	for _, s := range []string{"+1", "01", "-0", "00", " 1", "1 ", "0x1"} {
+		if p, err := Parse(Long, s); err == nil {
+			t.Fatalf("Parse(Long, %q) = %v, want an error", s, p)
+		}
+	}
+	for _, s := range []string{"0", "-1", "9223372036854775807", "-9223372036854775808"} {
+		if _, err := Parse(Long, s); err != nil {
+			t.Fatalf("Parse(Long, %q): %v", s, err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { Parse(Long, "-9223372036854775808") }); n != 0 {
+		t.Fatalf("Parse of a long allocated %v times", n)
+	}
 }
 
 // TestEqualIsEncodedEquality: two keys are Equal exactly when they encode
