@@ -39,11 +39,7 @@ func (r *Router) planMultiGet(db, table string, keyTexts [][]string, f Format) (
 	if len(keyTexts) > r.opts.MaxLimit {
 		return nil, &keyError{fmt.Errorf("a multi-get takes at most %d keys", r.opts.MaxLimit)}
 	}
-	d, err := r.reg.Database(db)
-	if err != nil {
-		return nil, err
-	}
-	t, err := r.reg.Table(db, table)
+	d, t, err := r.tableOf(db, table)
 	if err != nil {
 		return nil, err
 	}

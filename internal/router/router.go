@@ -211,11 +211,7 @@ type target struct {
 // resolve finds the database, table, key and partition of a request. A key
 // must have at least the partition key unless allowEmpty.
 func (r *Router) resolve(db, table string, keyText []string, allowEmpty bool) (*target, error) {
-	d, err := r.reg.Database(db)
-	if err != nil {
-		return nil, err
-	}
-	t, err := r.reg.Table(db, table)
+	d, t, err := r.tableOf(db, table)
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +226,19 @@ func (r *Router) resolve(db, table string, keyText []string, allowEmpty bool) (*
 		return nil, &keyError{fmt.Errorf("table %s needs at least its partition key %s", t.Name, t.Key[0].Name)}
 	}
 	return tg, nil
+}
+
+// tableOf finds a database and one of its tables.
+func (r *Router) tableOf(db, table string) (*schema.Database, *schema.Table, error) {
+	d, err := r.reg.Database(db)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := r.reg.Table(db, table)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, t, nil
 }
 
 func (r *Router) full(tg *target) bool { return len(tg.key) == len(tg.table.Key) }
