@@ -105,7 +105,7 @@ func (r *Router) Insert(ctx context.Context, db, table string, prefix []string, 
 		return nil, err
 	}
 	wr := single(res)
-	wr.Body = append(append([]byte(`{"key":`), schema.KeyJSON(wr.Key)...), '}')
+	wr.Body = append(schema.AppendKeyJSON([]byte(`{"key":`), wr.Key), '}')
 	return wr, nil
 }
 
