@@ -153,10 +153,10 @@ func Capacity(ctx context.Context, o OverloadOptions, base string, progress io.W
 	}
 	fmt.Fprintf(progress, "capacity: closed loop %.0f requests/s\n", closed)
 	servesFor := func(d time.Duration) func(rate float64) (bool, error) {
-		probe := o
-		probe.Duration = d
+		step := o
+		step.Duration = d
 		return func(rate float64) (bool, error) {
-			s, err := openLoopMix(ctx, probe, base, base, rate)
+			s, err := openLoopMix(ctx, step, base, base, rate)
 			if err != nil {
 				return false, err
 			}
