@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortado-db/cortado/internal/clustertest"
@@ -55,7 +58,13 @@ type Cluster struct {
 	DiskDir     string
 	Controllers []*clustertest.Serve
 	Routers     []*clustertest.Serve
-	cli         *clientv3.Client
+	// Links through toxiproxy, for the network faults: the connections
+	// to etcd of each storage node, controller and router (by ID), and
+	// every connection to a storage node (it advertises the proxy, so
+	// routers, the relay and the other nodes reach it only there). The
+	// checker reads the storage nodes directly (Storage).
+	EtcdLink, InLink map[string]*toxiproxy.Proxy
+	cli              *clientv3.Client
 }
 
 const prefix = "/cortado"
@@ -64,7 +73,8 @@ const prefix = "/cortado"
 // C, P, R: see workload.go) and waits until every partition has a master.
 func StartCluster(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, opts: o, dir: o.Dir, Storage: map[string]*clustertest.Serve{}}
+	c := &Cluster{t: t, opts: o, dir: o.Dir, Storage: map[string]*clustertest.Serve{},
+		EtcdLink: map[string]*toxiproxy.Proxy{}, InLink: map[string]*toxiproxy.Proxy{}}
 	if c.dir == "" {
 		c.dir = t.TempDir()
 	}
@@ -89,6 +99,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 		relayArgs = append(relayArgs, "--buffer", "50")
 	}
 	c.Relay = c.start("relay", append(relayArgs, common...)...)
+	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("s%d", i)
 		data := c.sub(id + "-data")
@@ -100,18 +111,28 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 				t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
 			}
 		}
-		args := []string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i), "--listen", hostPort(t), "--data-dir", data, "--lease-ttl", ttl}
+		listen := hostPort(t)
+		etcdLink, inLink := c.link(tp, id+"-etcd", strings.TrimPrefix(client, "http://")), c.link(tp, id+"-in", listen)
+		c.EtcdLink[id], c.InLink[id] = etcdLink, inLink
+		args := []string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i), "--listen", listen, "--advertise-url", "http://" + inLink.Listen,
+			"--data-dir", data, "--lease-ttl", ttl, "--etcd-endpoints", "http://" + etcdLink.Listen, "--log-level", o.LogLevel}
 		if o.Retention != "" {
 			args = append(args, "--retention-interval", "1s")
 		}
-		c.Storage[id] = c.start(id, append(args, common...)...)
+		c.Storage[id] = c.start(id, args...)
 	}
 	for i := 1; i <= 2; i++ {
-		c.Controllers = append(c.Controllers, c.start(fmt.Sprintf("c%d", i), append([]string{"controller", "--controller-id", fmt.Sprintf("c%d", i),
-			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0"}, common...)...))
+		id := fmt.Sprintf("c%d", i)
+		link := c.link(tp, id+"-etcd", strings.TrimPrefix(client, "http://"))
+		c.EtcdLink[id] = link
+		c.Controllers = append(c.Controllers, c.start(id, "controller", "--controller-id", id,
+			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0", "--etcd-endpoints", "http://"+link.Listen, "--log-level", o.LogLevel))
 	}
 	for i := 1; i <= 2; i++ {
-		c.Routers = append(c.Routers, c.start(fmt.Sprintf("router%d", i), append([]string{"router", "--listen", hostPort(t)}, common...)...))
+		id := fmt.Sprintf("router%d", i)
+		link := c.link(tp, id+"-etcd", strings.TrimPrefix(client, "http://"))
+		c.EtcdLink[id] = link
+		c.Routers = append(c.Routers, c.start(id, "router", "--listen", hostPort(t), "--etcd-endpoints", "http://"+link.Listen, "--log-level", o.LogLevel))
 	}
 	h := newHTTP(c.Routers[0].URL)
 	retention := ""
@@ -131,6 +152,40 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 		}
 	}
 	return c
+}
+
+// link starts a proxy to upstream that lives as long as the test, at an
+// address that stays the same across the processes' restarts.
+func (c *Cluster) link(tp *toxiproxy.ApiServer, name, upstream string) *toxiproxy.Proxy {
+	p := toxiproxy.NewProxy(tp, name, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(p.Stop)
+	return p
+}
+
+// Cut blackholes a link both ways: what is sent (on open connections and
+// on new ones, which the proxy still accepts) is held until Mend, as a
+// network partition holds it — no reset, no refusal, only silence.
+func Cut(p *toxiproxy.Proxy) error {
+	for _, stream := range []string{"upstream", "downstream"} {
+		toxic := fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":%q,"attributes":{"timeout":0}}`, stream, stream)
+		if _, err := p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+			return fmt.Errorf("cut %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// Mend heals a cut link.
+func Mend(p *toxiproxy.Proxy) error {
+	for _, stream := range []string{"upstream", "downstream"} {
+		if err := p.Toxics.RemoveToxic(context.Background(), "cut-"+stream); err != nil {
+			return fmt.Errorf("mend %s: %w", p.Name, err)
+		}
+	}
+	return nil
 }
 
 func (c *Cluster) sub(name string) string {
@@ -182,6 +237,33 @@ func (c *Cluster) Restart(s *clustertest.Serve) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// KillNode kill -9s a storage node. Its port refuses connections then,
+// as a host whose process died does: the proxy in front of it stops too
+// (a proxy that accepted and then closed them would make every call to
+// the dead node one whose request may have been delivered).
+func (c *Cluster) KillNode(id string) {
+	c.Storage[id].Kill()
+	c.InLink[id].Stop()
+}
+
+// RestartNode starts a killed storage node again, at the same address
+// behind the same proxy.
+func (c *Cluster) RestartNode(id string) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := c.InLink[id].Start()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("restart %s's proxy: %v", id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.Restart(c.Storage[id])
 }
 
 // Rebuilt sums, over the running storage nodes, the replicas they rebuilt

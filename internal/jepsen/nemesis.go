@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+
 	"github.com/cortado-db/cortado/internal/clustertest"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/topo"
@@ -27,6 +29,10 @@ type Fault struct {
 var Faults = []string{
 	"kill-master",     // kill -9 the busiest master, restart it while writes go on
 	"pause-master",    // SIGSTOP the busiest master past its lease, then SIGCONT
+	"cut-etcd",        // cut the busiest master off from etcd past its lease; it keeps running, reachable by all
+	"isolate-master",  // cut the busiest master off from etcd and from every caller past its lease; it keeps running
+	"cut-controller",  // cut the leading controller off from etcd past its lease; it keeps running
+	"cut-router",      // cut a router off from etcd, kill -9 the busiest master meanwhile: the router routes by a stale table
 	"kill-two",        // kill -9 two storage nodes together, restart both
 	"kill-relay",      // kill -9 the relay, restart it
 	"kill-controller", // kill -9 the leading controller, restart it
@@ -60,16 +66,56 @@ func (n *Nemesis) Run(kind string) error {
 	switch kind {
 	case "kill-master":
 		f.Target = n.busiestMaster()
-		c.Storage[f.Target].Kill()
+		c.KillNode(f.Target)
 		time.Sleep(hold)
 		f.Heal = time.Now()
-		c.Restart(c.Storage[f.Target])
+		c.RestartNode(f.Target)
 	case "pause-master":
 		f.Target = n.busiestMaster()
 		c.Storage[f.Target].Pause()
 		time.Sleep(2*n.ttl() + time.Duration(n.rng.IntN(2000))*time.Millisecond)
 		f.Heal = time.Now()
 		c.Storage[f.Target].Resume()
+	case "cut-etcd", "isolate-master":
+		// A network partition: the process runs on, its connections
+		// hang. Cut off from etcd, it cannot renew its lease; with
+		// cut-etcd, routers still on the old routing table, the relay
+		// and its slaves still reach it while a new master is chosen.
+		f.Target = n.busiestMaster()
+		links := []*toxiproxy.Proxy{c.EtcdLink[f.Target]}
+		if kind == "isolate-master" {
+			links = append(links, c.InLink[f.Target])
+		}
+		if err := n.cut(&f, hold, links...); err != nil {
+			return err
+		}
+	case "cut-controller":
+		// Another controller takes the lead while this one runs on; what
+		// it sent is delivered when the cut is mended.
+		f.Target = n.leadingController()
+		if err := n.cut(&f, hold, c.EtcdLink[f.Target]); err != nil {
+			return err
+		}
+	case "cut-router":
+		// The router keeps serving by the routing table it had while the
+		// busiest master fails over: its writes go to the old master
+		// until it hears of the new one.
+		i := n.rng.IntN(len(c.Routers))
+		id := fmt.Sprintf("router%d", i+1)
+		link := c.EtcdLink[id]
+		if err := Cut(link); err != nil {
+			return err
+		}
+		master := n.busiestMaster()
+		f.Target = id + "," + master
+		c.KillNode(master)
+		time.Sleep(hold)
+		c.RestartNode(master)
+		time.Sleep(n.ttl())
+		f.Heal = time.Now()
+		if err := Mend(link); err != nil {
+			return err
+		}
 	case "kill-two":
 		ids := []string{n.busiestMaster()}
 		for id := range c.Storage {
@@ -80,12 +126,12 @@ func (n *Nemesis) Run(kind string) error {
 		slices.Sort(ids)
 		f.Target = fmt.Sprint(ids)
 		for _, id := range ids {
-			c.Storage[id].Kill()
+			c.KillNode(id)
 		}
 		time.Sleep(hold)
 		f.Heal = time.Now()
 		for _, id := range ids {
-			c.Restart(c.Storage[id])
+			c.RestartNode(id)
 		}
 	case "kill-relay":
 		f.Target = "relay"
@@ -129,8 +175,8 @@ func (n *Nemesis) Run(kind string) error {
 		os.Remove(ballast)
 		// A node whose disk failed left the cluster for good: an
 		// operator restarts it once the disk is fixed.
-		c.Storage[f.Target].Kill()
-		c.Restart(c.Storage[f.Target])
+		c.KillNode(f.Target)
+		c.RestartNode(f.Target)
 	default:
 		return fmt.Errorf("unknown fault %q", kind)
 	}
@@ -147,6 +193,23 @@ func (n *Nemesis) killRestart(s *clustertest.Serve, hold time.Duration, f *Fault
 	time.Sleep(hold)
 	f.Heal = time.Now()
 	n.c.Restart(s)
+}
+
+// cut cuts links, holds, and mends them.
+func (n *Nemesis) cut(f *Fault, hold time.Duration, links ...*toxiproxy.Proxy) error {
+	for _, l := range links {
+		if err := Cut(l); err != nil {
+			return err
+		}
+	}
+	time.Sleep(hold)
+	f.Heal = time.Now()
+	for _, l := range links {
+		if err := Mend(l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fill writes to path until the file system is full.
