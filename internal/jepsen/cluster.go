@@ -59,9 +59,9 @@ type Cluster struct {
 	Controllers []*clustertest.Serve
 	Routers     []*clustertest.Serve
 	// Links through toxiproxy, for the network faults: the connections
-	// to etcd of each storage node, controller and router (by ID), and
-	// every connection to a storage node (it advertises the proxy, so
-	// routers, the relay and the other nodes reach it only there). The
+	// to etcd of each storage node, controller, router and the relay (by
+	// ID), and every connection to a storage node or the relay (each
+	// advertises its proxy, so the others reach it only there). The
 	// checker reads the storage nodes directly (Storage).
 	EtcdLink, InLink map[string]*toxiproxy.Proxy
 	cli              *clientv3.Client
@@ -91,15 +91,18 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	t.Cleanup(func() { cli.Close() })
 	c.cli = cli
-	common := []string{"--etcd-endpoints", client, "--log-level", o.LogLevel}
-	relayArgs := []string{"relay", "--relay-id", "relay1", "--listen", hostPort(t), "--lease-ttl", ttl}
+	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	relayListen := hostPort(t)
+	relayEtcd, relayIn := c.link(tp, "relay-etcd", strings.TrimPrefix(client, "http://")), c.link(tp, "relay-in", relayListen)
+	c.EtcdLink["relay"], c.InLink["relay"] = relayEtcd, relayIn
+	relayArgs := []string{"relay", "--relay-id", "relay1", "--listen", relayListen, "--advertise-url", "http://" + relayIn.Listen,
+		"--lease-ttl", ttl, "--etcd-endpoints", "http://" + relayEtcd.Listen, "--log-level", o.LogLevel}
 	if o.Retention != "" {
 		// A small buffer, so that a node coming back is behind the
 		// relay's buffer too, and behind its master's log: rebuilt.
 		relayArgs = append(relayArgs, "--buffer", "50")
 	}
-	c.Relay = c.start("relay", append(relayArgs, common...)...)
-	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	c.Relay = c.start("relay", relayArgs...)
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("s%d", i)
 		data := c.sub(id + "-data")
@@ -239,17 +242,25 @@ func (c *Cluster) Restart(s *clustertest.Serve) {
 	}
 }
 
-// KillNode kill -9s a storage node. Its port refuses connections then,
-// as a host whose process died does: the proxy in front of it stops too
-// (a proxy that accepted and then closed them would make every call to
-// the dead node one whose request may have been delivered).
+// KillNode kill -9s a storage node, or the relay ("relay"). Its port
+// refuses connections then, as a host whose process died does: the proxy
+// in front of it stops too (a proxy that accepted and then closed them
+// would make every call to the dead process one whose request may have
+// been delivered).
 func (c *Cluster) KillNode(id string) {
-	c.Storage[id].Kill()
+	c.process(id).Kill()
 	c.InLink[id].Stop()
 }
 
-// RestartNode starts a killed storage node again, at the same address
-// behind the same proxy.
+func (c *Cluster) process(id string) *clustertest.Serve {
+	if id == "relay" {
+		return c.Relay
+	}
+	return c.Storage[id]
+}
+
+// RestartNode starts a killed storage node or relay again, at the same
+// address behind the same proxy.
 func (c *Cluster) RestartNode(id string) {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -263,7 +274,7 @@ func (c *Cluster) RestartNode(id string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	c.Restart(c.Storage[id])
+	c.Restart(c.process(id))
 }
 
 // Rebuilt sums, over the running storage nodes, the replicas they rebuilt

@@ -35,6 +35,7 @@ var Faults = []string{
 	"cut-router",      // cut a router off from etcd, kill -9 the busiest master meanwhile: the router routes by a stale table
 	"kill-two",        // kill -9 two storage nodes together, restart both
 	"kill-relay",      // kill -9 the relay, restart it
+	"isolate-relay",   // cut the relay off from etcd and from the slaves past its lease; it keeps running
 	"kill-controller", // kill -9 the leading controller, restart it
 	"kill-router",     // kill -9 a router, restart it
 	"restart-etcd",    // kill -9 etcd, restart it
@@ -135,7 +136,17 @@ func (n *Nemesis) Run(kind string) error {
 		}
 	case "kill-relay":
 		f.Target = "relay"
-		n.killRestart(c.Relay, hold, &f)
+		c.KillNode("relay")
+		time.Sleep(hold)
+		f.Heal = time.Now()
+		c.RestartNode("relay")
+	case "isolate-relay":
+		// Slaves' log streams hang: they must give up on the relay and
+		// read their masters' logs (semi-sync writes wait meanwhile).
+		f.Target = "relay"
+		if err := n.cut(&f, hold, c.EtcdLink["relay"], c.InLink["relay"]); err != nil {
+			return err
+		}
 	case "kill-controller":
 		f.Target = n.leadingController()
 		n.killRestart(c.Controllers[f.Target[1]-'1'], hold, &f)
