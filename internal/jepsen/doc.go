@@ -6,8 +6,9 @@
 // disk, and then checks what clients were told against what the cluster
 // holds: no acknowledged write lost, no increment lost or applied twice,
 // no read going back in time, no 404 for an acknowledged key, single-key
-// registers linearizable (porcupine), and every replica on the same
-// timeline.
+// registers linearizable (porcupine), every replica on the same
+// timeline, and a change-stream consumer ending with every acknowledged
+// write and nothing the database does not hold.
 //
 // It is a test harness: nothing in the product imports it. The short run
 // (fixed seeds) is part of ./scripts/test; scripts/jepsen runs a long

@@ -45,6 +45,7 @@ func TestJepsen(t *testing.T) {
 	// a day by default), so a long run gets a larger disk.
 	disk := max(int64(512<<20), int64(duration.Seconds())*4<<20)
 	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: disk, Retention: *retention, Dir: *dir, LogLevel: *logLevel})
+	changes := StartConsumer(c, seed)
 	w := StartWorkload(c, seed)
 	n := NewNemesis(c, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -83,6 +84,13 @@ func TestJepsen(t *testing.T) {
 	res := Check(c, h, n.log)
 	table := res.Markdown()
 	t.Logf("%s; registers %s\n%s", time.Since(start).Round(time.Second), res.Linearizable, table)
+	// The change stream, against what clients were told and what the
+	// database holds.
+	lost, anomalies := CheckChanges(c, h, changes)
+	streamed := fmt.Sprintf("change stream: a consumer through the routers from the beginning (%s): %d acknowledged writes lost to it, %d anomalies", changes.Stats(), len(lost), len(anomalies))
+	t.Log(streamed)
+	res.Lost = append(res.Lost, lost...)
+	res.Anomalies = append(res.Anomalies, anomalies...)
 	if *report != "" {
 		var b strings.Builder
 		kept := "logs kept whole"
@@ -92,6 +100,7 @@ func TestJepsen(t *testing.T) {
 		fmt.Fprintf(&b, "Run of %s, seed %d, %d partitions, replicas 3, semi-sync (minInSync 2), lease TTL %d s, %s; registers %s.\n\n",
 			time.Since(start).Round(time.Second), seed, *partitions, *leaseTTL, kept, res.Linearizable)
 		b.WriteString(table)
+		fmt.Fprintf(&b, "\nThe %s.\n", streamed)
 		if err := os.WriteFile(*report, []byte(b.String()), 0o644); err != nil {
 			t.Error(err)
 		}
