@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -322,5 +323,85 @@ func TestChangeStreamRetention(t *testing.T) {
 		t.Fatalf("rollbacks for a token from another timeline: %v", fromBogus.rollbacks)
 	}
 	t.Logf("%d writes; %d snapshots from the old token; rollbacks %v", len(acked), fromOld.snapshots, fromBogus.rollbacks)
+	c.verify(acked)
+}
+
+// TestChangeStreamRollback: a change the stream delivered and a failover
+// then discarded reaches the consumer as a rollback. Both slaves of the
+// only partition are paused, so a write commits on the master alone
+// (its writer is told 503, outcome unknown) and the
+// relay ships it to the consumer; the relay and the master are killed
+// -9, so no replica can have it, and the slaves resume and one takes
+// over. The consumer must be told to undo the discarded change, and end
+// equal to the database, with every acknowledged write.
+func TestChangeStreamRollback(t *testing.T) {
+	c := startProcCluster(t, 3, 1)
+	acked := map[string]string{}
+	put := func(k, v string, timeout string) (int, string) {
+		req, _ := http.NewRequest("PUT", c.router.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Request-Timeout", timeout)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	for i := range 5 {
+		k := fmt.Sprintf("k%d", i)
+		await(t, 30*time.Second, "a first write", func() bool { st, _ := put(k, "1", "5s"); return st == 201 || st == 200 })
+		acked[k] = "1"
+	}
+	cons := newConsumer(t, c.router.URL, "beginning", 1, 1<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); cons.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	await(t, 30*time.Second, "the consumer to hold the first writes", func() bool { return cons.state()["k4"] == "1" })
+
+	route := c.table().Partitions[0]
+	master, slaves := route.Replicas[0], route.Replicas[1:]
+	for _, s := range slaves {
+		c.storage[s].Pause()
+	}
+	// Nothing the relay holds may reach them: what the relay had sent
+	// into a paused slave's socket would be applied on its resumption.
+	c.relayProxy.Stop()
+	// Its outcome is unknown to the writer: not confirmed by a replica
+	// in time, or its deadline passed first.
+	if st, body := put("phantom", "x", "2s"); st != 503 || !strings.Contains(body, "not-replicated") && !strings.Contains(body, "deadline-exceeded") {
+		t.Fatalf("a write with both slaves paused: %d %s, want 503 not-replicated or deadline-exceeded", st, body)
+	}
+	await(t, 30*time.Second, "the consumer to get the unreplicated change", func() bool { return cons.state()["phantom"] == "x" })
+	c.relay.Kill()
+	c.storage[master].Kill()
+	for _, s := range slaves {
+		c.storage[s].Resume()
+	}
+	c.awaitMastersOff(master)
+	await(t, 60*time.Second, "a write to the new master", func() bool { st, _ := put("after", "2", "5s"); return st == 201 || st == 200 })
+	acked["after"] = "2"
+	if err := c.relayProxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c.relay.Restart()
+	c.storage[master].Restart()
+	c.awaitHosting(master)
+	cons.awaitEqual(c.router.URL, acked)
+	cons.mu.Lock()
+	rollbacks := slices.Clone(cons.rollbacks)
+	cons.mu.Unlock()
+	if len(rollbacks) == 0 {
+		resp, _ := http.Get(c.router.URL + "/d/T/phantom")
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("the consumer got no rollback for the discarded change; snapshots %d; the database: %d %s; table %+v", cons.snapshots, resp.StatusCode, b, c.table().Partitions[0])
+	}
+	if _, ok := cons.state()["phantom"]; ok {
+		t.Fatal("the consumer still holds the discarded change")
+	}
+	t.Logf("rollbacks %v", rollbacks)
 	c.verify(acked)
 }

@@ -206,6 +206,11 @@ func (r *Remote) fail(ctx context.Context, err error) error {
 		if strings.Contains(st.Message(), "while dialing") || strings.Contains(st.Message(), "client connection is closing") {
 			return fmt.Errorf("storage node %s: %w (%w): %s", r.base, ErrUnavailable, ErrNotDelivered, st.Message())
 		}
+	case codes.DeadlineExceeded:
+		// The node had the same deadline and reset the call when it
+		// passed there, a moment before it did here: the request's
+		// deadline passed, as when ctx ends first.
+		return fmt.Errorf("storage node %s: %w: %s", r.base, context.DeadlineExceeded, st.Message())
 	case codes.ResourceExhausted:
 		return fmt.Errorf("storage node %s: %w: %s", r.base, ErrOverloaded, st.Message())
 	case codes.Unimplemented:

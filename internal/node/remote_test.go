@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/cortado-db/cortado/internal/keys"
 )
 
@@ -18,6 +21,18 @@ func TestCallOnClosedRemoteIsNotDelivered(t *testing.T) {
 	_, err := r.Write(context.Background(), WriteRequest{DB: "d", Ops: []Op{{Kind: "delete", Table: "T"}}})
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotDelivered) {
 		t.Fatalf("write on a closed connection: %v, want unavailable and not delivered", err)
+	}
+}
+
+// TestDeadlinePassedOnTheNode: a call the node reset because the
+// request's deadline passed there first is a passed deadline here too
+// (the router answers deadline-exceeded), not an unreachable node.
+func TestDeadlinePassedOnTheNode(t *testing.T) {
+	r := NewRemote("http://127.0.0.1:1")
+	defer r.Close()
+	err := r.fail(context.Background(), status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL"))
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("%v, want the deadline passed and not unavailable", err)
 	}
 }
 

@@ -1,8 +1,10 @@
 package routing
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/topo"
@@ -11,8 +13,10 @@ import (
 // ChangeSources tells a router's change streams where to read (it
 // implements changes.Sources): logs from the relays (each new read of a
 // partition goes to the next relay, so a consumer whose relay failed
-// resumes on another), from the partition's master when there is none;
-// snapshots from the master.
+// resumes on another), from the partition's master when there is none
+// or every relay failed a read within relayPause (a relay that is
+// registered but unreachable must not stall the streams, as it does not
+// stall slaves); snapshots from the master.
 type ChangeSources struct {
 	view    *RoutingView
 	relays  *topo.RelayWatch
@@ -20,6 +24,8 @@ type ChangeSources struct {
 
 	mu    sync.Mutex
 	turns map[string]int
+	// failed holds, by relay URL, until when reads skip the relay.
+	failed map[string]time.Time
 	// logs and snaps are relays and storage nodes of this process, by
 	// URL, read without the wire (CallLocally).
 	logs  map[string]node.LogSource
@@ -37,24 +43,79 @@ func (s *ChangeSources) CallLocally(logs map[string]node.LogSource, snaps map[st
 
 // NewChangeSources reads through relays (with remotes) and view.
 func NewChangeSources(view *RoutingView, relays *topo.RelayWatch, remotes *node.Remotes) *ChangeSources {
-	return &ChangeSources{view: view, relays: relays, remotes: remotes, turns: map[string]int{}}
+	return &ChangeSources{view: view, relays: relays, remotes: remotes, turns: map[string]int{}, failed: map[string]time.Time{}}
 }
 
+// relayPause is how long, after a relay failed a read, change streams
+// read from the partitions' masters instead (a slave does the same).
+const relayPause = 5 * time.Second
+
 func (s *ChangeSources) Log(db string, part int) (node.LogSource, error) {
-	if urls := s.relays.URLs(); len(urls) > 0 {
-		k := fmt.Sprint(db, "/", part)
-		s.mu.Lock()
+	if src := s.relay(db, part); src != nil {
+		return src, nil
+	}
+	return s.master(db, part)
+}
+
+// relay is the next relay in turn for the partition that has not failed
+// a read within relayPause, nil when there is none.
+func (s *ChangeSources) relay(db string, part int) node.LogSource {
+	urls := s.relays.URLs()
+	if len(urls) == 0 {
+		return nil
+	}
+	k := fmt.Sprint(db, "/", part)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range urls {
 		turn := s.turns[k]
 		s.turns[k] = turn + 1
 		url := urls[turn%len(urls)]
-		local := s.logs[url]
-		s.mu.Unlock()
-		if local != nil {
-			return local, nil
+		if now.Before(s.failed[url]) {
+			continue
 		}
-		return s.remotes.Get(url), nil
+		if local := s.logs[url]; local != nil {
+			return local
+		}
+		return &relayLog{src: s.remotes.Get(url), url: url, s: s}
 	}
-	return s.master(db, part)
+	return nil
+}
+
+func (s *ChangeSources) relayFailed(url string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failed[url] = time.Now().Add(relayPause)
+}
+
+// relayLog is a relay's log that tells its ChangeSources when reading it
+// failed: not when the stream's own callback failed, nor when the
+// caller gave up.
+type relayLog struct {
+	src *node.Remote
+	url string
+	s   *ChangeSources
+}
+
+func (r *relayLog) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+	res, err := r.src.Log(ctx, req)
+	if err != nil && ctx.Err() == nil {
+		r.s.relayFailed(r.url)
+	}
+	return res, err
+}
+
+func (r *relayLog) StreamLog(ctx context.Context, req node.LogRequest, fn func(*node.LogResult) error) error {
+	var fnErr error
+	err := r.src.StreamLog(ctx, req, func(res *node.LogResult) error {
+		fnErr = fn(res)
+		return fnErr
+	})
+	if err != nil && fnErr == nil && ctx.Err() == nil {
+		r.s.relayFailed(r.url)
+	}
+	return err
 }
 
 func (s *ChangeSources) Snapshot(db string, part int) (node.Snapshotter, error) {
