@@ -24,45 +24,30 @@ import (
 // events (up to maxRun: a snapshot cut off midway starts over, so one
 // that always left within fewer rows than a partition holds would never
 // get past it) and resumes from the last token; it undoes what a rollback
-// event names and starts a partition over at a snapshot. It checks that
-// each partition's changes come in commit order and never twice.
+// event names and starts a partition over at a snapshot (ChangeLog). It
+// checks that each partition's changes come in commit order and never
+// twice.
 type consumer struct {
 	t      *testing.T
 	cl     *client.Client
 	rand   *rand.Rand
 	maxRun int
 
-	mu        sync.Mutex
-	token     string
-	parts     map[int][]changeRec // per partition, as applied
-	last      map[int]changeRec   // per partition, the newest change seen
-	inSnap    map[int]bool        // per partition, a snapshot is arriving
-	rollbacks []string
-	snapshots int
-	resumes   int
-	problems  []string
-	lastErr   string
-}
-
-type changeRec struct {
-	scn   storage.SCN
-	order int
-	op    string
-	key   string
-	v     string
+	mu sync.Mutex
+	*ChangeLog
+	resumes int
+	lastErr string
 }
 
 func newConsumer(t *testing.T, url, since string, seed uint64, maxRun int) *consumer {
-	return &consumer{t: t, cl: client.New(url), rand: rand.New(rand.NewPCG(seed, 1)), token: since, maxRun: maxRun,
-		parts: map[int][]changeRec{}, last: map[int]changeRec{}, inSnap: map[int]bool{}}
+	return &consumer{t: t, cl: client.New(url), rand: rand.New(rand.NewPCG(seed, 1)), maxRun: maxRun, ChangeLog: NewChangeLog(since)}
 }
 
-// run consumes until ctx ends.
 func (c *consumer) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		n := 1 + c.rand.IntN(c.maxRun)
 		c.mu.Lock()
-		since := c.token
+		since := c.Token
 		c.resumes++
 		c.mu.Unlock()
 		for e, err := range c.cl.Changes(ctx, "d", &client.ChangeOptions{Since: since, Heartbeat: 200 * time.Millisecond}) {
@@ -73,7 +58,9 @@ func (c *consumer) run(ctx context.Context) {
 				time.Sleep(50 * time.Millisecond)
 				break
 			}
-			c.apply(e)
+			c.mu.Lock()
+			c.Apply(e)
+			c.mu.Unlock()
 			if n--; n == 0 {
 				break
 			}
@@ -81,75 +68,15 @@ func (c *consumer) run(ctx context.Context) {
 	}
 }
 
-func (c *consumer) apply(e *client.ChangeEvent) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := e.Source.Partition
-	scn, err := storage.ParseSCN(e.Source.SCN)
-	if err != nil {
-		c.problems = append(c.problems, fmt.Sprintf("event without an SCN: %s", e.Raw))
-		return
-	}
-	switch e.Type {
-	case "rollback":
-		c.rollbacks = append(c.rollbacks, fmt.Sprintf("p%d→%s", p, scn))
-		kept := c.parts[p][:0]
-		for _, r := range c.parts[p] {
-			if !scn.Less(r.scn) {
-				kept = append(kept, r)
-			}
-		}
-		c.parts[p] = kept
-		c.last[p] = changeRec{scn: scn, order: 1 << 30}
-		c.inSnap[p] = false
-	case "change":
-		var doc struct{ V string }
-		json.Unmarshal(e.After, &doc)
-		key := fmt.Sprint(e.Source.Key...)
-		rec := changeRec{scn: scn, op: e.Op, key: key, v: doc.V}
-		if e.Op == "r" {
-			if !c.inSnap[p] {
-				c.parts[p] = nil // a snapshot replaces the partition's state
-				c.inSnap[p] = true
-				c.snapshots++
-			}
-			c.parts[p] = append(c.parts[p], rec)
-			if e.Source.Snapshot == "last" {
-				c.inSnap[p] = false
-				c.last[p] = changeRec{scn: scn, order: 1 << 30}
-			}
-			break
-		}
-		c.inSnap[p] = false
-		rec.order = e.Transaction.TotalOrder
-		prev := c.last[p]
-		if !(prev.scn.Less(scn) || prev.scn == scn && prev.order < rec.order) {
-			c.problems = append(c.problems, fmt.Sprintf("partition %d: %s #%d after %s #%d (repeated or out of order)", p, scn, rec.order, prev.scn, prev.order))
-		}
-		c.last[p] = rec
-		c.parts[p] = append(c.parts[p], rec)
-	case "resolved":
-		if c.inSnap[p] {
-			c.inSnap[p] = false // an empty snapshot (nothing matched)
-			c.parts[p] = nil
-		}
-	}
-	c.token = e.Token
-}
-
-// state replays what the consumer applied: key → value.
+// state replays what the consumer applied of table T: key → value.
 func (c *consumer) state() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]string{}
-	for _, recs := range c.parts {
-		for _, r := range recs {
-			if r.op == "d" {
-				delete(out, r.key)
-			} else {
-				out[r.key] = r.v
-			}
-		}
+	for k, doc := range c.State() {
+		var d struct{ V string }
+		json.Unmarshal(doc, &d)
+		out[strings.TrimPrefix(k, "T/")] = d.V
 	}
 	return out
 }
@@ -192,14 +119,14 @@ func (c *consumer) awaitEqual(router string, acked map[string]string) {
 		if time.Now().After(deadline) {
 			c.mu.Lock()
 			msg := fmt.Sprintf("the consumer (token %s, %d resumes, last error %q, rollbacks %v, %d snapshots, %d problems %v) does not match the database: %s",
-				c.token, c.resumes, c.lastErr, c.rollbacks, c.snapshots, len(c.problems), c.problems[:min(3, len(c.problems))], why)
+				c.Token, c.resumes, c.lastErr, c.Rollbacks, c.Snapshots, len(c.Problems), c.Problems[:min(3, len(c.Problems))], why)
 			c.mu.Unlock()
 			t.Fatal(msg)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	c.mu.Lock()
-	problems := slices.Clone(c.problems)
+	problems := slices.Clone(c.Problems)
 	c.mu.Unlock()
 	if len(problems) > 0 {
 		t.Fatalf("change stream: %d problems, first: %v", len(problems), problems[:min(5, len(problems))])
@@ -241,7 +168,7 @@ func TestChangeStreamThroughFailover(t *testing.T) {
 	if metric(t, second.URL, "cortado_relay_pulled_commits_total") == 0 {
 		t.Fatal("the second relay pulled nothing")
 	}
-	t.Logf("%d writes acknowledged; the consumer resumed %d times, saw rollbacks %v", len(acked), cons.resumes, cons.rollbacks)
+	t.Logf("%d writes acknowledged; the consumer resumed %d times, saw rollbacks %v", len(acked), cons.resumes, cons.Rollbacks)
 	c.verify(acked)
 }
 
@@ -296,7 +223,7 @@ func TestChangeStreamRetention(t *testing.T) {
 		}
 	}
 	fromOld.awaitEqual(c.router.URL, acked)
-	if fromOld.snapshots == 0 {
+	if fromOld.Snapshots == 0 {
 		t.Fatal("a token older than the retained log got no snapshot")
 	}
 
@@ -307,22 +234,22 @@ func TestChangeStreamRetention(t *testing.T) {
 	fromBogus := newConsumer(t, c.router.URL, "", 3, 600)
 	fromOld.mu.Lock()
 	bogus := changes.Token{}
-	for p, recs := range fromOld.parts {
-		fromBogus.parts[p] = slices.Clone(recs)
+	for p, recs := range fromOld.Parts {
+		fromBogus.Parts[p] = slices.Clone(recs)
 		bogus[p] = changes.Position{SCN: storage.SCN{Gen: 999, Seq: 5}}
 	}
 	fromOld.mu.Unlock()
-	fromBogus.token = bogus.Encode("d")
+	fromBogus.Token = bogus.Encode("d")
 	wg.Go(func() { fromBogus.run(ctx) })
 	w = c.startWriters(1)
 	awaitWrites(t, w, 20)
 	maps.Copy(acked, w.finish(t))
 	fromOld.awaitEqual(c.router.URL, acked)
 	fromBogus.awaitEqual(c.router.URL, acked)
-	if len(fromBogus.rollbacks) != 4 {
-		t.Fatalf("rollbacks for a token from another timeline: %v", fromBogus.rollbacks)
+	if len(fromBogus.Rollbacks) != 4 {
+		t.Fatalf("rollbacks for a token from another timeline: %v", fromBogus.Rollbacks)
 	}
-	t.Logf("%d writes; %d snapshots from the old token; rollbacks %v", len(acked), fromOld.snapshots, fromBogus.rollbacks)
+	t.Logf("%d writes; %d snapshots from the old token; rollbacks %v", len(acked), fromOld.Snapshots, fromBogus.Rollbacks)
 	c.verify(acked)
 }
 
@@ -391,13 +318,13 @@ func TestChangeStreamRollback(t *testing.T) {
 	c.awaitHosting(master)
 	cons.awaitEqual(c.router.URL, acked)
 	cons.mu.Lock()
-	rollbacks := slices.Clone(cons.rollbacks)
+	rollbacks := slices.Clone(cons.Rollbacks)
 	cons.mu.Unlock()
 	if len(rollbacks) == 0 {
 		resp, _ := http.Get(c.router.URL + "/d/T/phantom")
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		t.Fatalf("the consumer got no rollback for the discarded change; snapshots %d; the database: %d %s; table %+v", cons.snapshots, resp.StatusCode, b, c.table().Partitions[0])
+		t.Fatalf("the consumer got no rollback for the discarded change; snapshots %d; the database: %d %s; table %+v", cons.Snapshots, resp.StatusCode, b, c.table().Partitions[0])
 	}
 	if _, ok := cons.state()["phantom"]; ok {
 		t.Fatal("the consumer still holds the discarded change")

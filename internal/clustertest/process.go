@@ -1,8 +1,8 @@
 // Package clustertest holds the tests that run Cortado as real processes on
 // loopback ports — black-box HTTP tests, crash recovery, the client suite
 // against both transports — and the helpers that build the binary and
-// start, kill and pause those processes. Nothing here is imported by the
-// product.
+// start, kill and pause those processes, and that keep a change-stream
+// consumer's books (ChangeLog). Nothing here is imported by the product.
 package clustertest
 
 import (

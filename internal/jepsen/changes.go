@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/cortado-db/cortado/client"
-	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/clustertest"
 )
 
 // Consumer follows database d's change stream through the routers, as a
@@ -18,39 +17,27 @@ import (
 // run lasts: from the beginning of every partition's log, leaving after a
 // random number of events and resuming from the last token (on the other
 // router), undoing what a rollback event names and starting a partition
-// over at a snapshot. It notes every change that comes out of commit
-// order or twice. CheckChanges then holds what it built against what
-// clients were told and what the database holds.
+// over at a snapshot (clustertest.ChangeLog, which also notes every
+// change that comes out of commit order or twice). CheckChanges then
+// holds what it built against what clients were told and what the
+// database holds.
 type Consumer struct {
 	urls   []string
 	rng    *rand.Rand
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu     sync.Mutex
-	token  string
-	parts  map[int][]change // per partition, as applied
-	last   map[int]change   // per partition, the newest change seen
-	inSnap map[int]bool     // per partition, a snapshot is arriving
-	// problems: changes out of commit order or repeated.
-	problems                              []Anomaly
-	events, resumes, rollbacks, snapshots int
-	lastErr                               string
-}
-
-type change struct {
-	scn   storage.SCN
-	order int
-	op    string
-	key   string // table/key, as the workload names documents
-	v     int64
+	mu sync.Mutex
+	*clustertest.ChangeLog
+	events, resumes int
+	lastErr         string
 }
 
 // StartConsumer starts following c's change stream.
 func StartConsumer(c *Cluster, seed uint64) *Consumer {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Consumer{urls: c.routerURLs(), rng: rand.New(rand.NewPCG(seed, 7)), cancel: cancel, done: make(chan struct{}),
-		token: "beginning", parts: map[int][]change{}, last: map[int]change{}, inSnap: map[int]bool{}}
+		ChangeLog: clustertest.NewChangeLog("beginning")}
 	go func() {
 		defer close(s.done)
 		s.run(ctx)
@@ -68,7 +55,7 @@ func (s *Consumer) run(ctx context.Context) {
 	for i := 0; ctx.Err() == nil; i++ {
 		n := 1 + s.rng.IntN(20000)
 		s.mu.Lock()
-		since := s.token
+		since := s.Token
 		s.resumes++
 		s.mu.Unlock()
 		cl := client.New(s.urls[i%len(s.urls)])
@@ -83,7 +70,10 @@ func (s *Consumer) run(ctx context.Context) {
 				}
 				break
 			}
-			s.apply(e)
+			s.mu.Lock()
+			s.events++
+			s.Apply(e)
+			s.mu.Unlock()
 			if n--; n == 0 {
 				break
 			}
@@ -91,76 +81,13 @@ func (s *Consumer) run(ctx context.Context) {
 	}
 }
 
-func (s *Consumer) apply(e *client.ChangeEvent) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := e.Source.Partition
-	scn, err := storage.ParseSCN(e.Source.SCN)
-	if err != nil {
-		s.problems = append(s.problems, Anomaly{time.Now(), "change stream", fmt.Sprintf("an event without an SCN: %s", e.Raw)})
-		return
-	}
-	s.events++
-	switch e.Type {
-	case "rollback":
-		s.rollbacks++
-		kept := s.parts[p][:0]
-		for _, r := range s.parts[p] {
-			if !scn.Less(r.scn) {
-				kept = append(kept, r)
-			}
-		}
-		s.parts[p] = kept
-		s.last[p] = change{scn: scn, order: 1 << 30}
-		s.inSnap[p] = false
-	case "change":
-		v, _ := readValue(e.After)
-		rec := change{scn: scn, op: e.Op, key: e.Source.Table + "/" + fmt.Sprint(e.Source.Key...), v: v}
-		if e.Op == "r" {
-			if !s.inSnap[p] {
-				s.parts[p] = nil // a snapshot replaces the partition's state
-				s.inSnap[p] = true
-				s.snapshots++
-			}
-			s.parts[p] = append(s.parts[p], rec)
-			if e.Source.Snapshot == "last" {
-				s.inSnap[p] = false
-				s.last[p] = change{scn: scn, order: 1 << 30}
-			}
-			break
-		}
-		s.inSnap[p] = false
-		if e.Transaction != nil {
-			rec.order = e.Transaction.TotalOrder
-		}
-		prev := s.last[p]
-		if !(prev.scn.Less(scn) || prev.scn == scn && prev.order < rec.order) {
-			s.problems = append(s.problems, Anomaly{time.Now(), "change stream", fmt.Sprintf("partition %d: %s #%d after %s #%d (repeated or out of commit order)", p, scn, rec.order, prev.scn, prev.order)})
-		}
-		s.last[p] = rec
-		s.parts[p] = append(s.parts[p], rec)
-	case "resolved":
-		if s.inSnap[p] {
-			s.inSnap[p] = false // an empty snapshot
-			s.parts[p] = nil
-		}
-	}
-	s.token = e.Token
-}
-
-// state replays what the consumer applied: document → value.
+// state replays what the consumer applied: table/key → value.
 func (s *Consumer) state() map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]int64{}
-	for _, recs := range s.parts {
-		for _, r := range recs {
-			if r.op == "d" {
-				delete(out, r.key)
-			} else {
-				out[r.key] = r.v
-			}
-		}
+	for k, doc := range s.State() {
+		out[k], _ = readValue(doc)
 	}
 	return out
 }
@@ -170,7 +97,7 @@ func (s *Consumer) state() map[string]int64 {
 func (s *Consumer) Stats() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fmt.Sprintf("%d events, %d resumes, %d rollbacks, %d snapshot rows; last error %q", s.events, s.resumes, s.rollbacks, s.snapshots, s.lastErr)
+	return fmt.Sprintf("%d events, %d resumes, %d rollbacks, %d snapshots; last error %q", s.events, s.resumes, len(s.Rollbacks), s.Snapshots, s.lastErr)
 }
 
 // CheckChanges waits (up to two minutes) until the consumer holds every
@@ -237,7 +164,9 @@ func CheckChanges(c *Cluster, h *History, s *Consumer) (lost, anomalies []Anomal
 		time.Sleep(500 * time.Millisecond)
 	}
 	s.mu.Lock()
-	anomalies = append(anomalies, slices.Clone(s.problems)...)
+	for _, p := range s.Problems {
+		anomalies = append(anomalies, Anomaly{time.Now(), "change stream", p})
+	}
 	s.mu.Unlock()
 	return lost, anomalies
 }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/cortado-db/cortado/client"
 )
 
 // TestUnavailabilityPerFault: a partition's longest gap between
@@ -97,46 +95,5 @@ func TestRegistersDecided(t *testing.T) {
 	phantom := []Op{{Kind: "reg-get", Key: "C/reg1-0", Value: 3, Found: true, Outcome: Ok, Start: at(0), End: at(1)}}
 	if verdict, illegal := checkRegisters(phantom, time.Minute); !illegal {
 		t.Fatalf("a value nobody wrote: %s", verdict)
-	}
-}
-
-// TestConsumerBookkeeping: the change-stream consumer undoes what a
-// rollback names, lets a snapshot replace its partition's state, and
-// notes a change repeated or out of commit order — what CheckChanges
-// relies on to tell a lost or phantom change from the consumer's own.
-func TestConsumerBookkeeping(t *testing.T) {
-	s := &Consumer{parts: map[int][]change{}, last: map[int]change{}, inSnap: map[int]bool{}}
-	ev := func(typ, op string, p int, scn, key string, v int, snapshot string) *client.ChangeEvent {
-		e := &client.ChangeEvent{Type: typ, Op: op, Source: client.ChangeSource{Partition: p, SCN: scn, Table: "U", Key: client.Key{key}, Snapshot: snapshot},
-			Transaction: &client.ChangeTransaction{TotalOrder: 1}, Token: scn}
-		if typ == "change" {
-			e.After = []byte(fmt.Sprintf(`{"v":%d}`, v))
-		}
-		return e
-	}
-	s.apply(ev("change", "c", 0, "1:1", "a", 1, ""))
-	s.apply(ev("change", "u", 0, "1:2", "a", 2, ""))
-	s.apply(ev("change", "c", 0, "1:3", "b", 3, ""))
-	s.apply(ev("change", "c", 1, "1:1", "x", 9, ""))
-	if got := s.state(); got["U/a"] != 2 || got["U/b"] != 3 || got["U/x"] != 9 || len(s.problems) != 0 {
-		t.Fatalf("after changes: %v, problems %v", got, s.problems)
-	}
-	// A failover discarded 1:3 of partition 0: b was never there.
-	s.apply(ev("rollback", "", 0, "1:2", "", 0, ""))
-	if got := s.state(); got["U/a"] != 2 || len(got) != 2 {
-		t.Fatalf("after the rollback to 1:2: %v, want a=2 and x=9 only", got)
-	}
-	s.apply(ev("change", "u", 0, "2:1", "a", 4, ""))
-	// Repeated, then older than what came before: both are problems.
-	s.apply(ev("change", "u", 0, "2:1", "a", 4, ""))
-	s.apply(ev("change", "u", 0, "1:2", "a", 2, ""))
-	if len(s.problems) != 2 {
-		t.Fatalf("problems %v, want the repeated and the out-of-order change", s.problems)
-	}
-	// A snapshot of partition 1 replaces what the consumer held of it.
-	s.apply(ev("change", "r", 1, "3:7", "y", 5, "true"))
-	s.apply(ev("change", "r", 1, "3:7", "z", 6, "last"))
-	if got := s.state(); got["U/y"] != 5 || got["U/z"] != 6 || len(got) != 3 {
-		t.Fatalf("after the snapshot: %v, want a, y and z (x gone)", got)
 	}
 }

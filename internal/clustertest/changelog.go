@@ -1,0 +1,114 @@
+package clustertest
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// ChangeLog is what a change-stream consumer built from the events it
+// applied, as a downstream system would keep them: per partition, the
+// changes in order, undone after the SCN a rollback names and replaced
+// by a snapshot; and every change that came repeated or out of commit
+// order. Its caller serializes the calls.
+type ChangeLog struct {
+	// Token resumes after the last event applied.
+	Token string
+	// Parts holds, per partition, the changes as applied.
+	Parts map[int][]Change
+	// Rollbacks are the rollbacks met, "p<partition>→<scn>", in order;
+	// Snapshots counts the snapshots begun.
+	Rollbacks []string
+	Snapshots int
+	// Problems are changes repeated or out of commit order, and events
+	// without an SCN.
+	Problems []string
+	last     map[int]Change // per partition, the newest change seen
+	inSnap   map[int]bool   // per partition, a snapshot is arriving
+}
+
+// Change is one change applied: the document's table/key and what it
+// became.
+type Change struct {
+	SCN   storage.SCN
+	Order int
+	Op    string
+	Key   string
+	After []byte
+}
+
+// NewChangeLog starts a consumer's bookkeeping at token.
+func NewChangeLog(token string) *ChangeLog {
+	return &ChangeLog{Token: token, Parts: map[int][]Change{}, last: map[int]Change{}, inSnap: map[int]bool{}}
+}
+
+// Apply takes one event.
+func (l *ChangeLog) Apply(e *client.ChangeEvent) {
+	p := e.Source.Partition
+	scn, err := storage.ParseSCN(e.Source.SCN)
+	if err != nil {
+		l.Problems = append(l.Problems, fmt.Sprintf("an event without an SCN: %s", e.Raw))
+		return
+	}
+	switch e.Type {
+	case "rollback":
+		l.Rollbacks = append(l.Rollbacks, fmt.Sprintf("p%d→%s", p, scn))
+		kept := l.Parts[p][:0]
+		for _, r := range l.Parts[p] {
+			if !scn.Less(r.SCN) {
+				kept = append(kept, r)
+			}
+		}
+		l.Parts[p] = kept
+		l.last[p] = Change{SCN: scn, Order: 1 << 30}
+		l.inSnap[p] = false
+	case "change":
+		rec := Change{SCN: scn, Op: e.Op, Key: e.Source.Table + "/" + fmt.Sprint(e.Source.Key...), After: bytes.Clone(e.After)}
+		if e.Op == "r" {
+			if !l.inSnap[p] {
+				l.Parts[p] = nil // a snapshot replaces the partition's state
+				l.inSnap[p] = true
+				l.Snapshots++
+			}
+			l.Parts[p] = append(l.Parts[p], rec)
+			if e.Source.Snapshot == "last" {
+				l.inSnap[p] = false
+				l.last[p] = Change{SCN: scn, Order: 1 << 30}
+			}
+			break
+		}
+		l.inSnap[p] = false
+		if e.Transaction != nil {
+			rec.Order = e.Transaction.TotalOrder
+		}
+		prev := l.last[p]
+		if !(prev.SCN.Less(scn) || prev.SCN == scn && prev.Order < rec.Order) {
+			l.Problems = append(l.Problems, fmt.Sprintf("partition %d: %s #%d after %s #%d (repeated or out of commit order)", p, scn, rec.Order, prev.SCN, prev.Order))
+		}
+		l.last[p] = rec
+		l.Parts[p] = append(l.Parts[p], rec)
+	case "resolved":
+		if l.inSnap[p] {
+			l.inSnap[p] = false // an empty snapshot (nothing matched)
+			l.Parts[p] = nil
+		}
+	}
+	l.Token = e.Token
+}
+
+// State replays the changes applied: table/key → the document.
+func (l *ChangeLog) State() map[string][]byte {
+	out := map[string][]byte{}
+	for _, recs := range l.Parts {
+		for _, r := range recs {
+			if r.Op == "d" {
+				delete(out, r.Key)
+			} else {
+				out[r.Key] = r.After
+			}
+		}
+	}
+	return out
+}
