@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -113,6 +114,19 @@ func (n *Nemesis) Run(kind string) error {
 		time.Sleep(hold)
 		c.RestartNode(master)
 		time.Sleep(n.ttl())
+		// Its registration lapses a lease's TTL (the router's is the
+		// default, 5 s) into the cut: it must say that its routing may
+		// be stale.
+		for until := time.Now().Add(10 * time.Second); ; {
+			r := newHTTP(c.Routers[i].URL).send("GET", "/healthz", "", "")
+			if r.err == nil && r.status == 503 && strings.Contains(string(r.body), `"stale"`) {
+				break
+			}
+			if time.Now().After(until) {
+				return fmt.Errorf("cut-router: %s cut off from etcd for %v answers /healthz %d %s %v, want 503 stale", id, time.Since(f.Start).Round(time.Second), r.status, r.body, r.err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		f.Heal = time.Now()
 		if err := Mend(link); err != nil {
 			return err

@@ -84,6 +84,19 @@ func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client,
 	return nil
 }
 
+// RegistrationLapsed says since when this router's registration in etcd
+// has lapsed (ReportSickNodes): it has not reached etcd for a lease's
+// TTL, so the routing tables it routes by may be out of date.
+func (v *RoutingView) RegistrationLapsed() (since time.Time, lapsed bool) {
+	v.mu.RLock()
+	r := v.reporter
+	v.mu.RUnlock()
+	if r == nil {
+		return time.Time{}, false
+	}
+	return r.registration.Lapsed()
+}
+
 // observe records the outcome of a call to node id (of the given
 // incarnation: a report is about one run of a node, and a restarted node
 // starts with a clean slate).

@@ -185,8 +185,9 @@ type Server struct {
 	// peers are the same nodes and relay as replication inside this
 	// process calls them (unless Options.NoLocalCalls).
 	peers *node.LocalPeers
-	stop  []func()         // background roles (controller, routing view), stopped first
-	extra []*wire.Listener // internal APIs of serve's storage nodes and relay; the admin port
+	stop  []func()             // background roles (controller, routing view), stopped first
+	view  *routing.RoutingView // the router's, nil without one
+	extra []*wire.Listener     // internal APIs of serve's storage nodes and relay; the admin port
 
 	limiter *admission.Limiter // the document API's
 
@@ -379,7 +380,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, fmt.Sprintf("%s-%d", host, os.Getpid()), opts.LeaseTTL, !opts.NoSlowNodeReports, opts.Logger); err != nil {
 			return nil, err
 		}
-		s.Router = router.New(s.reg, plans, view, opts.Router, opts.Logger)
+		s.Router, s.view = router.New(s.reg, plans, view, opts.Router, opts.Logger), view
 		relays := topo.WatchRelays(vctx, s.cli, opts.Prefix)
 		remotes := &node.Remotes{MaxVersion: opts.ProtocolVersion}
 		s.stop = append(s.stop, func() { cancel(); <-relays.Done(); remotes.Close() })
@@ -473,6 +474,18 @@ func (s *Server) operatorsAnd(rest http.Handler) http.Handler {
 			b, _ := json.Marshal(map[string]string{"status": "failed", "reason": err.Error()})
 			w.Write(b)
 			return
+		}
+		if s.view != nil {
+			if since, lapsed := s.view.RegistrationLapsed(); lapsed {
+				// A router cut off from etcd routes by tables that may
+				// be out of date: requests to partitions whose master
+				// moved fail. A load balancer should send them to
+				// another router.
+				w.WriteHeader(http.StatusServiceUnavailable)
+				b, _ := json.Marshal(map[string]string{"status": "stale", "reason": fmt.Sprintf("this router's registration in etcd lapsed at %s (etcd did not answer for a lease's TTL): the routing tables it routes by may be out of date", since.UTC().Format(time.RFC3339))})
+				w.Write(b)
+				return
+			}
 		}
 		w.Write([]byte(`{"status":"ok"}`))
 	})

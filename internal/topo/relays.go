@@ -21,10 +21,30 @@ func RegisterRelay(ctx context.Context, cli *clientv3.Client, prefix, id, url st
 
 // Registration is a key kept under a lease by PutLeased until its context
 // ends; Done is closed when the goroutine keeping it has returned.
-type Registration struct{ done chan struct{} }
+type Registration struct {
+	done chan struct{}
+
+	mu     sync.Mutex
+	lapsed time.Time // when the lease was found lapsed; zero while held
+}
 
 // Done is closed once the registration is no longer kept.
 func (r *Registration) Done() <-chan struct{} { return r.done }
+
+// Lapsed says since when the lease has not been held (its keep-alives
+// went unanswered for its TTL: etcd restarted, or is unreachable), while
+// the registration is being made again.
+func (r *Registration) Lapsed() (since time.Time, lapsed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lapsed, !r.lapsed.IsZero()
+}
+
+func (r *Registration) setLapsed(t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lapsed = t
+}
 
 // PutLeased puts key=value under a lease kept alive until ctx ends (or the
 // process dies, when it lapses after ttlSeconds). The first registration
@@ -56,9 +76,11 @@ func PutLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttl
 				return
 			case <-s.Done(): // the lease lapsed: register again
 			}
+			reg.setLapsed(time.Now())
 			s.Close()
 			for {
 				if s, err = register(); err == nil {
+					reg.setLapsed(time.Time{})
 					break
 				}
 				select {
