@@ -1,8 +1,9 @@
 // Package clustertest holds the tests that run Cortado as real processes on
 // loopback ports — black-box HTTP tests, crash recovery, the client suite
 // against both transports — and the helpers that build the binary and
-// start, kill and pause those processes, and that keep a change-stream
-// consumer's books (ChangeLog). Nothing here is imported by the product.
+// start, kill and pause those processes, cut them off the network
+// (NewLink, Cut, Mend) and keep a change-stream consumer's books
+// (ChangeLog). Nothing here is imported by the product.
 package clustertest
 
 import (

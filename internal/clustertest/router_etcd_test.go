@@ -1,16 +1,11 @@
 package clustertest
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 )
 
 // TestRouterCutOffFromEtcd: a router whose connections to etcd hang (a
@@ -19,12 +14,7 @@ import (
 // — once its registration lapses, and "ok" again once etcd answers.
 func TestRouterCutOffFromEtcd(t *testing.T) {
 	etcd := startEtcd(t)
-	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	link := toxiproxy.NewProxy(tp, "etcd", "127.0.0.1:0", strings.TrimPrefix(etcd.Endpoint, "http://"))
-	if err := link.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.Stop)
+	link := NewLink(t, "etcd", strings.TrimPrefix(etcd.Endpoint, "http://"))
 	r := StartRole(t, "router", "--etcd-endpoints", "http://"+link.Listen)
 	health := func() (int, string) {
 		resp, err := http.Get(r.URL + "/healthz")
@@ -38,11 +28,8 @@ func TestRouterCutOffFromEtcd(t *testing.T) {
 	if st, b := health(); st != 200 {
 		t.Fatalf("healthz of a router that reaches etcd: %d %s", st, b)
 	}
-	for _, stream := range []string{"upstream", "downstream"} {
-		toxic := `{"name":"cut-` + stream + `","type":"timeout","stream":"` + stream + `","attributes":{"timeout":0}}`
-		if _, err := link.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
-			t.Fatal(err)
-		}
+	if err := Cut(link); err != nil {
+		t.Fatal(err)
 	}
 	var last string
 	await(t, 30*time.Second, "the cut-off router's healthz to say stale", func() bool {
@@ -51,10 +38,8 @@ func TestRouterCutOffFromEtcd(t *testing.T) {
 		return st == 503 && strings.Contains(b, `"status":"stale"`)
 	})
 	t.Logf("cut off: %s", last)
-	for _, stream := range []string{"upstream", "downstream"} {
-		if err := link.Toxics.RemoveToxic(context.Background(), "cut-"+stream); err != nil {
-			t.Fatal(err)
-		}
+	if err := Mend(link); err != nil {
+		t.Fatal(err)
 	}
 	await(t, 30*time.Second, "the router's healthz to say ok once etcd answers", func() bool {
 		st, b := health()

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortado-db/cortado/internal/clustertest"
@@ -91,9 +89,8 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	t.Cleanup(func() { cli.Close() })
 	c.cli = cli
-	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	relayListen := hostPort(t)
-	relayEtcd, relayIn := c.link(tp, "relay-etcd", strings.TrimPrefix(client, "http://")), c.link(tp, "relay-in", relayListen)
+	relayEtcd, relayIn := c.link("relay-etcd", strings.TrimPrefix(client, "http://")), c.link("relay-in", relayListen)
 	c.EtcdLink["relay"], c.InLink["relay"] = relayEtcd, relayIn
 	relayArgs := []string{"relay", "--relay-id", "relay1", "--listen", relayListen, "--advertise-url", "http://" + relayIn.Listen,
 		"--lease-ttl", ttl, "--etcd-endpoints", "http://" + relayEtcd.Listen, "--log-level", o.LogLevel}
@@ -115,7 +112,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 			}
 		}
 		listen := hostPort(t)
-		etcdLink, inLink := c.link(tp, id+"-etcd", strings.TrimPrefix(client, "http://")), c.link(tp, id+"-in", listen)
+		etcdLink, inLink := c.link(id+"-etcd", strings.TrimPrefix(client, "http://")), c.link(id+"-in", listen)
 		c.EtcdLink[id], c.InLink[id] = etcdLink, inLink
 		args := []string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i), "--listen", listen, "--advertise-url", "http://" + inLink.Listen,
 			"--data-dir", data, "--lease-ttl", ttl, "--etcd-endpoints", "http://" + etcdLink.Listen, "--log-level", o.LogLevel}
@@ -126,14 +123,14 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	for i := 1; i <= 2; i++ {
 		id := fmt.Sprintf("c%d", i)
-		link := c.link(tp, id+"-etcd", strings.TrimPrefix(client, "http://"))
+		link := c.link(id+"-etcd", strings.TrimPrefix(client, "http://"))
 		c.EtcdLink[id] = link
 		c.Controllers = append(c.Controllers, c.start(id, "controller", "--controller-id", id,
 			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0", "--etcd-endpoints", "http://"+link.Listen, "--log-level", o.LogLevel))
 	}
 	for i := 1; i <= 2; i++ {
 		id := fmt.Sprintf("router%d", i)
-		link := c.link(tp, id+"-etcd", strings.TrimPrefix(client, "http://"))
+		link := c.link(id+"-etcd", strings.TrimPrefix(client, "http://"))
 		c.EtcdLink[id] = link
 		c.Routers = append(c.Routers, c.start(id, "router", "--listen", hostPort(t), "--etcd-endpoints", "http://"+link.Listen, "--log-level", o.LogLevel))
 	}
@@ -157,38 +154,9 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	return c
 }
 
-// link starts a proxy to upstream that lives as long as the test, at an
-// address that stays the same across the processes' restarts.
-func (c *Cluster) link(tp *toxiproxy.ApiServer, name, upstream string) *toxiproxy.Proxy {
-	p := toxiproxy.NewProxy(tp, name, "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(p.Stop)
-	return p
-}
-
-// Cut blackholes a link both ways: what is sent (on open connections and
-// on new ones, which the proxy still accepts) is held until Mend, as a
-// network partition holds it — no reset, no refusal, only silence.
-func Cut(p *toxiproxy.Proxy) error {
-	for _, stream := range []string{"upstream", "downstream"} {
-		toxic := fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":%q,"attributes":{"timeout":0}}`, stream, stream)
-		if _, err := p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
-			return fmt.Errorf("cut %s: %w", p.Name, err)
-		}
-	}
-	return nil
-}
-
-// Mend heals a cut link.
-func Mend(p *toxiproxy.Proxy) error {
-	for _, stream := range []string{"upstream", "downstream"} {
-		if err := p.Toxics.RemoveToxic(context.Background(), "cut-"+stream); err != nil {
-			return fmt.Errorf("mend %s: %w", p.Name, err)
-		}
-	}
-	return nil
+// link starts a proxy to upstream for the network faults.
+func (c *Cluster) link(name, upstream string) *toxiproxy.Proxy {
+	return clustertest.NewLink(c.t, name, upstream)
 }
 
 func (c *Cluster) sub(name string) string {

@@ -105,7 +105,7 @@ func (n *Nemesis) Run(kind string) error {
 		i := n.rng.IntN(len(c.Routers))
 		id := fmt.Sprintf("router%d", i+1)
 		link := c.EtcdLink[id]
-		if err := Cut(link); err != nil {
+		if err := clustertest.Cut(link); err != nil {
 			return err
 		}
 		master := n.busiestMaster()
@@ -128,7 +128,7 @@ func (n *Nemesis) Run(kind string) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 		f.Heal = time.Now()
-		if err := Mend(link); err != nil {
+		if err := clustertest.Mend(link); err != nil {
 			return err
 		}
 	case "kill-two":
@@ -223,14 +223,14 @@ func (n *Nemesis) killRestart(s *clustertest.Serve, hold time.Duration, f *Fault
 // cut cuts links, holds, and mends them.
 func (n *Nemesis) cut(f *Fault, hold time.Duration, links ...*toxiproxy.Proxy) error {
 	for _, l := range links {
-		if err := Cut(l); err != nil {
+		if err := clustertest.Cut(l); err != nil {
 			return err
 		}
 	}
 	time.Sleep(hold)
 	f.Heal = time.Now()
 	for _, l := range links {
-		if err := Mend(l); err != nil {
+		if err := clustertest.Mend(l); err != nil {
 			return err
 		}
 	}
