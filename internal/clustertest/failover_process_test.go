@@ -13,8 +13,6 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortado-db/cortado/internal/controller"
@@ -78,12 +76,7 @@ func startProcClusterWith(t *testing.T, nodes, partitions int, extra map[string]
 		t.Fatal(err)
 	}
 	relayAddr := strings.TrimPrefix(relayPort, "http://")
-	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	c.relayProxy = toxiproxy.NewProxy(tp, "relay", "127.0.0.1:0", relayAddr)
-	if err := c.relayProxy.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.relayProxy.Stop)
+	c.relayProxy = NewLink(t, "relay", relayAddr)
 	c.relay = StartRole(t, "relay", append([]string{"--etcd-endpoints", etcd.Endpoint, "--listen", relayAddr, "--advertise-url", "http://" + c.relayProxy.Listen, "--lease-ttl", "2"}, extra["relay"]...)...)
 	for i := range nodes {
 		id := fmt.Sprintf("s%d", i)

@@ -116,7 +116,13 @@ func CheckChanges(c *Cluster, h *History, s *Consumer) (lost, anomalies []Anomal
 		}
 	}
 	hc := newHTTP(c.routerURLs()...)
-	dbValue := map[string]int64{} // documents read from the database, found
+	// What the database holds is final once the workload stopped: each
+	// document is read once, found or not.
+	type held struct {
+		v     int64
+		found bool
+	}
+	db := map[string]held{}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		st := s.state()
@@ -141,21 +147,21 @@ func CheckChanges(c *Cluster, h *History, s *Consumer) (lost, anomalies []Anomal
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			v, ok := dbValue[k]
+			d, ok := db[k]
 			if !ok {
-				got, found, err := readWith(hc, "/d/"+k)
+				v, found, err := readWith(hc, "/d/"+k)
 				if err != nil {
 					anomalies = append(anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
 					continue
 				}
-				if !found {
-					anomalies = append(anomalies, Anomaly{time.Now(), "change stream", fmt.Sprintf("the consumer has %s=%d, the database has no such document", k, st[k])})
-					continue
-				}
-				v, dbValue[k] = got, got
+				d = held{v, found}
+				db[k] = d
 			}
-			if v != st[k] {
-				anomalies = append(anomalies, Anomaly{time.Now(), "change stream", fmt.Sprintf("the consumer has %s=%d, the database %d", k, st[k], v)})
+			switch {
+			case !d.found:
+				anomalies = append(anomalies, Anomaly{time.Now(), "change stream", fmt.Sprintf("the consumer has %s=%d, the database has no such document", k, st[k])})
+			case d.v != st[k]:
+				anomalies = append(anomalies, Anomaly{time.Now(), "change stream", fmt.Sprintf("the consumer has %s=%d, the database %d", k, st[k], d.v)})
 			}
 		}
 		if len(lost)+len(anomalies) == 0 || time.Now().After(deadline) {

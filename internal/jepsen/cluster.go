@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,11 +90,19 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	t.Cleanup(func() { cli.Close() })
 	c.cli = cli
-	relayListen := hostPort(t)
-	relayEtcd, relayIn := c.link("relay-etcd", strings.TrimPrefix(client, "http://")), c.link("relay-in", relayListen)
-	c.EtcdLink["relay"], c.InLink["relay"] = relayEtcd, relayIn
-	relayArgs := []string{"relay", "--relay-id", "relay1", "--listen", relayListen, "--advertise-url", "http://" + relayIn.Listen,
-		"--lease-ttl", ttl, "--etcd-endpoints", "http://" + relayEtcd.Listen, "--log-level", o.LogLevel}
+	// common are every process's flags: etcd through a link of its own.
+	common := func(id string) []string {
+		c.EtcdLink[id] = c.link(id+"-etcd", strings.TrimPrefix(client, "http://"))
+		return []string{"--etcd-endpoints", "http://" + c.EtcdLink[id].Listen, "--log-level", o.LogLevel}
+	}
+	// inbound is a storage node's or the relay's port, and the link in
+	// front of it that it advertises.
+	inbound := func(id string) []string {
+		listen := hostPort(t)
+		c.InLink[id] = c.link(id+"-in", listen)
+		return []string{"--listen", listen, "--advertise-url", "http://" + c.InLink[id].Listen}
+	}
+	relayArgs := slices.Concat([]string{"relay", "--relay-id", "relay1", "--lease-ttl", ttl}, inbound("relay"), common("relay"))
 	if o.Retention != "" {
 		// A small buffer, so that a node coming back is behind the
 		// relay's buffer too, and behind its master's log: rebuilt.
@@ -111,11 +120,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 				t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
 			}
 		}
-		listen := hostPort(t)
-		etcdLink, inLink := c.link(id+"-etcd", strings.TrimPrefix(client, "http://")), c.link(id+"-in", listen)
-		c.EtcdLink[id], c.InLink[id] = etcdLink, inLink
-		args := []string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i), "--listen", listen, "--advertise-url", "http://" + inLink.Listen,
-			"--data-dir", data, "--lease-ttl", ttl, "--etcd-endpoints", "http://" + etcdLink.Listen, "--log-level", o.LogLevel}
+		args := slices.Concat([]string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i), "--data-dir", data, "--lease-ttl", ttl}, inbound(id), common(id))
 		if o.Retention != "" {
 			args = append(args, "--retention-interval", "1s")
 		}
@@ -123,16 +128,12 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	for i := 1; i <= 2; i++ {
 		id := fmt.Sprintf("c%d", i)
-		link := c.link(id+"-etcd", strings.TrimPrefix(client, "http://"))
-		c.EtcdLink[id] = link
-		c.Controllers = append(c.Controllers, c.start(id, "controller", "--controller-id", id,
-			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0", "--etcd-endpoints", "http://"+link.Listen, "--log-level", o.LogLevel))
+		c.Controllers = append(c.Controllers, c.start(id, append([]string{"controller", "--controller-id", id,
+			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0"}, common(id)...)...))
 	}
 	for i := 1; i <= 2; i++ {
 		id := fmt.Sprintf("router%d", i)
-		link := c.link(id+"-etcd", strings.TrimPrefix(client, "http://"))
-		c.EtcdLink[id] = link
-		c.Routers = append(c.Routers, c.start(id, "router", "--listen", hostPort(t), "--etcd-endpoints", "http://"+link.Listen, "--log-level", o.LogLevel))
+		c.Routers = append(c.Routers, c.start(id, append([]string{"router", "--listen", hostPort(t)}, common(id)...)...))
 	}
 	h := newHTTP(c.Routers[0].URL)
 	retention := ""
@@ -154,7 +155,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	return c
 }
 
-// link starts a proxy to upstream for the network faults.
+// link starts a proxy to upstream (host:port) for the network faults.
 func (c *Cluster) link(name, upstream string) *toxiproxy.Proxy {
 	return clustertest.NewLink(c.t, name, upstream)
 }
@@ -197,14 +198,21 @@ func mountTmpfs(dir string, size int64) error {
 // retrying while its port is still held by the old one's sockets.
 func (c *Cluster) Restart(s *clustertest.Serve) {
 	c.t.Helper()
+	c.retry("restart", s.TryRestart)
+}
+
+// retry calls f until it succeeds, for at most 30 s: a port the old
+// process's sockets still hold is freed within that.
+func (c *Cluster) retry(what string, f func() error) {
+	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := s.TryRestart()
+		err := f()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("restart: %v", err)
+			c.t.Fatalf("%s: %v", what, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -231,17 +239,7 @@ func (c *Cluster) process(id string) *clustertest.Serve {
 // address behind the same proxy.
 func (c *Cluster) RestartNode(id string) {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := c.InLink[id].Start()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("restart %s's proxy: %v", id, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	c.retry("restart "+id+"'s proxy", c.InLink[id].Start)
 	c.Restart(c.process(id))
 }
 

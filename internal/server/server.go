@@ -469,10 +469,13 @@ func (s *Server) operatorsAnd(rest http.Handler) http.Handler {
 	mux.Handle("GET /metrics", s.Metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		if err := s.storageFailed(); err != nil {
+		unhealthy := func(status, reason string) {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			b, _ := json.Marshal(map[string]string{"status": "failed", "reason": err.Error()})
+			b, _ := json.Marshal(map[string]string{"status": status, "reason": reason})
 			w.Write(b)
+		}
+		if err := s.storageFailed(); err != nil {
+			unhealthy("failed", err.Error())
 			return
 		}
 		if s.view != nil {
@@ -481,9 +484,7 @@ func (s *Server) operatorsAnd(rest http.Handler) http.Handler {
 				// be out of date: requests to partitions whose master
 				// moved fail. A load balancer should send them to
 				// another router.
-				w.WriteHeader(http.StatusServiceUnavailable)
-				b, _ := json.Marshal(map[string]string{"status": "stale", "reason": fmt.Sprintf("this router's registration in etcd lapsed at %s (etcd did not answer for a lease's TTL): the routing tables it routes by may be out of date", since.UTC().Format(time.RFC3339))})
-				w.Write(b)
+				unhealthy("stale", fmt.Sprintf("this router's registration in etcd lapsed at %s (etcd did not answer for a lease's TTL): the routing tables it routes by may be out of date", since.UTC().Format(time.RFC3339)))
 				return
 			}
 		}
