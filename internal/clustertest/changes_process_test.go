@@ -281,12 +281,36 @@ func TestChangeStreamRollback(t *testing.T) {
 		await(t, 30*time.Second, "a first write", func() bool { st, _ := put(k, "1", "5s"); return st == 201 || st == 200 })
 		acked[k] = "1"
 	}
+	// Both slaves must read through the relay, not from the master: a
+	// slave reads the master directly until it first hears of the relay,
+	// and what the master sent into a paused slave's socket would be
+	// applied on its resumption. A probe the relay serves twice was read
+	// through it by both (no change stream reads it yet). The first
+	// probe does not count: the writes before it may still be served.
+	served := func() float64 { return metric(t, c.relay.URL, "cortado_relay_served_commits_total") }
+	probe, before, sent := 0, 0.0, time.Time{}
+	await(t, 30*time.Second, "both slaves to read through the relay", func() bool {
+		if probe > 1 && served()-before >= 2 {
+			return true
+		}
+		if probe == 0 || time.Since(sent) > time.Second {
+			// Another probe; the last may have been read directly.
+			probe++
+			before, sent = served(), time.Now()
+			k := fmt.Sprintf("probe%d", probe)
+			if st, _ := put(k, "1", "5s"); st == 201 || st == 200 {
+				acked[k] = "1"
+			}
+		}
+		return false
+	})
+	t.Logf("both slaves read through the relay after %d probes", probe)
 	cons := newConsumer(t, c.router.URL, "beginning", 1, 1<<20)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); cons.run(ctx) }()
 	defer func() { cancel(); <-done }()
-	await(t, 30*time.Second, "the consumer to hold the first writes", func() bool { return cons.state()["k4"] == "1" })
+	await(t, 30*time.Second, "the consumer to hold the first writes", func() bool { return cons.state()[fmt.Sprintf("probe%d", probe)] == "1" })
 
 	route := c.table().Partitions[0]
 	master, slaves := route.Replicas[0], route.Replicas[1:]

@@ -240,8 +240,13 @@ func (s *Serve) Log() string {
 }
 
 // Pause stops the process (SIGSTOP) without killing it: it neither
-// answers nor renews its lease until Resume.
-func (s *Serve) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+// answers nor renews its lease until Resume. It returns once every thread
+// has stopped: a loaded machine lets a process run on for a millisecond
+// or more after the signal, time enough to apply and acknowledge a write.
+func (s *Serve) Pause() {
+	s.cmd.Process.Signal(syscall.SIGSTOP)
+	awaitStopped(s.cmd.Process.Pid)
+}
 
 // Resume continues a paused process (SIGCONT).
 func (s *Serve) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }

@@ -1,11 +1,14 @@
 package clustertest
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
 
 var markInherited sync.Once
@@ -38,4 +41,27 @@ func detach(cmd *exec.Cmd) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}
+
+// awaitStopped waits until every thread of process pid is stopped (state
+// T in /proc), for at most 10 s.
+func awaitStopped(pid int) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return // gone
+		}
+		stopped := true
+		for _, task := range tasks {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			// The state follows the command's closing parenthesis.
+			if i := bytes.LastIndexByte(stat, ')'); err == nil && i >= 0 && i+2 < len(stat) && stat[i+2] != 'T' && stat[i+2] != 't' {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+	}
 }
