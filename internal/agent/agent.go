@@ -35,6 +35,11 @@ type Agent struct {
 	// (its position was behind its master's retained log) and how many
 	// rows it installed.
 	Rebuilt func(rows int)
+	// LeftRelay, when set, is told each time a slave stops reading its
+	// master's log through the relay: "behind" when the relay fell
+	// silent while the master moved on (node.ErrRelayBehind), "failed"
+	// when its stream failed or was silent for long.
+	LeftRelay func(reason string)
 	// Member, when set, is this node's membership: if its lease is lost
 	// the agent fences every partition at once (no more writes).
 	Member *topo.Member
@@ -307,6 +312,14 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 			if err != nil {
 				a.Log.Debug("agent: follow", "db", k.db, "partition", k.id, "master", master, "err", err)
 				if viaRelay {
+					reason := "failed"
+					if errors.Is(err, node.ErrRelayBehind) {
+						reason = "behind"
+						a.Log.Info("agent: reading the master's log directly: the relay fell silent while the master moved on", "db", k.db, "partition", k.id, "master", master)
+					}
+					if a.LeftRelay != nil {
+						a.LeftRelay(reason)
+					}
 					directUntil = time.Now().Add(5 * time.Second)
 					continue
 				}

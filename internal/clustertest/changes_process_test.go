@@ -264,53 +264,20 @@ func TestChangeStreamRetention(t *testing.T) {
 func TestChangeStreamRollback(t *testing.T) {
 	c := startProcCluster(t, 3, 1)
 	acked := map[string]string{}
-	put := func(k, v string, timeout string) (int, string) {
-		req, _ := http.NewRequest("PUT", c.router.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Request-Timeout", timeout)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, string(b)
-	}
 	for i := range 5 {
 		k := fmt.Sprintf("k%d", i)
-		await(t, 30*time.Second, "a first write", func() bool { st, _ := put(k, "1", "5s"); return st == 201 || st == 200 })
+		await(t, 30*time.Second, "a first write", func() bool { st, _ := c.put(k, "1", "5s"); return st == 201 || st == 200 })
 		acked[k] = "1"
 	}
-	// Both slaves must read through the relay, not from the master: a
-	// slave reads the master directly until it first hears of the relay,
-	// and what the master sent into a paused slave's socket would be
-	// applied on its resumption. A probe the relay serves twice was read
-	// through it by both (no change stream reads it yet). The first
-	// probe does not count: the writes before it may still be served.
-	served := func() float64 { return metric(t, c.relay.URL, "cortado_relay_served_commits_total") }
-	probe, before, sent := 0, 0.0, time.Time{}
-	await(t, 30*time.Second, "both slaves to read through the relay", func() bool {
-		if probe > 1 && served()-before >= 2 {
-			return true
-		}
-		if probe == 0 || time.Since(sent) > time.Second {
-			// Another probe; the last may have been read directly.
-			probe++
-			before, sent = served(), time.Now()
-			k := fmt.Sprintf("probe%d", probe)
-			if st, _ := put(k, "1", "5s"); st == 201 || st == 200 {
-				acked[k] = "1"
-			}
-		}
-		return false
-	})
-	t.Logf("both slaves read through the relay after %d probes", probe)
+	// Both slaves must read through the relay: what the master sent
+	// into a paused slave's socket would be applied on its resumption.
+	c.awaitSlavesOnRelay(acked)
 	cons := newConsumer(t, c.router.URL, "beginning", 1, 1<<20)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); cons.run(ctx) }()
 	defer func() { cancel(); <-done }()
-	await(t, 30*time.Second, "the consumer to hold the first writes", func() bool { return cons.state()[fmt.Sprintf("probe%d", probe)] == "1" })
+	await(t, 30*time.Second, "the consumer to hold the first writes", func() bool { return cons.state()["k4"] == "1" })
 
 	route := c.table().Partitions[0]
 	master, slaves := route.Replicas[0], route.Replicas[1:]
@@ -322,7 +289,7 @@ func TestChangeStreamRollback(t *testing.T) {
 	c.relayProxy.Stop()
 	// Its outcome is unknown to the writer: not confirmed by a replica
 	// in time, or its deadline passed first.
-	if st, body := put("phantom", "x", "2s"); st != 503 || !strings.Contains(body, "not-replicated") && !strings.Contains(body, "deadline-exceeded") {
+	if st, body := c.put("phantom", "x", "2s"); st != 503 || !strings.Contains(body, "not-replicated") && !strings.Contains(body, "deadline-exceeded") {
 		t.Fatalf("a write with both slaves paused: %d %s, want 503 not-replicated or deadline-exceeded", st, body)
 	}
 	await(t, 30*time.Second, "the consumer to get the unreplicated change", func() bool { return cons.state()["phantom"] == "x" })
@@ -332,7 +299,7 @@ func TestChangeStreamRollback(t *testing.T) {
 		c.storage[s].Resume()
 	}
 	c.awaitMastersOff(master)
-	await(t, 60*time.Second, "a write to the new master", func() bool { st, _ := put("after", "2", "5s"); return st == 201 || st == 200 })
+	await(t, 60*time.Second, "a write to the new master", func() bool { st, _ := c.put("after", "2", "5s"); return st == 201 || st == 200 })
 	acked["after"] = "2"
 	if err := c.relayProxy.Start(); err != nil {
 		t.Fatal(err)

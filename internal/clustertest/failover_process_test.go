@@ -110,6 +110,50 @@ func (c *procCluster) do(method, path, body string, want int) {
 	}
 }
 
+// put writes {"v":v} to key k of table T with a Request-Timeout and
+// returns the status and body (status 0 and the error when there was no
+// answer).
+func (c *procCluster) put(k, v, timeout string) (int, string) {
+	req, _ := http.NewRequest("PUT", c.router.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Request-Timeout", timeout)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b)
+}
+
+// awaitSlavesOnRelay waits until both slaves of a one-partition database
+// read the log through the relay, not from the master (a slave reads the
+// master directly until it first hears of the relay). It writes probes,
+// adding those acknowledged to acked: one the relay serves twice was read
+// through it by both. The first probe does not count, as the writes
+// before it may still be being served; nothing else may read the relay
+// meanwhile (no change stream).
+func (c *procCluster) awaitSlavesOnRelay(acked map[string]string) {
+	c.t.Helper()
+	served := func() float64 { return metric(c.t, c.relay.URL, "cortado_relay_served_commits_total") }
+	probe, before, sent := 0, 0.0, time.Time{}
+	await(c.t, 30*time.Second, "both slaves to read through the relay", func() bool {
+		if probe > 1 && served()-before >= 2 {
+			return true
+		}
+		if probe == 0 || time.Since(sent) > time.Second {
+			// Another probe; the last may have been read directly.
+			probe++
+			before, sent = served(), time.Now()
+			k := fmt.Sprintf("probe%d", probe)
+			if st, _ := c.put(k, "1", "5s"); st == 201 || st == 200 {
+				acked[k] = "1"
+			}
+		}
+		return false
+	})
+}
+
 func (c *procCluster) table() *topo.RoutingTable {
 	c.t.Helper()
 	rt, err := topo.LoadRoutingTable(context.Background(), c.cli, procPrefix, "d")
@@ -463,6 +507,42 @@ func TestFailoverRelayCut(t *testing.T) {
 	awaitWrites(t, w, 50)
 	acked := w.finish(t)
 	t.Logf("%d writes acknowledged", len(acked))
+	c.verify(acked)
+}
+
+// TestSlaveLeavesSilentRelay blackholes the relay's link: its streams to
+// the slaves go silent, with no reset or refusal, as in a network
+// partition. A semi-sync write must then be acknowledged through a slave
+// that asked the master, after a second and a half of silence, whether
+// it had moved on, and read its log directly — not after the five seconds
+// that take a silent stream for dead (the write's own deadline is longer,
+// so without the question it would still succeed, later, and the count of
+// slaves that left a relay "behind" would stay 0).
+func TestSlaveLeavesSilentRelay(t *testing.T) {
+	c := startProcCluster(t, 3, 1)
+	acked := map[string]string{}
+	c.awaitSlavesOnRelay(acked)
+	slaves := c.table().Partitions[0].Replicas[1:]
+	left := func(reason string) float64 {
+		n := 0.0
+		for _, id := range slaves {
+			n += metric(t, c.storage[id].URL, `cortado_replica_relay_left_total{reason="`+reason+`"}`)
+		}
+		return n
+	}
+	if err := Cut(c.relayProxy); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := c.put("cut", "1", "30s"); st != 201 && st != 200 {
+		t.Fatalf("a write with the relay cut off: %d %s", st, body)
+	}
+	acked["cut"] = "1"
+	if behind, failed := left("behind"), left("failed"); behind == 0 {
+		t.Fatalf("the slaves left the silent relay %v times as behind, %v as failed: want behind", behind, failed)
+	}
+	if err := Mend(c.relayProxy); err != nil {
+		t.Fatal(err)
+	}
 	c.verify(acked)
 }
 

@@ -13,8 +13,10 @@ type Cluster struct {
 	// Lag is measured on slaves from a commit's timestamp, AckLag on
 	// masters from a commit's fsync to a replica's acknowledgement.
 	Lag, AckLag prometheus.Histogram
-	// RelayPulled and RelayServed count a relay's commits.
+	// RelayPulled and RelayServed count a relay's commits; RelayLeft
+	// counts slaves giving up on the relay, by reason.
 	RelayPulled, RelayServed prometheus.Counter
+	RelayLeft                *prometheus.CounterVec
 	// LogTrimmed and LogBytes are commit-log retention, per database;
 	// Rebuilt counts replicas rebuilt from a snapshot.
 	LogTrimmed *prometheus.CounterVec
@@ -70,6 +72,10 @@ func (m *Metrics) Cluster() *Cluster {
 			Name: "cortado_log_bytes",
 			Help: "Bytes the retained commit logs of this process's replicas take, by database (after the latest retention pass).",
 		}, []string{"db"}),
+		RelayLeft: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cortado_replica_relay_left_total",
+			Help: "Times a slave stopped reading its master's log through the relay, by reason: behind (the relay fell silent while the master moved on) or failed (its stream failed or stayed silent); it reads the master for 5 s.",
+		}, []string{"reason"}),
 		Rebuilt: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cortado_replica_rebuilt_total",
 			Help: "Replicas rebuilt from a snapshot of their master because their position was behind its retained log.",
@@ -91,7 +97,7 @@ func (m *Metrics) Cluster() *Cluster {
 			Help: "Replicas found to differ from their master at the same SCN, over all checks.",
 		}),
 	}
-	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.AckLag, c.RelayPulled, c.RelayServed, c.LogTrimmed, c.LogBytes, c.Rebuilt, c.IndexBuildRemaining, c.checks, c.lastCheck, c.divergences)
+	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.AckLag, c.RelayPulled, c.RelayServed, c.LogTrimmed, c.LogBytes, c.RelayLeft, c.Rebuilt, c.IndexBuildRemaining, c.checks, c.lastCheck, c.divergences)
 	return c
 }
 

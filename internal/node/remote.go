@@ -396,7 +396,7 @@ func (r *Remote) Ack(ctx context.Context, req AckRequest) (*AckResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &AckResult{Held: w.Held, Authoritative: w.Authoritative}, nil
+	return &AckResult{Held: w.Held, Authoritative: w.Authoritative, Head: scnFrom(w.Head)}, nil
 }
 
 // Status lists the remote node's partitions.

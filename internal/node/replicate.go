@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/storage"
@@ -122,6 +124,9 @@ type AckRequest struct {
 type AckResult struct {
 	Held          bool `json:"held"`
 	Authoritative bool `json:"authoritative"`
+	// Head is the answering replica's newest commit (zero from a node of
+	// an earlier version).
+	Head storage.SCN `json:"head"`
 }
 
 // Acker takes acknowledgements: a partition's master.
@@ -145,7 +150,7 @@ func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
 	// master, takes it as confirmation that its own commits up to SCN
 	// survived the hand-over.
 	auth := n.authoritative(req.DB, req.Partition) && e.established(n.syncSlaves(req.DB))
-	return &AckResult{Held: held, Authoritative: auth}, nil
+	return &AckResult{Held: held, Authoritative: auth, Head: p.SCN()}, nil
 }
 
 // acked records that replica holds everything up to scn and tells
@@ -291,12 +296,28 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 	if acker == nil {
 		acker, _ = o.Source.(Acker)
 	}
+	var quiet *quietness
+	if o.Master != nil {
+		// Through a relay: a relay that goes silent while the master
+		// moves on ends the stream, and the slave reads the master.
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		quiet = &quietness{}
+		quiet.heard()
+		var wg sync.WaitGroup
+		wg.Go(func() { n.watchRelay(ctx, stop, p, db, id, o.Master, quiet) })
+		defer func() { stop(nil); wg.Wait() }()
+	}
 	for ctx.Err() == nil {
 		// The first answer does not wait: it tells at once whether the
 		// source holds this replica's timeline and acknowledges what it
 		// holds.
 		req := LogRequest{DB: db, Partition: id, After: p.SCN(), Ack: o.Master == nil, Replica: o.Replica}
 		err := streamLog(ctx, o.Source, req, func(res *LogResult) error {
+			if quiet != nil {
+				quiet.busy.Store(true)
+				defer quiet.heard()
+			}
 			e.heardFromMaster()
 			if res.Diverged {
 				return n.truncate(p, res.Common, o) // the stream ends here
@@ -340,7 +361,67 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			return fmt.Errorf("partition %s/%d: follow: %w", db, id, err)
 		}
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrRelayBehind) {
+		return fmt.Errorf("partition %s/%d: follow: %w", db, id, cause)
+	}
 	return nil
+}
+
+// relayDoubt is how long a slave lets a relay's stream stay silent before
+// it asks the master whether it is behind. A working relay answers at
+// least every logHeartbeat; a stream is taken for dead only after logIdle,
+// which alone would leave a master's semi-sync writes waiting that long
+// on a relay cut off from its slaves.
+const relayDoubt = logHeartbeat * 3 / 2
+
+// ErrRelayBehind ends a slave's Follow through a relay whose stream was
+// silent for relayDoubt while the master held commits the slave lacked:
+// the slave reads the master instead.
+var ErrRelayBehind = fmt.Errorf("the relay's stream was silent for %v while the master held newer commits", relayDoubt)
+
+// quietness is how long a relay's stream has been silent: since its last
+// answer, not counting the time the slave spends applying one.
+type quietness struct {
+	last atomic.Int64 // unix nanoseconds
+	busy atomic.Bool
+}
+
+func (q *quietness) heard() {
+	q.last.Store(time.Now().UnixNano())
+	q.busy.Store(false)
+}
+
+func (q *quietness) silent() time.Duration {
+	if q.busy.Load() {
+		return 0
+	}
+	return time.Since(time.Unix(0, q.last.Load()))
+}
+
+// watchRelay asks the master for its newest commit whenever the relay's
+// stream has been silent for relayDoubt, and ends the stream (stop, with
+// ErrRelayBehind) when the master holds commits this replica lacks. The
+// question acknowledges nothing.
+func (n *Node) watchRelay(ctx context.Context, stop context.CancelCauseFunc, p *storage.Partition, db string, id int, master Acker, q *quietness) {
+	tick := time.NewTicker(logHeartbeat / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if q.silent() < relayDoubt {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, logHeartbeat)
+		res, err := master.Ack(actx, AckRequest{DB: db, Partition: id, SCN: p.SCN()})
+		cancel()
+		if err == nil && p.SCN().Less(res.Head) {
+			stop(ErrRelayBehind)
+			return
+		}
+	}
 }
 
 // truncate undoes this replica's commits after keep, reporting them, or

@@ -71,6 +71,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions, ProtocolVersion: s.opts.ProtocolVersion, Local: s.peers,
 		Truncated: func(n int) { s.cluster.Truncated.Add(float64(n)) },
 		Rebuilt:   func(int) { s.cluster.Rebuilt.Inc() },
+		LeftRelay: func(reason string) { s.cluster.RelayLeft.WithLabelValues(reason).Inc() },
 		Alarm: func(err error) {
 			s.cluster.TruncationRefused.Inc()
 			s.opts.Logger.Error("replica refused to truncate acknowledged commits: an acknowledged write would have been lost", "node", id, "err", err)

@@ -1575,6 +1575,11 @@ type AckResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Held          bool                   `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
 	Authoritative bool                   `protobuf:"varint,2,opt,name=authoritative,proto3" json:"authoritative,omitempty"`
+	// head: the answering replica's newest commit. A slave reading through
+	// a relay that went silent asks the master for it: a master ahead of
+	// the slave means the relay is not passing its log on. Unset from a
+	// node before this field (the slave then waits out the silence).
+	Head          *SCN `protobuf:"bytes,3,opt,name=head,proto3" json:"head,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1621,6 +1626,13 @@ func (x *AckResult) GetAuthoritative() bool {
 		return x.Authoritative
 	}
 	return false
+}
+
+func (x *AckResult) GetHead() *SCN {
+	if x != nil {
+		return x.Head
+	}
+	return nil
 }
 
 type StatusRequest struct {
@@ -2427,10 +2439,11 @@ const file_wire_proto_rawDesc = "" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x18\n" +
 	"\areplica\x18\x03 \x01(\tR\areplica\x12&\n" +
-	"\x03scn\x18\x04 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\"E\n" +
+	"\x03scn\x18\x04 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\"o\n" +
 	"\tAckResult\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12$\n" +
-	"\rauthoritative\x18\x02 \x01(\bR\rauthoritative\"\x1f\n" +
+	"\rauthoritative\x18\x02 \x01(\bR\rauthoritative\x12(\n" +
+	"\x04head\x18\x03 \x01(\v2\x14.cortado.wire.v1.SCNR\x04head\"\x1f\n" +
 	"\rStatusRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\"\x89\x03\n" +
 	"\x0fPartitionStatus\x12\x0e\n" +
@@ -2573,46 +2586,47 @@ var file_wire_proto_depIdxs = []int32{
 	2,  // 19: cortado.wire.v1.LogResult.acked:type_name -> cortado.wire.v1.SCN
 	2,  // 20: cortado.wire.v1.LogResult.log_start:type_name -> cortado.wire.v1.SCN
 	2,  // 21: cortado.wire.v1.AckRequest.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 22: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 23: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
-	31, // 24: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
-	22, // 25: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
-	2,  // 26: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
-	2,  // 27: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
-	32, // 28: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
-	5,  // 29: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
-	2,  // 30: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 31: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
-	2,  // 32: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
-	28, // 33: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
-	29, // 34: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
-	0,  // 35: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
-	7,  // 36: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
-	8,  // 37: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
-	9,  // 38: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
-	12, // 39: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
-	17, // 40: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
-	17, // 41: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
-	19, // 42: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
-	21, // 43: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
-	24, // 44: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
-	27, // 45: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
-	1,  // 46: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
-	5,  // 47: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
-	6,  // 48: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
-	10, // 49: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
-	14, // 50: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
-	18, // 51: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
-	18, // 52: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
-	20, // 53: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
-	23, // 54: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
-	25, // 55: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
-	30, // 56: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
-	46, // [46:57] is the sub-list for method output_type
-	35, // [35:46] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	2,  // 22: cortado.wire.v1.AckResult.head:type_name -> cortado.wire.v1.SCN
+	2,  // 23: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 24: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
+	31, // 25: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
+	22, // 26: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
+	2,  // 27: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
+	2,  // 28: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
+	32, // 29: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
+	5,  // 30: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
+	2,  // 31: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 32: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
+	2,  // 33: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
+	28, // 34: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
+	29, // 35: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
+	0,  // 36: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
+	7,  // 37: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
+	8,  // 38: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
+	9,  // 39: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
+	12, // 40: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
+	17, // 41: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
+	17, // 42: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
+	19, // 43: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
+	21, // 44: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
+	24, // 45: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
+	27, // 46: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
+	1,  // 47: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
+	5,  // 48: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
+	6,  // 49: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
+	10, // 50: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
+	14, // 51: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
+	18, // 52: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
+	18, // 53: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
+	20, // 54: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
+	23, // 55: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
+	25, // 56: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
+	30, // 57: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
+	47, // [47:58] is the sub-list for method output_type
+	36, // [36:47] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
