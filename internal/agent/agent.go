@@ -212,13 +212,16 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 		return a.Node.SetRole(t.DB, p, node.Master, route.Generation, lease)
 	case idx > 0:
 		master, url := t.Master(p)
+		hint := node.MasterHint{ID: master, URL: url, Generation: route.Generation}
 		if f := a.follower(k); f != nil && f.master == master && f.url == url {
+			a.Node.SetMasterHint(t.DB, p, hint)
 			return nil
 		}
 		a.stop(k)
 		if err := a.Node.SetRole(t.DB, p, node.Slave, 0, 0); err != nil {
 			return err
 		}
+		a.Node.SetMasterHint(t.DB, p, hint)
 		a.follow(ctx, k, master, url)
 		return nil
 	default:

@@ -25,6 +25,7 @@ import (
 // nodes, two controllers (one leads) and a router, on one etcd.
 type procCluster struct {
 	t           *testing.T
+	etcd        string // its endpoint
 	cli         *clientv3.Client
 	storage     map[string]*Serve
 	controllers map[string]*Serve
@@ -55,7 +56,7 @@ func startProcClusterWith(t *testing.T, nodes, partitions int, extra map[string]
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	c := &procCluster{t: t, cli: cli, storage: map[string]*Serve{}, controllers: map[string]*Serve{}, partitions: partitions}
+	c := &procCluster{t: t, etcd: etcd.Endpoint, cli: cli, storage: map[string]*Serve{}, controllers: map[string]*Serve{}, partitions: partitions}
 	wctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() {

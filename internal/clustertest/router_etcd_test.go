@@ -1,11 +1,14 @@
 package clustertest
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cortado-db/cortado/internal/coord"
 )
 
 // TestRouterCutOffFromEtcd: a router whose connections to etcd hang (a
@@ -45,4 +48,78 @@ func TestRouterCutOffFromEtcd(t *testing.T) {
 		st, b := health()
 		return st == 200 && strings.Contains(b, `"status":"ok"`)
 	})
+}
+
+// TestStaleRouterFollowsTheMaster: a router cut off from etcd routes by
+// its last routing table. Its partition's master is killed -9 and
+// replaced, and comes back as a slave of the new one. Writes and fresh
+// reads the router sends it are refused with the new master's name, and
+// the router sends them there: they succeed, though the router still has
+// not heard of the new table (before, they failed as "Partition
+// unavailable" for as long as the cut lasted).
+func TestStaleRouterFollowsTheMaster(t *testing.T) {
+	// Fixed ports: the old master comes back where the router knew it.
+	extra := map[string][]string{}
+	for _, id := range []string{"s0", "s1", "s2"} {
+		u, err := coord.FreeLoopbackURL()
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra[id] = []string{"--listen", strings.TrimPrefix(u, "http://")}
+	}
+	c := startProcClusterWith(t, 3, 1, extra)
+	link := NewLink(t, "etcd-router2", strings.TrimPrefix(c.etcd, "http://"))
+	r2 := StartRole(t, "router", "--etcd-endpoints", "http://"+link.Listen)
+	acked := map[string]string{}
+	var last string
+	put := func(k, v string) bool {
+		req, _ := http.NewRequest("PUT", r2.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		if resp.StatusCode == 200 || resp.StatusCode == 201 {
+			acked[k] = v
+			return true
+		}
+		return false
+	}
+	await(t, 30*time.Second, "a write through the second router", func() bool { return put("before", "1") })
+	if err := Cut(link); err != nil {
+		t.Fatal(err)
+	}
+	old := c.table().Partitions[0].Replicas[0]
+	c.storage[old].Kill()
+	c.awaitMastersOff(old)
+	c.storage[old].Restart()
+	// Once the old master follows the new one, it names it.
+	logged := ""
+	await(t, 30*time.Second, "a write through the router cut off from etcd", func() bool {
+		if put("after", "2") {
+			return true
+		}
+		if last != logged {
+			t.Log(last)
+			logged = last
+		}
+		return false
+	})
+	resp, err := http.Get(r2.URL + "/d/T/after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"2"`) {
+		t.Fatalf("a fresh read through the router cut off from etcd: %d %s", resp.StatusCode, b)
+	}
+	if err := Mend(link); err != nil {
+		t.Fatal(err)
+	}
+	c.verify(acked)
 }

@@ -73,6 +73,10 @@ func toStatus(err error, item *Item) error {
 	if errors.Is(err, ErrNotModified) {
 		w.Item = itemTo(item)
 	}
+	var nm *NotMasterError
+	if errors.As(err, &nm) {
+		w.Master = &wire.MasterHint{Id: nm.Hint.ID, Url: nm.Hint.URL, Generation: nm.Hint.Generation}
+	}
 	st, serr := status.New(code, w.Message).WithDetails(w)
 	if serr != nil {
 		return status.Error(code, w.Message)
@@ -90,6 +94,9 @@ func fromWire(w *wire.Error) error {
 		if k.kind == w.Kind {
 			err = &remoteError{msg: w.Message, is: k.err}
 		}
+	}
+	if h := w.GetMaster(); h.GetUrl() != "" && errors.Is(err, ErrNotMaster) {
+		err = &NotMasterError{Hint: MasterHint{ID: h.GetId(), URL: h.GetUrl(), Generation: h.GetGeneration()}, Err: err}
 	}
 	if w.HasOp {
 		err = &OpError{Index: int(w.Op), Err: err}

@@ -94,3 +94,20 @@ func TestMultiGetAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestNotMasterNamesTheMaster: a slave's refusal names its master across
+// the wire; a refusal without a master known names none.
+func TestNotMasterNamesTheMaster(t *testing.T) {
+	r := NewRemote("http://127.0.0.1:1")
+	defer r.Close()
+	hint := MasterHint{ID: "s2", URL: "http://127.0.0.1:7002", Generation: 5}
+	err := r.fail(context.Background(), toStatus(&NotMasterError{Hint: hint, Err: ErrNotMaster}, nil))
+	var nm *NotMasterError
+	if !errors.Is(err, ErrNotMaster) || !errors.As(err, &nm) || nm.Hint != hint {
+		t.Fatalf("%v, want not-master naming %+v", err, hint)
+	}
+	err = r.fail(context.Background(), toStatus(ErrNotMaster, nil))
+	if !errors.Is(err, ErrNotMaster) || errors.As(err, &nm) {
+		t.Fatalf("%v, want not-master naming no one", err)
+	}
+}

@@ -35,6 +35,28 @@ func (r Role) String() string {
 // master (503: the client retries, through a fresh routing table).
 var ErrNotMaster = errors.New("this node is not the partition's master")
 
+// MasterHint is who a slave follows: the master, by node ID and internal
+// API URL, of the generation it was told of.
+type MasterHint struct {
+	ID, URL    string
+	Generation uint32
+}
+
+// NotMasterError is ErrNotMaster from a slave that knows its master: a
+// router whose routing table is older than Hint.Generation (it has not
+// heard from etcd) may send the request there instead. Like every
+// ErrNotMaster it means nothing was done.
+type NotMasterError struct {
+	Hint MasterHint
+	Err  error // matches ErrNotMaster
+}
+
+func (e *NotMasterError) Error() string {
+	return fmt.Sprintf("%v (its master is %s, generation %d)", e.Err, e.Hint.ID, e.Hint.Generation)
+}
+
+func (e *NotMasterError) Unwrap() error { return e.Err }
+
 // ErrNotEnoughReplicas is returned for a write to a semi-sync partition
 // with fewer live replicas than the database's minInSync: nothing is
 // written (503: retry once replicas are back).
@@ -71,6 +93,9 @@ type partRole struct {
 	// rejoined under a new one never acts on a mastership of the old.
 	lease int64
 	bound bool
+	// master is who a slave follows (SetMasterHint), for the routers'
+	// sake; empty unless the role is SLAVE.
+	master MasterHint
 
 	// Semi-sync state, under ackMu: the live slaves the routing table
 	// gives this master, the newest SCN each replica durably holds, the
@@ -299,11 +324,36 @@ func (n *Node) SetRole(db string, id int, role Role, generation uint32, lease in
 		}
 		e.lease, e.bound = lease, true
 	}
+	if role != Slave {
+		e.master = MasterHint{}
+	}
 	if e.role != role {
 		n.log.Info("partition role", "db", db, "partition", id, "from", e.role, "to", role, "generation", p.Generation(), "scn", p.SCN())
 	}
 	e.role = role
 	return nil
+}
+
+// SetMasterHint records who this node, a slave of the partition, follows:
+// a request that needs the master is refused with a NotMasterError that
+// names it.
+func (n *Node) SetMasterHint(db string, id int, hint MasterHint) {
+	e := n.roles.entry(db, id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.role == Slave {
+		e.master = hint
+	}
+}
+
+// notMaster is ErrNotMaster for partition db/id, naming the master when
+// this node is its slave and knows it. The caller holds e.mu (shared).
+func notMaster(db string, id int, e *partRole) error {
+	err := fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
+	if e != nil && e.role == Slave && e.master.URL != "" {
+		return &NotMasterError{Hint: e.master, Err: err}
+	}
+	return err
 }
 
 // Role returns this node's role for a partition.
@@ -358,8 +408,9 @@ func (n *Node) beginWrite(db string, id int) (*partRole, int64, error) {
 	e.mu.RLock()
 	lease, ok := n.roles.masterLeaseLocked(e)
 	if !ok {
+		err := notMaster(db, id, e)
 		e.mu.RUnlock()
-		return nil, 0, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
+		return nil, 0, err
 	}
 	return e, lease, nil
 }
@@ -494,7 +545,11 @@ func (n *Node) inForce(db string, id int, lease int64) error {
 // force.
 func (n *Node) staleReadable(db string, id int, e *partRole, maxStale time.Duration) (time.Duration, error) {
 	if maxStale <= 0 {
-		return 0, fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
+		if e != nil {
+			e.mu.RLock()
+			defer e.mu.RUnlock()
+		}
+		return 0, notMaster(db, id, e)
 	}
 	if e == nil {
 		return 0, fmt.Errorf("partition %s/%d: not hosted here: %w", db, id, ErrTooStale)

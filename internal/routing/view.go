@@ -138,14 +138,16 @@ func (v *RoutingView) service(t *topo.RoutingTable, id, url string) node.Service
 }
 
 // Node returns the master of a partition (router.Backend). With no master
-// known it fails with node.ErrNotMaster, which clients see as 503.
+// known it fails with node.ErrNotMaster, which clients see as 503. A
+// request the node refuses as a slave of a newer master goes there
+// (redirecting).
 func (v *RoutingView) Node(db string, part int) (node.Service, error) {
 	t := v.Table(db)
 	id, url := t.Master(part)
 	if url == "" {
 		return nil, fmt.Errorf("partition %s/%d has no master: %w", db, part, node.ErrNotMaster)
 	}
-	return v.service(t, id, url), nil
+	return redirecting{Service: v.service(t, id, url), v: v, t: t, part: part}, nil
 }
 
 // AwaitDatabase waits until db has a routing table and every partition's

@@ -1962,7 +1962,11 @@ type Error struct {
 	HasOp   bool                   `protobuf:"varint,4,opt,name=has_op,json=hasOp,proto3" json:"has_op,omitempty"`
 	Op      int32                  `protobuf:"varint,5,opt,name=op,proto3" json:"op,omitempty"`
 	// item is the headers of a not-modified read.
-	Item          *Item `protobuf:"bytes,6,opt,name=item,proto3" json:"item,omitempty"`
+	Item *Item `protobuf:"bytes,6,opt,name=item,proto3" json:"item,omitempty"`
+	// master, with kind not-master from a slave: who it follows. A router
+	// whose routing table is older than master.generation may send the
+	// request there (it is refused again if that node is no master).
+	Master        *MasterHint `protobuf:"bytes,7,opt,name=master,proto3" json:"master,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2039,6 +2043,73 @@ func (x *Error) GetItem() *Item {
 	return nil
 }
 
+func (x *Error) GetMaster() *MasterHint {
+	if x != nil {
+		return x.Master
+	}
+	return nil
+}
+
+type MasterHint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	Generation    uint32                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MasterHint) Reset() {
+	*x = MasterHint{}
+	mi := &file_wire_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MasterHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MasterHint) ProtoMessage() {}
+
+func (x *MasterHint) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MasterHint.ProtoReflect.Descriptor instead.
+func (*MasterHint) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *MasterHint) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MasterHint) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *MasterHint) GetGeneration() uint32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type SnapshotRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Db        string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
@@ -2051,7 +2122,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2134,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2147,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{27}
+	return file_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotRequest) GetDb() string {
@@ -2112,7 +2183,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2195,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2208,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{28}
+	return file_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Row) GetTable() string {
@@ -2171,7 +2242,7 @@ type Mark struct {
 
 func (x *Mark) Reset() {
 	*x = Mark{}
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2254,7 @@ func (x *Mark) String() string {
 func (*Mark) ProtoMessage() {}
 
 func (x *Mark) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2267,7 @@ func (x *Mark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mark.ProtoReflect.Descriptor instead.
 func (*Mark) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{29}
+	return file_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Mark) GetKey() []byte {
@@ -2227,7 +2298,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2310,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2323,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{30}
+	return file_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotChunk) GetScn() *SCN {
@@ -2476,14 +2547,22 @@ const file_wire_proto_rawDesc = "" +
 	"\x06tables\x18\x03 \x03(\v2+.cortado.wire.v1.ChecksumResult.TablesEntryR\x06tables\x1a9\n" +
 	"\vTablesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x9b\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd0\x01\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x15\n" +
 	"\x06has_op\x18\x04 \x01(\bR\x05hasOp\x12\x0e\n" +
 	"\x02op\x18\x05 \x01(\x05R\x02op\x12)\n" +
-	"\x04item\x18\x06 \x01(\v2\x15.cortado.wire.v1.ItemR\x04item\"i\n" +
+	"\x04item\x18\x06 \x01(\v2\x15.cortado.wire.v1.ItemR\x04item\x123\n" +
+	"\x06master\x18\a \x01(\v2\x1b.cortado.wire.v1.MasterHintR\x06master\"N\n" +
+	"\n" +
+	"MasterHint\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\rR\n" +
+	"generation\"i\n" +
 	"\x0fSnapshotRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12(\n" +
@@ -2527,7 +2606,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 	return file_wire_proto_rawDescData
 }
 
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_wire_proto_goTypes = []any{
 	(*HelloRequest)(nil),    // 0: cortado.wire.v1.HelloRequest
 	(*HelloResult)(nil),     // 1: cortado.wire.v1.HelloResult
@@ -2556,12 +2635,13 @@ var file_wire_proto_goTypes = []any{
 	(*ChecksumRequest)(nil), // 24: cortado.wire.v1.ChecksumRequest
 	(*ChecksumResult)(nil),  // 25: cortado.wire.v1.ChecksumResult
 	(*Error)(nil),           // 26: cortado.wire.v1.Error
-	(*SnapshotRequest)(nil), // 27: cortado.wire.v1.SnapshotRequest
-	(*Row)(nil),             // 28: cortado.wire.v1.Row
-	(*Mark)(nil),            // 29: cortado.wire.v1.Mark
-	(*SnapshotChunk)(nil),   // 30: cortado.wire.v1.SnapshotChunk
-	nil,                     // 31: cortado.wire.v1.PartitionStatus.IndexBuildingEntry
-	nil,                     // 32: cortado.wire.v1.ChecksumResult.TablesEntry
+	(*MasterHint)(nil),      // 27: cortado.wire.v1.MasterHint
+	(*SnapshotRequest)(nil), // 28: cortado.wire.v1.SnapshotRequest
+	(*Row)(nil),             // 29: cortado.wire.v1.Row
+	(*Mark)(nil),            // 30: cortado.wire.v1.Mark
+	(*SnapshotChunk)(nil),   // 31: cortado.wire.v1.SnapshotChunk
+	nil,                     // 32: cortado.wire.v1.PartitionStatus.IndexBuildingEntry
+	nil,                     // 33: cortado.wire.v1.ChecksumResult.TablesEntry
 }
 var file_wire_proto_depIdxs = []int32{
 	2,  // 0: cortado.wire.v1.Item.scn:type_name -> cortado.wire.v1.SCN
@@ -2589,44 +2669,45 @@ var file_wire_proto_depIdxs = []int32{
 	2,  // 22: cortado.wire.v1.AckResult.head:type_name -> cortado.wire.v1.SCN
 	2,  // 23: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
 	2,  // 24: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
-	31, // 25: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
+	32, // 25: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
 	22, // 26: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
 	2,  // 27: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
 	2,  // 28: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
-	32, // 29: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
+	33, // 29: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
 	5,  // 30: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
-	2,  // 31: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 32: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
-	2,  // 33: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
-	28, // 34: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
-	29, // 35: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
-	0,  // 36: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
-	7,  // 37: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
-	8,  // 38: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
-	9,  // 39: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
-	12, // 40: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
-	17, // 41: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
-	17, // 42: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
-	19, // 43: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
-	21, // 44: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
-	24, // 45: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
-	27, // 46: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
-	1,  // 47: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
-	5,  // 48: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
-	6,  // 49: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
-	10, // 50: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
-	14, // 51: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
-	18, // 52: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
-	18, // 53: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
-	20, // 54: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
-	23, // 55: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
-	25, // 56: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
-	30, // 57: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
-	47, // [47:58] is the sub-list for method output_type
-	36, // [36:47] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	27, // 31: cortado.wire.v1.Error.master:type_name -> cortado.wire.v1.MasterHint
+	2,  // 32: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 33: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
+	2,  // 34: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
+	29, // 35: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
+	30, // 36: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
+	0,  // 37: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
+	7,  // 38: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
+	8,  // 39: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
+	9,  // 40: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
+	12, // 41: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
+	17, // 42: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
+	17, // 43: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
+	19, // 44: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
+	21, // 45: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
+	24, // 46: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
+	28, // 47: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
+	1,  // 48: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
+	5,  // 49: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
+	6,  // 50: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
+	10, // 51: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
+	14, // 52: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
+	18, // 53: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
+	18, // 54: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
+	20, // 55: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
+	23, // 56: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
+	25, // 57: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
+	31, // 58: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
+	48, // [48:59] is the sub-list for method output_type
+	37, // [37:48] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -2642,7 +2723,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
