@@ -52,11 +52,13 @@ func TestRouterCutOffFromEtcd(t *testing.T) {
 
 // TestStaleRouterFollowsTheMaster: a router cut off from etcd routes by
 // its last routing table. Its partition's master is killed -9 and
-// replaced, and comes back as a slave of the new one. Writes and fresh
-// reads the router sends it are refused with the new master's name, and
-// the router sends them there: they succeed, though the router still has
-// not heard of the new table (before, they failed as "Partition
-// unavailable" for as long as the cut lasted).
+// replaced. While the old master is down, the router's requests to it are
+// not delivered: with its registration lapsed it tries the table's
+// slaves, and the new master among them does them. Once the old master is
+// back as a slave of the new one, it refuses them naming the new master,
+// and the router sends them there. Writes and fresh reads succeed
+// throughout, though the router never hears of the new table (before,
+// they failed for as long as the cut lasted).
 func TestStaleRouterFollowsTheMaster(t *testing.T) {
 	// Fixed ports: the old master comes back where the router knew it.
 	extra := map[string][]string{}
@@ -89,35 +91,45 @@ func TestStaleRouterFollowsTheMaster(t *testing.T) {
 		}
 		return false
 	}
-	await(t, 30*time.Second, "a write through the second router", func() bool { return put("before", "1") })
+	get := func(k, want string) {
+		t.Helper()
+		resp, err := http.Get(r2.URL + "/d/T/" + k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"`+want+`"`) {
+			t.Fatalf("a fresh read of %s through the router cut off from etcd: %d %s", k, resp.StatusCode, b)
+		}
+	}
+	logged := ""
+	awaitPut := func(what, k, v string) {
+		t.Helper()
+		await(t, 30*time.Second, what, func() bool {
+			if put(k, v) {
+				return true
+			}
+			if last != logged {
+				t.Log(last)
+				logged = last
+			}
+			return false
+		})
+	}
+	awaitPut("a write through the second router", "before", "1")
 	if err := Cut(link); err != nil {
 		t.Fatal(err)
 	}
 	old := c.table().Partitions[0].Replicas[0]
 	c.storage[old].Kill()
 	c.awaitMastersOff(old)
+	awaitPut("a write through the router cut off from etcd, the old master down", "down", "2")
+	get("down", "2")
 	c.storage[old].Restart()
 	// Once the old master follows the new one, it names it.
-	logged := ""
-	await(t, 30*time.Second, "a write through the router cut off from etcd", func() bool {
-		if put("after", "2") {
-			return true
-		}
-		if last != logged {
-			t.Log(last)
-			logged = last
-		}
-		return false
-	})
-	resp, err := http.Get(r2.URL + "/d/T/after")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"2"`) {
-		t.Fatalf("a fresh read through the router cut off from etcd: %d %s", resp.StatusCode, b)
-	}
+	awaitPut("a write through the router cut off from etcd, the old master a slave", "back", "3")
+	get("back", "3")
 	if err := Mend(link); err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,20 @@ import (
 )
 
 // redirecting is a partition's master as the router's routing table names
-// it. A request that node refuses as a slave naming a master of a newer
-// generation than the table's (node.NotMasterError: the router has not
-// heard from etcd since, or not yet) is sent once to that master, if the
-// table knows it at the same URL. Nothing was done on the refusal, so the
-// request is not repeated; the named node refuses it in turn if it is no
-// master either.
+// it, for a router that may not have heard of a newer table:
+//
+//   - A request the node refuses as a slave naming a master of a newer
+//     generation than the table's (node.NotMasterError) is sent once to
+//     that master, if the table knows it at the same URL.
+//   - A request that never reached the node (node.ErrNotDelivered), sent
+//     while the router's registration in etcd has lapsed (it is cut off,
+//     so its table may be stale), is sent to the table's slaves in turn
+//     instead: one that has become master does it, one that follows a
+//     newer master names it as above.
+//
+// Each refusal and each undelivered request did nothing, so no request is
+// done twice; whichever node gets it decides for itself whether it is the
+// master.
 type redirecting struct {
 	node.Service
 	v    *RoutingView
@@ -35,39 +43,53 @@ func (s redirecting) named(err error) node.Service {
 	return s.v.service(s.t, nm.Hint.ID, nm.Hint.URL)
 }
 
-func (s redirecting) Get(ctx context.Context, req node.GetRequest) (*node.Item, error) {
-	it, err := s.Service.Get(ctx, req)
+// redirect makes call to the table's master and, as redirecting says, to
+// another node.
+func redirect[R any](s redirecting, call func(node.Service) (R, error)) (R, error) {
+	res, err := call(s.Service)
 	if m := s.named(err); m != nil {
-		return m.Get(ctx, req)
+		return call(m)
 	}
-	return it, err
+	if !errors.Is(err, node.ErrNotDelivered) {
+		return res, err
+	}
+	if _, lapsed := s.v.RegistrationLapsed(); !lapsed {
+		return res, err
+	}
+	for _, id := range s.t.Partitions[s.part].Replicas[1:] {
+		url, ok := s.t.Nodes[id]
+		if !ok {
+			continue
+		}
+		r, serr := call(s.v.service(s.t, id, url))
+		if m := s.named(serr); m != nil {
+			return call(m)
+		}
+		if errors.Is(serr, node.ErrNotDelivered) || errors.Is(serr, node.ErrNotMaster) {
+			continue // down too, or a slave that names no newer master
+		}
+		return r, serr
+	}
+	return res, err
+}
+
+func (s redirecting) Get(ctx context.Context, req node.GetRequest) (*node.Item, error) {
+	return redirect(s, func(n node.Service) (*node.Item, error) { return n.Get(ctx, req) })
 }
 
 func (s redirecting) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
-	items, err := s.Service.MultiGet(ctx, req)
-	if m := s.named(err); m != nil {
-		return m.MultiGet(ctx, req)
-	}
-	return items, err
+	return redirect(s, func(n node.Service) ([]*node.Item, error) { return n.MultiGet(ctx, req) })
 }
 
 func (s redirecting) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {
-	res, err := s.Service.Scan(ctx, req)
-	if m := s.named(err); m != nil {
-		return m.Scan(ctx, req)
-	}
-	return res, err
+	return redirect(s, func(n node.Service) (*node.ScanResult, error) { return n.Scan(ctx, req) })
 }
 
 func (s redirecting) Write(ctx context.Context, req node.WriteRequest) (*node.WriteResult, error) {
-	res, err := s.Service.Write(ctx, req)
-	if m := s.named(err); m != nil {
-		return m.Write(ctx, req)
-	}
-	return res, err
+	return redirect(s, func(n node.Service) (*node.WriteResult, error) { return n.Write(ctx, req) })
 }
 
-// Addr, InProcess and Quiet are the named master's (see reporting).
+// Addr, InProcess and Quiet are the table's master's (see reporting).
 func (s redirecting) Addr() string {
 	if a, ok := s.Service.(interface{ Addr() string }); ok {
 		return a.Addr()
