@@ -398,22 +398,24 @@ func (q *quietness) silent() time.Duration {
 	return time.Since(time.Unix(0, q.last.Load()))
 }
 
-// watchRelay asks the master for its newest commit whenever the relay's
-// stream has been silent for relayDoubt, and ends the stream (stop, with
-// ErrRelayBehind) when the master holds commits this replica lacks. The
-// question acknowledges nothing.
+// watchRelay asks the master for its newest commit when the relay's
+// stream has been silent for relayDoubt (and at most once a relayDoubt),
+// and ends the stream (stop, with ErrRelayBehind) when the master holds
+// commits this replica lacks. The question acknowledges nothing.
 func (n *Node) watchRelay(ctx context.Context, stop context.CancelCauseFunc, p *storage.Partition, db string, id int, master Acker, q *quietness) {
 	tick := time.NewTicker(logHeartbeat / 4)
 	defer tick.Stop()
+	var asked time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if q.silent() < relayDoubt {
+		if q.silent() < relayDoubt || time.Since(asked) < relayDoubt {
 			continue
 		}
+		asked = time.Now()
 		actx, cancel := context.WithTimeout(ctx, logHeartbeat)
 		res, err := master.Ack(actx, AckRequest{DB: db, Partition: id, SCN: p.SCN()})
 		cancel()
