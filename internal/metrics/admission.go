@@ -98,6 +98,16 @@ func (c fanOutCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFanOut, prometheus.CounterValue, float64(failed), "failed")
 }
 
+// RegisterRedirects exports a router's requests sent elsewhere than its
+// routing table's master (routing.RoutingView.RedirectStats).
+func (m *Metrics) RegisterRedirects(stats func() (named, slaves uint64)) {
+	const name, help = "cortado_router_redirects_total", "Requests a router sent elsewhere than its routing table's master: to the master a slave named (its table was older), or to the table's slaves (the master was unreachable while the router was cut off from etcd)."
+	m.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"to": "named"}}, func() float64 { n, _ := stats(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"to": "slaves"}}, func() float64 { _, n := stats(); return float64(n) }),
+	)
+}
+
 var descHedges = prometheus.NewDesc("cortado_hedged_reads_total", "Hedged reads (reads that accept a slave's answer, sent to a slave too when the master is slow): sent, won (the slave answered first), denied (the destination's per-host budget was spent).", []string{"result"}, nil)
 
 // RegisterHedges exports a router's hedged reads.

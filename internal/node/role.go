@@ -48,12 +48,10 @@ type MasterHint struct {
 // ErrNotMaster it means nothing was done.
 type NotMasterError struct {
 	Hint MasterHint
-	Err  error // matches ErrNotMaster
+	Err  error // matches ErrNotMaster; its message names the master
 }
 
-func (e *NotMasterError) Error() string {
-	return fmt.Sprintf("%v (its master is %s, generation %d)", e.Err, e.Hint.ID, e.Hint.Generation)
-}
+func (e *NotMasterError) Error() string { return e.Err.Error() }
 
 func (e *NotMasterError) Unwrap() error { return e.Err }
 
@@ -349,11 +347,11 @@ func (n *Node) SetMasterHint(db string, id int, hint MasterHint) {
 // notMaster is ErrNotMaster for partition db/id, naming the master when
 // this node is its slave and knows it. The caller holds e.mu (shared).
 func notMaster(db string, id int, e *partRole) error {
-	err := fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
 	if e != nil && e.role == Slave && e.master.URL != "" {
-		return &NotMasterError{Hint: e.master, Err: err}
+		h := e.master
+		return &NotMasterError{Hint: h, Err: fmt.Errorf("partition %s/%d: %w (its master is %s, generation %d)", db, id, ErrNotMaster, h.ID, h.Generation)}
 	}
-	return err
+	return fmt.Errorf("partition %s/%d: %w", db, id, ErrNotMaster)
 }
 
 // Role returns this node's role for a partition.

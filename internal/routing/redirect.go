@@ -40,13 +40,13 @@ func (s redirecting) named(err error) node.Service {
 	if url, ok := s.t.Nodes[nm.Hint.ID]; !ok || url != nm.Hint.URL {
 		return nil
 	}
+	s.v.toNamed.Add(1)
 	return s.v.service(s.t, nm.Hint.ID, nm.Hint.URL)
 }
 
-// redirect makes call to the table's master and, as redirecting says, to
-// another node.
-func redirect[R any](s redirecting, call func(node.Service) (R, error)) (R, error) {
-	res, err := call(s.Service)
+// redirect makes call, which the table's master answered with res and
+// err, to another node as redirecting says.
+func redirect[R any](s redirecting, res R, err error, call func(node.Service) (R, error)) (R, error) {
 	if m := s.named(err); m != nil {
 		return call(m)
 	}
@@ -61,6 +61,7 @@ func redirect[R any](s redirecting, call func(node.Service) (R, error)) (R, erro
 		if !ok {
 			continue
 		}
+		s.v.toSlaves.Add(1)
 		r, serr := call(s.v.service(s.t, id, url))
 		if m := s.named(serr); m != nil {
 			return call(m)
@@ -74,19 +75,35 @@ func redirect[R any](s redirecting, call func(node.Service) (R, error)) (R, erro
 }
 
 func (s redirecting) Get(ctx context.Context, req node.GetRequest) (*node.Item, error) {
-	return redirect(s, func(n node.Service) (*node.Item, error) { return n.Get(ctx, req) })
+	res, err := s.Service.Get(ctx, req)
+	if err == nil {
+		return res, nil
+	}
+	return redirect(s, res, err, func(n node.Service) (*node.Item, error) { return n.Get(ctx, req) })
 }
 
 func (s redirecting) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
-	return redirect(s, func(n node.Service) ([]*node.Item, error) { return n.MultiGet(ctx, req) })
+	res, err := s.Service.MultiGet(ctx, req)
+	if err == nil {
+		return res, nil
+	}
+	return redirect(s, res, err, func(n node.Service) ([]*node.Item, error) { return n.MultiGet(ctx, req) })
 }
 
 func (s redirecting) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {
-	return redirect(s, func(n node.Service) (*node.ScanResult, error) { return n.Scan(ctx, req) })
+	res, err := s.Service.Scan(ctx, req)
+	if err == nil {
+		return res, nil
+	}
+	return redirect(s, res, err, func(n node.Service) (*node.ScanResult, error) { return n.Scan(ctx, req) })
 }
 
 func (s redirecting) Write(ctx context.Context, req node.WriteRequest) (*node.WriteResult, error) {
-	return redirect(s, func(n node.Service) (*node.WriteResult, error) { return n.Write(ctx, req) })
+	res, err := s.Service.Write(ctx, req)
+	if err == nil {
+		return res, nil
+	}
+	return redirect(s, res, err, func(n node.Service) (*node.WriteResult, error) { return n.Write(ctx, req) })
 }
 
 // Addr, InProcess and Quiet are the table's master's (see reporting).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,6 +29,16 @@ type RoutingView struct {
 	local  map[string]node.Service
 	cli    *clientv3.Client
 	prefix string
+	// Requests sent elsewhere than the table's master (redirecting): to
+	// the master a slave named, to the table's slaves.
+	toNamed, toSlaves atomic.Uint64
+}
+
+// RedirectStats counts requests sent elsewhere than the table's master:
+// to the master a slave named, and to the table's slaves after the
+// master could not be reached while cut off from etcd.
+func (v *RoutingView) RedirectStats() (named, slaves uint64) {
+	return v.toNamed.Load(), v.toSlaves.Load()
 }
 
 // WatchRouting loads the routing tables and follows them until ctx ends.

@@ -381,6 +381,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 		s.Router, s.view = router.New(s.reg, plans, view, opts.Router, opts.Logger), view
+		s.Metrics.RegisterRedirects(view.RedirectStats)
 		relays := topo.WatchRelays(vctx, s.cli, opts.Prefix)
 		remotes := &node.Remotes{MaxVersion: opts.ProtocolVersion}
 		s.stop = append(s.stop, func() { cancel(); <-relays.Done(); remotes.Close() })
