@@ -37,6 +37,7 @@ var Faults = []string{
 	"kill-two",        // kill -9 two storage nodes together, restart both
 	"kill-relay",      // kill -9 the relay, restart it
 	"isolate-relay",   // cut the relay off from etcd and from the slaves past its lease; it keeps running
+	"pause-relay",     // SIGSTOP the relay past its lease, then SIGCONT
 	"kill-controller", // kill -9 the leading controller, restart it
 	"kill-router",     // kill -9 a router, restart it
 	"restart-etcd",    // kill -9 etcd, restart it
@@ -154,6 +155,14 @@ func (n *Nemesis) Run(kind string) error {
 		time.Sleep(hold)
 		f.Heal = time.Now()
 		c.RestartNode("relay")
+	case "pause-relay":
+		// Its streams fall silent, as when it is cut off, but its
+		// connections stay open and what it was sending arrives late.
+		f.Target = "relay"
+		c.Relay.Pause()
+		time.Sleep(hold)
+		f.Heal = time.Now()
+		c.Relay.Resume()
 	case "isolate-relay":
 		// Slaves' log streams hang: they must give up on the relay and
 		// read their masters' logs (semi-sync writes wait meanwhile).
