@@ -111,13 +111,22 @@ func (c *procCluster) do(method, path, body string, want int) {
 	}
 }
 
-// put writes {"v":v} to key k of table T with a Request-Timeout and
+// put writes {"v":v} to key k of table T through the cluster's router
+// with a Request-Timeout (putVia).
+func (c *procCluster) put(k, v, timeout string) (int, string) {
+	return putVia(c.router.URL, k, v, timeout)
+}
+
+// putVia writes {"v":v} to key k of table T of database d through the
+// router at base, with a Request-Timeout unless timeout is empty, and
 // returns the status and body (status 0 and the error when there was no
 // answer).
-func (c *procCluster) put(k, v, timeout string) (int, string) {
-	req, _ := http.NewRequest("PUT", c.router.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+func putVia(base, k, v, timeout string) (int, string) {
+	req, _ := http.NewRequest("PUT", base+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Request-Timeout", timeout)
+	if timeout != "" {
+		req.Header.Set("Request-Timeout", timeout)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err.Error()

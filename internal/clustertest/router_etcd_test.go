@@ -75,17 +75,9 @@ func TestStaleRouterFollowsTheMaster(t *testing.T) {
 	acked := map[string]string{}
 	var last string
 	put := func(k, v string) bool {
-		req, _ := http.NewRequest("PUT", r2.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			last = err.Error()
-			return false
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		last = fmt.Sprintf("%d %s", resp.StatusCode, b)
-		if resp.StatusCode/100 == 2 {
+		st, body := putVia(r2.URL, k, v, "")
+		last = fmt.Sprintf("%d %s", st, body)
+		if st/100 == 2 {
 			acked[k] = v
 			return true
 		}

@@ -56,13 +56,9 @@ func redirect[R any](s redirecting, res R, err error, call func(node.Service) (R
 	if _, lapsed := s.v.RegistrationLapsed(); !lapsed {
 		return res, err
 	}
-	for _, id := range s.t.Partitions[s.part].Replicas[1:] {
-		url, ok := s.t.Nodes[id]
-		if !ok {
-			continue
-		}
+	for _, slave := range s.v.slavesOf(s.t, s.part) {
 		s.v.toSlaves.Add(1)
-		r, serr := call(s.v.service(s.t, id, url))
+		r, serr := call(slave)
 		if m := s.named(serr); m != nil {
 			return call(m)
 		}
@@ -116,9 +112,4 @@ func (s redirecting) Addr() string {
 
 func (s redirecting) InProcess() bool { return node.IsInProcess(s.Service) }
 
-func (s redirecting) Quiet() time.Duration {
-	if q, ok := s.Service.(interface{ Quiet() time.Duration }); ok {
-		return q.Quiet()
-	}
-	return 0
-}
+func (s redirecting) Quiet() time.Duration { return quietOf(s.Service) }

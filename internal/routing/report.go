@@ -180,8 +180,11 @@ func (s reporting) Addr() string { return s.id }
 func (s reporting) InProcess() bool { return node.IsInProcess(s.Service) }
 
 // Quiet is the node's (node.Remote.Quiet).
-func (s reporting) Quiet() time.Duration {
-	if q, ok := s.Service.(interface{ Quiet() time.Duration }); ok {
+func (s reporting) Quiet() time.Duration { return quietOf(s.Service) }
+
+// quietOf is how long s has been silent, if it says (node.Remote.Quiet).
+func quietOf(s node.Service) time.Duration {
+	if q, ok := s.(interface{ Quiet() time.Duration }); ok {
 		return q.Quiet()
 	}
 	return 0

@@ -112,7 +112,11 @@ func (v *RoutingView) Table(db string) *topo.RoutingTable {
 // Slaves returns a partition's slaves, in the routing table's order (for
 // reads that accept staleness when the master cannot answer).
 func (v *RoutingView) Slaves(db string, part int) []node.Service {
-	t := v.Table(db)
+	return v.slavesOf(v.Table(db), part)
+}
+
+// slavesOf is a partition's slaves in table t that t knows an address of.
+func (v *RoutingView) slavesOf(t *topo.RoutingTable, part int) []node.Service {
 	if t == nil || part < 0 || part >= len(t.Partitions) {
 		return nil
 	}
