@@ -71,6 +71,10 @@ type Options struct {
 	// not, between MinInFlight (default 8) and MaxInFlight.
 	Adaptive    bool
 	MinInFlight int
+	// MaxParked bounds the requests that gave their slot back while they
+	// wait on other processes (Park; default 16 × MaxInFlight, negative:
+	// none may). One parked past the bound keeps its slot.
+	MaxParked int
 }
 
 // Defaults.
@@ -99,6 +103,7 @@ type Limiter struct {
 
 	mu       sync.Mutex
 	inFlight int
+	parked   int // requests that gave their slot back (Park)
 	waiting  [classes][]*waiter
 	queued   int
 	// emptied is when the queue was last empty (it has not been since,
@@ -135,6 +140,9 @@ func New(o Options) *Limiter {
 	}
 	if o.MinInFlight <= 0 {
 		o.MinInFlight = min(8, max(1, o.MaxInFlight))
+	}
+	if o.MaxParked == 0 {
+		o.MaxParked = 16 * max(o.MaxInFlight, 1)
 	}
 	l := &Limiter{opts: o, now: time.Now}
 	l.grad.limit = float64(o.MaxInFlight)
@@ -330,6 +338,7 @@ func (l *Limiter) queueLimitLocked() int {
 // Stats is a limiter's state and counters.
 type Stats struct {
 	InFlight, Queued  int
+	Parked            int // in progress without a slot (Park)
 	Limit, QueueLimit int
 	// QueueAge is how long the queue has not been empty (0 when it is):
 	// past the queue timeout, the process is overloaded and waits are
@@ -347,6 +356,7 @@ func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s.InFlight, s.Queued, s.Limit, s.QueueLimit = l.inFlight, l.queued, l.limitLocked(), l.queueLimitLocked()
+	s.Parked = l.parked
 	if l.queued > 0 {
 		s.QueueAge = l.now().Sub(l.emptied)
 	}

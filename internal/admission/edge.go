@@ -121,7 +121,8 @@ func Middleware(l *Limiter, d Deadlines, q *Quotas, classify func(*http.Request)
 // slot of l as interactive requests, refused as codes.ResourceExhausted
 // when there is none. Replication's calls (acknowledgements, status,
 // checksums) are not admitted through l: holding them back would stall
-// the writes waiting for them.
+// the writes waiting for them. A call waiting on replicas may give its
+// slot back (Park).
 func UnaryInterceptor(l *Limiter, expired *atomic.Uint64) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if ctx.Err() != nil {
@@ -139,7 +140,8 @@ func UnaryInterceptor(l *Limiter, expired *atomic.Uint64) grpc.UnaryServerInterc
 			}
 			return nil, status.Error(codes.ResourceExhausted, "storage node overloaded: at its limit of calls in progress and queued")
 		}
-		defer release()
+		ctx, end := l.Hold(ctx, release)
+		defer end()
 		return handler(ctx, req)
 	}
 }

@@ -556,6 +556,71 @@ func TestSlaveLeavesSilentRelay(t *testing.T) {
 	c.verify(acked)
 }
 
+// Semi-sync writes waiting on a silent relay give their storage node's
+// slots back: the node still serves other work meanwhile. Before, they
+// held every slot (its limit shrinking as they waited), the node refused
+// all else as overloaded, and writes to its other partitions could not
+// commit — so their slaves saw no master ahead of them and stayed on the
+// silent relay for 5 s (the pause-relay fault's worst partitions).
+func TestWaitingOnReplicasHoldsNoSlots(t *testing.T) {
+	limit := []string{"--node-max-in-flight", "4", "--node-adaptive=false"}
+	c := startProcClusterWith(t, 3, 1, map[string][]string{"s0": limit, "s1": limit, "s2": limit})
+	acked := map[string]string{}
+	c.awaitSlavesOnRelay(acked)
+	master := c.storage[c.table().Partitions[0].Replicas[0]]
+	if err := Cut(c.relayProxy); err != nil {
+		t.Fatal(err)
+	}
+	// Six writes wait for a slave to leave the relay (about 1.5 s), more
+	// than the master's four slots.
+	type result struct {
+		k       string
+		st      int
+		body    string
+		settled time.Time
+	}
+	results := make(chan result, 6)
+	for i := range 6 {
+		k := fmt.Sprintf("waiting%d", i)
+		go func() {
+			st, body := c.put(k, "1", "30s")
+			results <- result{k, st, body, time.Now()}
+		}()
+	}
+	busy := func() float64 {
+		return metric(t, master.URL, "cortado_admission_in_flight") + metric(t, master.URL, "cortado_admission_parked")
+	}
+	await(t, 10*time.Second, "the writes to reach the master", func() bool { return busy() >= 4 })
+	req, _ := http.NewRequest("GET", c.router.URL+"/d/T/probe1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	read := time.Now()
+	if resp.StatusCode != 200 {
+		t.Fatalf("a read while writes wait on replicas: %d %s", resp.StatusCode, b)
+	}
+	if parked := metric(t, master.URL, "cortado_admission_parked"); parked == 0 {
+		t.Errorf("no write parked")
+	}
+	for range 6 {
+		r := <-results
+		if r.st != 200 && r.st != 201 {
+			t.Fatalf("write %s while the relay was cut: %d %s", r.k, r.st, r.body)
+		}
+		if !r.settled.After(read) {
+			t.Errorf("write %s was acknowledged before the read: it did not wait on the relay", r.k)
+		}
+		acked[r.k] = "1"
+	}
+	if err := Mend(c.relayProxy); err != nil {
+		t.Fatal(err)
+	}
+	c.verify(acked)
+}
+
 // metric reads a counter or gauge from a process's /metrics: the sum of
 // its series, whatever their labels.
 func metric(t *testing.T, base, name string) float64 {

@@ -12,6 +12,7 @@ import (
 var (
 	descInFlight = prometheus.NewDesc("cortado_admission_in_flight", "Requests in progress, by edge (http: the document API; rpc: a storage node's internal API).", []string{"edge"}, nil)
 	descLimit    = prometheus.NewDesc("cortado_admission_limit", "Requests that may be in progress now, by edge (a storage node's follows latency).", []string{"edge"}, nil)
+	descParked   = prometheus.NewDesc("cortado_admission_parked", "Requests in progress that gave their slot back while they wait on other processes (a storage node's semi-sync writes and fresh reads waiting for replicas), by edge.", []string{"edge"}, nil)
 	descQueued   = prometheus.NewDesc("cortado_admission_queued", "Requests waiting for a slot, by edge.", []string{"edge"}, nil)
 	descQueueCap = prometheus.NewDesc("cortado_admission_queue_limit", "Requests that may wait for a slot now, by edge (sized from the most completed in one second of the last ten, unless fixed).", []string{"edge"}, nil)
 	descQueueAge = prometheus.NewDesc("cortado_admission_queue_age_seconds", "How long the queue has not been empty, by edge (0: empty). Past the queue timeout (--queue-timeout) the queue stands: the edge is past its capacity, requests wait at most --standing-timeout, the newest first.", []string{"edge"}, nil)
@@ -51,7 +52,7 @@ func (c *admissionCollector) add(s admissionSource) {
 }
 
 func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descLimit, descQueued, descQueueCap, descQueueAge, descAdmitted, descRejected, descExpired} {
+	for _, d := range []*prometheus.Desc{descInFlight, descParked, descLimit, descQueued, descQueueCap, descQueueAge, descAdmitted, descRejected, descExpired} {
 		ch <- d
 	}
 }
@@ -63,6 +64,7 @@ func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, src := range sources {
 		s := src.l.Stats()
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), src.edge)
+		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(s.Parked), src.edge)
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Queued), src.edge)
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(s.Limit), src.edge)
 		ch <- prometheus.MustNewConstMetric(descQueueCap, prometheus.GaugeValue, float64(s.QueueLimit), src.edge)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
@@ -199,6 +200,9 @@ func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, time
 			t := time.NewTimer(timeout)
 			defer t.Stop()
 			timer = t.C
+			// The wait is on other processes: this node's slot goes to
+			// other work meanwhile (admission.Park).
+			admission.Park(ctx)
 		}
 		select {
 		case <-ch:
