@@ -323,3 +323,42 @@ func TestChangeStreamRollback(t *testing.T) {
 	t.Logf("rollbacks %v", rollbacks)
 	c.verify(acked)
 }
+
+// A router's change stream leaves a relay that falls silent while the
+// master moves on, as a slave does, rather than after 5 s of missed
+// heartbeats.
+func TestChangeStreamLeavesSilentRelay(t *testing.T) {
+	c := startProcCluster(t, 3, 1)
+	acked := map[string]string{}
+	await(t, 30*time.Second, "a first write", func() bool { st, _ := c.put("first", "1", "5s"); return st == 201 || st == 200 })
+	acked["first"] = "1"
+	c.awaitSlavesOnRelay(acked)
+	cons := newConsumer(t, c.router.URL, "beginning", 1, 1<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); cons.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	await(t, 30*time.Second, "the consumer to hold the first write", func() bool { return cons.state()["first"] == "1" })
+	left := func(reason string) float64 {
+		return metric(t, c.router.URL, `cortado_changes_relay_left_total{reason="`+reason+`"}`)
+	}
+	if n := left("behind") + left("failed"); n != 0 {
+		t.Fatalf("the stream left the relay %v times before it was cut", n)
+	}
+	if err := Cut(c.relayProxy); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := c.put("cut", "1", "30s"); st != 201 && st != 200 {
+		t.Fatalf("a write with the relay cut off: %d %s", st, body)
+	}
+	acked["cut"] = "1"
+	await(t, 30*time.Second, "the consumer to get the write made with the relay cut off", func() bool { return cons.state()["cut"] == "1" })
+	if behind, failed := left("behind"), left("failed"); behind == 0 {
+		t.Fatalf("the stream left the silent relay %v times as behind, %v as failed: want behind", behind, failed)
+	}
+	if err := Mend(c.relayProxy); err != nil {
+		t.Fatal(err)
+	}
+	cons.awaitEqual(c.router.URL, acked)
+	c.verify(acked)
+}

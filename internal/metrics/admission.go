@@ -110,6 +110,16 @@ func (m *Metrics) RegisterRedirects(stats func() (named, slaves uint64)) {
 	)
 }
 
+// RegisterChangeRelayLeft exports a router's change-stream reads that
+// left a relay (routing.ChangeSources.RelayLeftStats).
+func (m *Metrics) RegisterChangeRelayLeft(stats func() (behind, failed uint64)) {
+	const name, help = "cortado_changes_relay_left_total", "Times a router's change stream stopped reading a partition through a relay and read its master for 5 s, by reason: behind (the relay fell silent while the master moved on), failed (its read failed, or stayed silent 5 s)."
+	m.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"reason": "behind"}}, func() float64 { n, _ := stats(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"reason": "failed"}}, func() float64 { _, n := stats(); return float64(n) }),
+	)
+}
+
 var descHedges = prometheus.NewDesc("cortado_hedged_reads_total", "Hedged reads (reads that accept a slave's answer, sent to a slave too when the master is slow): sent, won (the slave answered first), denied (the destination's per-host budget was spent).", []string{"result"}, nil)
 
 // RegisterHedges exports a router's hedged reads.

@@ -296,17 +296,15 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 	if acker == nil {
 		acker, _ = o.Source.(Acker)
 	}
-	var quiet *quietness
+	var quiet *Quietness
 	if o.Master != nil {
 		// Through a relay: a relay that goes silent while the master
 		// moves on ends the stream, and the slave reads the master.
 		var stop context.CancelCauseFunc
 		ctx, stop = context.WithCancelCause(ctx)
-		quiet = &quietness{}
-		quiet.heard()
-		var wg sync.WaitGroup
-		wg.Go(func() { n.watchRelay(ctx, stop, p, db, id, o.Master, quiet) })
-		defer func() { stop(nil); wg.Wait() }()
+		quiet = NewQuietness()
+		unwatch := WatchRelay(ctx, o.Master, db, id, p.SCN, quiet, func() { stop(ErrRelayBehind) })
+		defer func() { stop(nil); unwatch() }()
 	}
 	for ctx.Err() == nil {
 		// The first answer does not wait: it tells at once whether the
@@ -315,8 +313,8 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 		req := LogRequest{DB: db, Partition: id, After: p.SCN(), Ack: o.Master == nil, Replica: o.Replica}
 		err := streamLog(ctx, o.Source, req, func(res *LogResult) error {
 			if quiet != nil {
-				quiet.busy.Store(true)
-				defer quiet.heard()
+				quiet.Handling()
+				defer quiet.Heard()
 			}
 			e.heardFromMaster()
 			if res.Diverged {
@@ -374,56 +372,116 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 // on a relay cut off from its slaves.
 const relayDoubt = logHeartbeat * 3 / 2
 
-// ErrRelayBehind ends a slave's Follow through a relay whose stream was
-// silent for relayDoubt while the master held commits the slave lacked:
-// the slave reads the master instead.
+// ErrRelayBehind ends a read through a relay (a slave's Follow, a
+// router's change stream) whose stream was silent for relayDoubt while
+// the master held commits the reader lacked: it reads the master instead.
 var ErrRelayBehind = fmt.Errorf("the relay's stream was silent for %v while the master held newer commits", relayDoubt)
 
-// quietness is how long a relay's stream has been silent: since its last
-// answer, not counting the time the slave spends applying one.
-type quietness struct {
+// Quietness is how long a relay's stream has been silent: since its last
+// answer, not counting the time its reader spends handling one.
+type Quietness struct {
 	last atomic.Int64 // unix nanoseconds
 	busy atomic.Bool
 }
 
-func (q *quietness) heard() {
+// NewQuietness starts counting now.
+func NewQuietness() *Quietness {
+	q := &Quietness{}
+	q.Heard()
+	return q
+}
+
+// Handling says an answer came and is being handled.
+func (q *Quietness) Handling() { q.busy.Store(true) }
+
+// Heard says an answer was handled: the silence starts now.
+func (q *Quietness) Heard() {
 	q.last.Store(time.Now().UnixNano())
 	q.busy.Store(false)
 }
 
-func (q *quietness) silent() time.Duration {
+// Silent is how long the stream has been silent (0 while an answer is
+// being handled).
+func (q *Quietness) Silent() time.Duration {
 	if q.busy.Load() {
 		return 0
 	}
 	return time.Since(time.Unix(0, q.last.Load()))
 }
 
-// watchRelay asks the master for its newest commit when the relay's
-// stream has been silent for relayDoubt (and at most once a relayDoubt),
-// and ends the stream (stop, with ErrRelayBehind) when the master holds
-// commits this replica lacks. The question acknowledges nothing.
-func (n *Node) watchRelay(ctx context.Context, stop context.CancelCauseFunc, p *storage.Partition, db string, id int, master Acker, q *quietness) {
-	tick := time.NewTicker(logHeartbeat / 4)
-	defer tick.Stop()
-	var asked time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if q.silent() < relayDoubt || time.Since(asked) < relayDoubt {
-			continue
-		}
-		asked = time.Now()
-		actx, cancel := context.WithTimeout(ctx, logHeartbeat)
-		res, err := master.Ack(actx, AckRequest{DB: db, Partition: id, SCN: p.SCN()})
-		cancel()
-		if err == nil && p.SCN().Less(res.Head) {
-			stop(ErrRelayBehind)
-			return
+// WatchRelay watches a relay's stream of a partition for its reader (a
+// slave, or a router's change stream) until the returned stop: when the
+// stream has been silent for relayDoubt (asking at most once a
+// relayDoubt), it asks the master for its newest commit, and calls behind
+// (once) when the master holds one after at() — what the reader has — so
+// that the reader can read the master instead. The question acknowledges
+// nothing; it is bounded by ctx and logHeartbeat.
+//
+// It holds no goroutine between checks: a timer fires at most once a
+// relayDoubt (a working relay answers every logHeartbeat, so the stream
+// is seldom silent that long). stop returns once no check runs.
+func WatchRelay(ctx context.Context, master Acker, db string, id int, at func() storage.SCN, q *Quietness, behind func()) (stop func()) {
+	w := &relayWatch{ctx: ctx, master: master, db: db, id: id, at: at, q: q, behind: behind}
+	w.mu.Lock()
+	w.t = time.AfterFunc(relayDoubt, w.check)
+	w.mu.Unlock()
+	return w.stop
+}
+
+type relayWatch struct {
+	ctx    context.Context
+	master Acker
+	db     string
+	id     int
+	at     func() storage.SCN
+	q      *Quietness
+	behind func()
+	asked  time.Time // guarded by the timer: one check at a time
+
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+	running sync.WaitGroup // a check in progress
+}
+
+func (w *relayWatch) check() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.running.Add(1)
+	w.mu.Unlock()
+	defer w.running.Done()
+	next := relayDoubt - w.q.Silent()
+	if next <= 0 {
+		if since := time.Since(w.asked); since < relayDoubt {
+			next = relayDoubt - since
+		} else {
+			w.asked = time.Now()
+			actx, cancel := context.WithTimeout(w.ctx, logHeartbeat)
+			res, err := w.master.Ack(actx, AckRequest{DB: w.db, Partition: w.id, SCN: w.at()})
+			cancel()
+			if err == nil && w.at().Less(res.Head) {
+				w.behind()
+				return
+			}
+			next = relayDoubt
 		}
 	}
+	w.mu.Lock()
+	if !w.stopped && w.ctx.Err() == nil {
+		w.t.Reset(next)
+	}
+	w.mu.Unlock()
+}
+
+func (w *relayWatch) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.t.Stop()
+	w.mu.Unlock()
+	w.running.Wait()
 }
 
 // truncate undoes this replica's commits after keep, reporting them, or

@@ -2,11 +2,14 @@ package routing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
@@ -16,16 +19,23 @@ import (
 // resumes on another), from the partition's master when there is none
 // or every relay failed a read within relayPause (a relay that is
 // registered but unreachable must not stall the streams, as it does not
-// stall slaves); snapshots from the master.
+// stall slaves); snapshots from the master. A relay whose stream falls
+// silent while the partition's master moves on counts as failed too, as
+// it does for a slave (node.WatchRelay): a relay cut off, or paused, is
+// left in about 1.5 s rather than after 5 s of missed heartbeats.
 type ChangeSources struct {
 	view    *RoutingView
 	relays  *topo.RelayWatch
 	remotes *node.Remotes
 
+	// behind and failed count reads that left a relay: it fell silent
+	// while the master moved on, or its read failed.
+	behind, failed atomic.Uint64
+
 	mu    sync.Mutex
 	turns map[string]int
-	// failed holds, by relay URL, until when reads skip the relay.
-	failed map[string]time.Time
+	// failedAt holds, by relay URL, until when reads skip the relay.
+	failedAt map[string]time.Time
 	// logs and snaps are relays and storage nodes of this process, by
 	// URL, read without the wire (CallLocally).
 	logs  map[string]node.LogSource
@@ -43,7 +53,7 @@ func (s *ChangeSources) CallLocally(logs map[string]node.LogSource, snaps map[st
 
 // NewChangeSources reads through relays (with remotes) and view.
 func NewChangeSources(view *RoutingView, relays *topo.RelayWatch, remotes *node.Remotes) *ChangeSources {
-	return &ChangeSources{view: view, relays: relays, remotes: remotes, turns: map[string]int{}, failed: map[string]time.Time{}}
+	return &ChangeSources{view: view, relays: relays, remotes: remotes, turns: map[string]int{}, failedAt: map[string]time.Time{}}
 }
 
 // relayPause is how long, after a relay failed a read, change streams
@@ -72,7 +82,7 @@ func (s *ChangeSources) relay(db string, part int) node.LogSource {
 		turn := s.turns[k]
 		s.turns[k] = turn + 1
 		url := urls[turn%len(urls)]
-		if now.Before(s.failed[url]) {
+		if now.Before(s.failedAt[url]) {
 			continue
 		}
 		if local := s.logs[url]; local != nil {
@@ -83,10 +93,22 @@ func (s *ChangeSources) relay(db string, part int) node.LogSource {
 	return nil
 }
 
-func (s *ChangeSources) relayFailed(url string) {
+func (s *ChangeSources) relayFailed(url string, behind bool) {
+	if behind {
+		s.behind.Add(1)
+	} else {
+		s.failed.Add(1)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failed[url] = time.Now().Add(relayPause)
+	s.failedAt[url] = time.Now().Add(relayPause)
+}
+
+// RelayLeftStats counts the change streams' reads that left a relay:
+// behind (it fell silent while the master moved on), failed (its read
+// failed, or stayed silent for 5 s).
+func (s *ChangeSources) RelayLeftStats() (behind, failed uint64) {
+	return s.behind.Load(), s.failed.Load()
 }
 
 // relayLog is a relay's log that tells its ChangeSources when reading it
@@ -101,19 +123,42 @@ type relayLog struct {
 func (r *relayLog) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
 	res, err := r.src.Log(ctx, req)
 	if err != nil && ctx.Err() == nil {
-		r.s.relayFailed(r.url)
+		r.s.relayFailed(r.url, false)
 	}
 	return res, err
 }
 
+// StreamLog streams the relay's log, watched as a slave watches it
+// (node.WatchRelay) when the partition's master is known: a stream
+// silent for 1.5 s while the master holds newer commits ends with
+// node.ErrRelayBehind, and the relay is skipped as a failed one is.
 func (r *relayLog) StreamLog(ctx context.Context, req node.LogRequest, fn func(*node.LogResult) error) error {
+	quiet := node.NewQuietness()
+	wctx, stop := context.WithCancelCause(ctx)
+	unwatch := func() {}
+	defer func() { stop(nil); unwatch() }()
+	var at atomic.Pointer[storage.SCN] // the newest commit the reader has
+	at.Store(&req.After)
+	if master, err := r.s.master(req.DB, req.Partition); err == nil {
+		unwatch = node.WatchRelay(wctx, master, req.DB, req.Partition, func() storage.SCN { return *at.Load() }, quiet, func() { stop(node.ErrRelayBehind) })
+	}
 	var fnErr error
-	err := r.src.StreamLog(ctx, req, func(res *node.LogResult) error {
+	err := r.src.StreamLog(wctx, req, func(res *node.LogResult) error {
+		quiet.Handling()
+		defer quiet.Heard()
+		if n := len(res.Commits); n > 0 {
+			scn := res.Commits[n-1].SCN
+			at.Store(&scn)
+		}
 		fnErr = fn(res)
 		return fnErr
 	})
+	if cause := context.Cause(wctx); errors.Is(cause, node.ErrRelayBehind) && ctx.Err() == nil {
+		r.s.relayFailed(r.url, true)
+		return fmt.Errorf("relay %s, partition %s/%d: %w", r.url, req.DB, req.Partition, cause)
+	}
 	if err != nil && fnErr == nil && ctx.Err() == nil {
-		r.s.relayFailed(r.url)
+		r.s.relayFailed(r.url, false)
 	}
 	return err
 }

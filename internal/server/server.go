@@ -386,6 +386,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		remotes := &node.Remotes{MaxVersion: opts.ProtocolVersion}
 		s.stop = append(s.stop, func() { cancel(); <-relays.Done(); remotes.Close() })
 		sources := routing.NewChangeSources(view, relays, remotes)
+		s.Metrics.RegisterChangeRelayLeft(sources.RelayLeftStats)
 		if !opts.NoLocalCalls {
 			sources.CallLocally(s.localLogs, s.localSnaps)
 		}
