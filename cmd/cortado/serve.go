@@ -70,6 +70,7 @@ type roleFlags struct {
 	queueTimeout, standingTimeout  *time.Duration
 	requestTimeout                 *time.Duration
 	nodeMaxInFlight, nodeMaxQueue  *int
+	nodeMaxParked                  *int
 	hedge, nodeAdaptive, slowNodes *bool
 	stallCalls                     *int
 	stallAfter                     *time.Duration
@@ -111,6 +112,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 	if name == "serve" || name == "storage" {
 		f.nodeMaxInFlight = fs.Int("node-max-in-flight", admission.DefaultMaxInFlight, "internal calls a storage node serves at once; more wait in its queue (-1: no limit)")
 		f.nodeAdaptive = fs.Bool("node-adaptive", true, "let a storage node's limit of calls in progress follow latency (between 8 and --node-max-in-flight): it shrinks as calls queue")
+		f.nodeMaxParked = fs.Int("node-max-parked", 0, "internal calls that may give their slot back while they wait for replicas' acknowledgements (semi-sync writes, fresh reads on a master); one past it keeps its slot (0: 16 × --node-max-in-flight; -1: none, waits hold their slots)")
 		f.nodeMaxQueue = fs.Int("node-max-queue", 0, "internal calls that may wait for a storage node; more are refused as overloaded (0: the most calls it completed in one second of the last ten × the queue timeout, at least 256)")
 	}
 	if name == "serve" || name == "router" {
@@ -185,7 +187,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.Quotas = admission.QuotaOptions{Rate: *f.quotaRate, Burst: *f.quotaBurst}
 	}
 	if f.nodeMaxInFlight != nil {
-		o.NodeAdmission = admission.Options{MaxInFlight: *f.nodeMaxInFlight, MaxQueue: *f.nodeMaxQueue, Adaptive: *f.nodeAdaptive}
+		o.NodeAdmission = admission.Options{MaxInFlight: *f.nodeMaxInFlight, MaxQueue: *f.nodeMaxQueue, Adaptive: *f.nodeAdaptive, MaxParked: *f.nodeMaxParked}
 	}
 	if *f.etcdEndpoints != "" {
 		o.EtcdEndpoints = strings.Split(*f.etcdEndpoints, ",")
