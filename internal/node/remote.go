@@ -138,8 +138,16 @@ func newRemote(base string, maxVersion uint32, stall *stallGuard) *Remote {
 	conn, err := wire.Dial(r.base)
 	if err == nil {
 		r.conn, r.c = conn, wire.NewNodeClient(conn)
+		stall.ping = r.ping
 	}
 	return r
+}
+
+// ping asks the node whether it is alive (the stall guard's ping): Hello,
+// which no admission holds back.
+func (r *Remote) ping(ctx context.Context) error {
+	_, err := r.c.Hello(ctx, &wire.HelloRequest{MinVersion: wire.MinVersion, MaxVersion: r.maxV})
+	return err
 }
 
 // Quiet is how long the node has answered none of the document calls
@@ -150,12 +158,14 @@ func (r *Remote) Quiet() time.Duration { return r.stall.quiet() }
 // Addr is the node's URL.
 func (r *Remote) Addr() string { return r.base }
 
-// Close closes the connection.
+// Close closes the connection, and waits for the stall guard's ping.
 func (r *Remote) Close() error {
 	if r.conn == nil {
 		return nil
 	}
-	return r.conn.Close()
+	err := r.conn.Close()
+	r.stall.close()
+	return err
 }
 
 var _ Service = (*Remote)(nil)

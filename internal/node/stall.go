@@ -15,10 +15,15 @@ import (
 // until the router refuses everything else too.
 //
 // A node that has answered none of at least Calls document calls (reads
-// and writes) for After is stalled: the calls waiting on it
-// end as unavailable (a write's outcome unknown), new ones fail at once
-// as not delivered, and one call an After is let through as a probe;
-// any answer ends the stall.
+// and writes) for After, and does not answer a ping (its protocol's
+// Hello, which no admission holds back) within a quarter of After, is
+// stalled: the calls waiting on it end as unavailable (a write's outcome
+// unknown), new ones fail at once as not delivered, and one call an
+// After is let through as a probe; any answer ends the stall. A node
+// that answers the ping is alive and its calls wait on something else —
+// a master's semi-sync writes and fresh reads wait for its replicas'
+// acknowledgements, for 1.5 s when its relay falls silent — and ending
+// them would only turn writes about to succeed into unknown outcomes.
 //
 // The guard also bounds the calls in flight to one node (MaxCalls): a
 // call beyond it is refused at once as overloaded, not delivered. A
@@ -59,12 +64,19 @@ type stallGuard struct {
 	after    time.Duration
 	maxCalls int
 
+	// ping asks the node whether it is alive (nil: the silence of its
+	// calls alone stalls it); pings holds the one in flight.
+	ping  func(context.Context) error
+	pings sync.WaitGroup
+
 	mu      sync.Mutex
 	waiting map[uint64]context.CancelCauseFunc
 	next    uint64
 	since   time.Time // the last answer, or when the oldest waiting call began
 	stalled bool
 	probeAt time.Time
+	pinging bool
+	closed  bool // no more pings
 }
 
 func newStallGuard(o StallOptions) *stallGuard {
@@ -78,6 +90,46 @@ func newStallGuard(o StallOptions) *stallGuard {
 		o.MaxCalls = DefaultMaxCalls
 	}
 	return &stallGuard{calls: o.Calls, after: o.After, maxCalls: o.MaxCalls, waiting: map[uint64]context.CancelCauseFunc{}}
+}
+
+// silentLocked reports whether the node has answered none of at least
+// calls calls for after, and is not stalled yet.
+func (g *stallGuard) silentLocked(now time.Time) bool {
+	return !g.stalled && g.calls > 0 && len(g.waiting) >= g.calls && now.Sub(g.since) > g.after
+}
+
+// stallLocked makes the node stalled: the calls waiting on it end.
+func (g *stallGuard) stallLocked(now time.Time) {
+	g.stalled, g.probeAt = true, now.Add(g.after)
+	for _, cancel := range g.waiting {
+		cancel(errStalled)
+	}
+}
+
+// pingNode pings a silent node: an answer counts as one (the node is
+// alive); none within a quarter of after stalls it, if it is still
+// silent.
+func (g *stallGuard) pingNode() {
+	ctx, cancel := context.WithTimeout(context.Background(), max(g.after/4, 50*time.Millisecond))
+	err := g.ping(ctx)
+	cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pinging = false
+	now := time.Now()
+	if err == nil {
+		g.since = now
+	} else if g.silentLocked(now) {
+		g.stallLocked(now)
+	}
+}
+
+// close starts no more pings and waits for the one in flight.
+func (g *stallGuard) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.pings.Wait()
 }
 
 // quiet is how long the node has answered none of the calls waiting on it
@@ -97,10 +149,12 @@ func (g *stallGuard) quiet() time.Duration {
 func (g *stallGuard) begin(ctx context.Context, base string) (context.Context, func(error) error, error) {
 	now := time.Now()
 	g.mu.Lock()
-	if !g.stalled && g.calls > 0 && len(g.waiting) >= g.calls && now.Sub(g.since) > g.after {
-		g.stalled, g.probeAt = true, now.Add(g.after)
-		for _, cancel := range g.waiting {
-			cancel(errStalled)
+	if g.silentLocked(now) {
+		if g.ping == nil {
+			g.stallLocked(now)
+		} else if !g.pinging && !g.closed {
+			g.pinging = true
+			g.pings.Go(g.pingNode)
 		}
 	}
 	if g.maxCalls > 0 && len(g.waiting) >= g.maxCalls {

@@ -135,3 +135,54 @@ func TestStallGuardMaxCalls(t *testing.T) {
 		}
 	}
 }
+
+// A silent node that answers the ping is alive — its calls wait on
+// something else, such as replicas' acknowledgements — and is not
+// stalled; one that does not answer it is.
+func TestStallGuardPings(t *testing.T) {
+	for _, alive := range []bool{true, false} {
+		g := newStallGuard(StallOptions{Calls: 2, After: 200 * time.Millisecond}) // pings time out after 50 ms
+		pinged := make(chan struct{}, 4)
+		g.ping = func(ctx context.Context) error {
+			pinged <- struct{}{}
+			if alive {
+				return nil
+			}
+			<-ctx.Done() // a frozen process: no answer
+			return ctx.Err()
+		}
+		ctx := context.Background()
+		var waiting []context.Context
+		for range 2 {
+			c, _, err := g.begin(ctx, "n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting = append(waiting, c)
+		}
+		g.mu.Lock()
+		g.since = time.Now().Add(-2 * time.Hour)
+		g.mu.Unlock()
+		// Silent for two hours: the call that notices pings the node and
+		// is not refused meanwhile.
+		if _, _, err := g.begin(ctx, "n"); err != nil {
+			t.Fatalf("alive %v: the call that starts the ping: %v", alive, err)
+		}
+		<-pinged
+		g.close() // waits for the ping
+		g.mu.Lock()
+		stalled, quiet := g.stalled, time.Since(g.since)
+		g.mu.Unlock()
+		if stalled == alive {
+			t.Fatalf("alive %v: stalled %v", alive, stalled)
+		}
+		if alive && quiet > time.Minute {
+			t.Fatalf("an answered ping did not count as an answer: quiet %v", quiet)
+		}
+		for i, c := range waiting {
+			if (c.Err() != nil) == alive {
+				t.Fatalf("alive %v: waiting call %d ended: %v", alive, i, c.Err())
+			}
+		}
+	}
+}
