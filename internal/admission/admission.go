@@ -3,7 +3,9 @@
 // progress, a short bounded queue in front of them, shedding by priority
 // class (bulk first, then the change stream and snapshots, interactive
 // reads and writes last), and request deadlines. A request it refuses is
-// refused before anything reads its body.
+// refused before anything reads its body. A slot bounds a process's own
+// work: a request that goes on to wait for other processes (a storage
+// node's write waiting for its replicas) may give it back (Park).
 //
 // It never parses a request beyond its method, path and headers, never
 // blocks longer than a request's deadline or the queue timeout, and holds

@@ -43,6 +43,17 @@ func newConsumer(t *testing.T, url, since string, seed uint64, maxRun int) *cons
 	return &consumer{t: t, cl: client.New(url), rand: rand.New(rand.NewPCG(seed, 1)), maxRun: maxRun, ChangeLog: NewChangeLog(since)}
 }
 
+// startConsumer starts a consumer (newConsumer) running until the test
+// ends.
+func startConsumer(t *testing.T, url, since string, seed uint64, maxRun int) *consumer {
+	cons := newConsumer(t, url, since, seed, maxRun)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); cons.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return cons
+}
+
 func (c *consumer) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		n := 1 + c.rand.IntN(c.maxRun)
@@ -144,11 +155,7 @@ func (c *consumer) awaitEqual(router string, acked map[string]string) {
 func TestChangeStreamThroughFailover(t *testing.T) {
 	c := startProcCluster(t, 3, 4)
 	second := StartRole(t, "relay", "--etcd-endpoints", c.cli.Endpoints()[0], "--relay-id", "second", "--lease-ttl", "2")
-	cons := newConsumer(t, c.router.URL, "beginning", 1, 40)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); cons.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	cons := startConsumer(t, c.router.URL, "beginning", 1, 40)
 
 	w := c.startWriters(3)
 	awaitWrites(t, w, 100)
@@ -272,11 +279,7 @@ func TestChangeStreamRollback(t *testing.T) {
 	// Both slaves must read through the relay: what the master sent
 	// into a paused slave's socket would be applied on its resumption.
 	c.awaitSlavesOnRelay(acked)
-	cons := newConsumer(t, c.router.URL, "beginning", 1, 1<<20)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); cons.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	cons := startConsumer(t, c.router.URL, "beginning", 1, 1<<20)
 	await(t, 30*time.Second, "the consumer to hold the first writes", func() bool { return cons.state()["k4"] == "1" })
 
 	route := c.table().Partitions[0]
@@ -333,11 +336,7 @@ func TestChangeStreamLeavesSilentRelay(t *testing.T) {
 	await(t, 30*time.Second, "a first write", func() bool { st, _ := c.put("first", "1", "5s"); return st == 201 || st == 200 })
 	acked["first"] = "1"
 	c.awaitSlavesOnRelay(acked)
-	cons := newConsumer(t, c.router.URL, "beginning", 1, 1<<20)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); cons.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	cons := startConsumer(t, c.router.URL, "beginning", 1, 1<<20)
 	await(t, 30*time.Second, "the consumer to hold the first write", func() bool { return cons.state()["first"] == "1" })
 	left := func(reason string) float64 {
 		return metric(t, c.router.URL, `cortado_changes_relay_left_total{reason="`+reason+`"}`)
