@@ -15,9 +15,8 @@ import (
 // until the router refuses everything else too.
 //
 // A node that has answered none of at least Calls document calls (reads
-// and writes) for After, and does not answer a ping (its protocol's
-// Hello, which no admission holds back) within a quarter of After, is
-// stalled: the calls waiting on it end as unavailable (a write's outcome
+// and writes) for After, nor a ping (its protocol's Hello, which no
+// admission holds back) sent a quarter of After before, is stalled: the calls waiting on it end as unavailable (a write's outcome
 // unknown), new ones fail at once as not delivered, and one call an
 // After is let through as a probe; any answer ends the stall. A node
 // that answers the ping is alive and its calls wait on something else —
@@ -76,7 +75,11 @@ type stallGuard struct {
 	stalled bool
 	probeAt time.Time
 	pinging bool
-	closed  bool // no more pings
+	// unanswered is when the last ping that went unanswered was sent
+	// (zero once one is answered): after since, the node has been silent
+	// to it too.
+	unanswered time.Time
+	closed     bool // no more pings
 }
 
 func newStallGuard(o StallOptions) *stallGuard {
@@ -93,9 +96,33 @@ func newStallGuard(o StallOptions) *stallGuard {
 }
 
 // silentLocked reports whether the node has answered none of at least
-// calls calls for after, and is not stalled yet.
-func (g *stallGuard) silentLocked(now time.Time) bool {
-	return !g.stalled && g.calls > 0 && len(g.waiting) >= g.calls && now.Sub(g.since) > g.after
+// calls calls for d, and is not stalled yet.
+func (g *stallGuard) silentLocked(now time.Time, d time.Duration) bool {
+	return !g.stalled && g.calls > 0 && len(g.waiting) >= g.calls && now.Sub(g.since) > d
+}
+
+// pingWait is how long a ping may go unanswered: a quarter of after. The
+// ping goes out that long before after has passed, so that a frozen node
+// is stalled after after, as without pings.
+func (g *stallGuard) pingWait() time.Duration { return max(g.after/4, 50*time.Millisecond) }
+
+// checkLocked stalls the node, or pings it, when it has been silent for
+// long enough.
+func (g *stallGuard) checkLocked(now time.Time) {
+	if g.ping == nil {
+		if g.silentLocked(now, g.after) {
+			g.stallLocked(now)
+		}
+		return
+	}
+	if g.silentLocked(now, g.after) && g.unanswered.After(g.since) {
+		g.stallLocked(now) // silent to its calls and to a ping
+		return
+	}
+	if g.silentLocked(now, g.after-g.pingWait()) && !g.pinging && !g.closed && !g.unanswered.After(g.since) {
+		g.pinging = true
+		g.pings.Go(g.pingNode)
+	}
 }
 
 // stallLocked makes the node stalled: the calls waiting on it end.
@@ -110,18 +137,19 @@ func (g *stallGuard) stallLocked(now time.Time) {
 // alive); none within a quarter of after stalls it, if it is still
 // silent.
 func (g *stallGuard) pingNode() {
-	ctx, cancel := context.WithTimeout(context.Background(), max(g.after/4, 50*time.Millisecond))
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), g.pingWait())
 	err := g.ping(ctx)
 	cancel()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pinging = false
-	now := time.Now()
 	if err == nil {
-		g.since = now
-	} else if g.silentLocked(now) {
-		g.stallLocked(now)
+		g.since, g.unanswered = time.Now(), time.Time{}
+		return
 	}
+	g.unanswered = sent
+	g.checkLocked(time.Now())
 }
 
 // close starts no more pings and waits for the one in flight.
@@ -149,14 +177,7 @@ func (g *stallGuard) quiet() time.Duration {
 func (g *stallGuard) begin(ctx context.Context, base string) (context.Context, func(error) error, error) {
 	now := time.Now()
 	g.mu.Lock()
-	if g.silentLocked(now) {
-		if g.ping == nil {
-			g.stallLocked(now)
-		} else if !g.pinging && !g.closed {
-			g.pinging = true
-			g.pings.Go(g.pingNode)
-		}
-	}
+	g.checkLocked(now)
 	if g.maxCalls > 0 && len(g.waiting) >= g.maxCalls {
 		g.mu.Unlock()
 		return nil, nil, fmt.Errorf("storage node %s: %w (%w): %d calls to it are in flight already", base, ErrOverloaded, ErrNotDelivered, g.maxCalls)
