@@ -16,9 +16,10 @@ import (
 //
 // A node that has answered none of at least Calls document calls (reads
 // and writes) for After, nor a ping (its protocol's Hello, which no
-// admission holds back) sent a quarter of After before, is stalled: the calls waiting on it end as unavailable (a write's outcome
-// unknown), new ones fail at once as not delivered, and one call an
-// After is let through as a probe; any answer ends the stall. A node
+// admission holds back) sent a quarter of After before, is stalled: the
+// calls waiting on it end as unavailable (a write's outcome unknown), new
+// ones fail at once as not delivered, and one call an After is let
+// through as a probe; any answer ends the stall. A node
 // that answers the ping is alive and its calls wait on something else —
 // a master's semi-sync writes and fresh reads wait for its replicas'
 // acknowledgements, for 1.5 s when its relay falls silent — and ending
@@ -134,8 +135,8 @@ func (g *stallGuard) stallLocked(now time.Time) {
 }
 
 // pingNode pings a silent node: an answer counts as one (the node is
-// alive); none within a quarter of after stalls it, if it is still
-// silent.
+// alive); none within pingWait stalls it once it has been silent for
+// after (at once, or at the next call after that).
 func (g *stallGuard) pingNode() {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), g.pingWait())
