@@ -103,20 +103,27 @@ func (c fanOutCollector) Collect(ch chan<- prometheus.Metric) {
 // RegisterRedirects exports a router's requests sent elsewhere than its
 // routing table's master (routing.RoutingView.RedirectStats).
 func (m *Metrics) RegisterRedirects(stats func() (named, slaves uint64)) {
-	const name, help = "cortado_router_redirects_total", "Requests a router sent elsewhere than its routing table's master: to the master a slave named (its table was older), or to the table's slaves (the master was unreachable while the router was cut off from etcd)."
-	m.Registry.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"to": "named"}}, func() float64 { n, _ := stats(); return float64(n) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"to": "slaves"}}, func() float64 { _, n := stats(); return float64(n) }),
-	)
+	m.registerPair("cortado_router_redirects_total", "Requests a router sent elsewhere than its routing table's master: to the master a slave named (its table was older), or to the table's slaves (the master was unreachable while the router was cut off from etcd).",
+		"to", "named", "slaves", stats)
 }
 
 // RegisterChangeRelayLeft exports a router's change-stream reads that
 // left a relay (routing.ChangeSources.RelayLeftStats).
 func (m *Metrics) RegisterChangeRelayLeft(stats func() (behind, failed uint64)) {
-	const name, help = "cortado_changes_relay_left_total", "Times a router's change stream stopped reading a partition through a relay and read its master for 5 s, by reason: behind (the relay fell silent while the master moved on), failed (its read failed, or stayed silent 5 s)."
+	m.registerPair("cortado_changes_relay_left_total", "Times a router's change stream stopped reading a partition through a relay and read its master for 5 s, by reason: behind (the relay fell silent while the master moved on), failed (its read failed, or stayed silent 5 s).",
+		"reason", "behind", "failed", stats)
+}
+
+// registerPair exports the two counters stats returns as one metric,
+// told apart by label: first's value, then second's.
+func (m *Metrics) registerPair(name, help, label, first, second string, stats func() (uint64, uint64)) {
+	counter := func(value string, pick func(a, b uint64) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: value}},
+			func() float64 { return float64(pick(stats())) })
+	}
 	m.Registry.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"reason": "behind"}}, func() float64 { n, _ := stats(); return float64(n) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"reason": "failed"}}, func() float64 { _, n := stats(); return float64(n) }),
+		counter(first, func(a, _ uint64) uint64 { return a }),
+		counter(second, func(_, b uint64) uint64 { return b }),
 	)
 }
 

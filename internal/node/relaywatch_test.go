@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -43,11 +44,14 @@ func TestWatchRelay(t *testing.T) {
 	// Answers keep coming: the master is never asked.
 	talking := &askedMaster{head: storage.SCN{Gen: 1, Seq: 9}}
 	q := NewQuietness()
-	stop := WatchRelay(ctx, talking, "d", 0, at, q, func() { t.Error("left a relay that answers") })
+	watched, stop := WatchRelay(ctx, talking, "d", 0, at, q)
 	for range 25 {
 		time.Sleep(100 * time.Millisecond) // a relay answering every 100 ms
 		q.Handling()
 		q.Heard()
+	}
+	if err := context.Cause(watched); err != nil {
+		t.Errorf("left a relay that answers: %v", err)
 	}
 	stop()
 	if _, asks := talking.state(); asks != 0 {
@@ -56,8 +60,7 @@ func TestWatchRelay(t *testing.T) {
 
 	// Silent, the master no further: asked, and the reader stays.
 	m := &askedMaster{head: have}
-	behind := make(chan struct{}, 1)
-	stop = WatchRelay(ctx, m, "d", 0, at, NewQuietness(), func() { behind <- struct{}{} })
+	watched, stop = WatchRelay(ctx, m, "d", 0, at, NewQuietness())
 	defer stop()
 	deadline := time.Now().Add(10 * time.Second)
 	for _, asks := m.state(); asks == 0; _, asks = m.state() {
@@ -66,10 +69,8 @@ func TestWatchRelay(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	select {
-	case <-behind:
-		t.Fatal("left the relay while the master held nothing newer")
-	default:
+	if err := context.Cause(watched); err != nil {
+		t.Fatalf("left the relay while the master held nothing newer: %v", err)
 	}
 	// The master moves on: the next question finds it ahead.
 	m.mu.Lock()
@@ -77,7 +78,10 @@ func TestWatchRelay(t *testing.T) {
 	m.mu.Unlock()
 	start := time.Now()
 	select {
-	case <-behind:
+	case <-watched.Done():
+		if err := context.Cause(watched); !errors.Is(err, ErrRelayBehind) {
+			t.Fatalf("the watched stream ended with %v, want ErrRelayBehind", err)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("stayed on a silent relay while the master moved on")
 	}

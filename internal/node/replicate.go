@@ -300,11 +300,10 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 	if o.Master != nil {
 		// Through a relay: a relay that goes silent while the master
 		// moves on ends the stream, and the slave reads the master.
-		var stop context.CancelCauseFunc
-		ctx, stop = context.WithCancelCause(ctx)
 		quiet = NewQuietness()
-		unwatch := WatchRelay(ctx, o.Master, db, id, p.SCN, quiet, func() { stop(ErrRelayBehind) })
-		defer func() { stop(nil); unwatch() }()
+		var unwatch func()
+		ctx, unwatch = WatchRelay(ctx, o.Master, db, id, p.SCN, quiet)
+		defer unwatch()
 	}
 	for ctx.Err() == nil {
 		// The first answer does not wait: it tells at once whether the
@@ -410,32 +409,35 @@ func (q *Quietness) Silent() time.Duration {
 }
 
 // WatchRelay watches a relay's stream of a partition for its reader (a
-// slave, or a router's change stream) until the returned stop: when the
-// stream has been silent for relayDoubt (asking at most once a
-// relayDoubt), it asks the master for its newest commit, and calls behind
-// (once) when the master holds one after at() — what the reader has — so
-// that the reader can read the master instead. The question acknowledges
-// nothing; it is bounded by ctx and logHeartbeat.
+// slave, or a router's change stream), which reads it under watched:
+// when the stream has been silent for relayDoubt (asking at most once a
+// relayDoubt), it asks the master for its newest commit, and ends watched
+// with the cause ErrRelayBehind when the master holds one after at() —
+// what the reader has — so that the reader can read the master instead.
+// The question acknowledges nothing; it is bounded by ctx and
+// logHeartbeat.
 //
 // It holds no goroutine between checks: a timer fires at most once a
 // relayDoubt (a working relay answers every logHeartbeat, so the stream
-// is seldom silent that long). stop returns once no check runs.
-func WatchRelay(ctx context.Context, master Acker, db string, id int, at func() storage.SCN, q *Quietness, behind func()) (stop func()) {
-	w := &relayWatch{ctx: ctx, master: master, db: db, id: id, at: at, q: q, behind: behind}
+// is seldom silent that long). stop ends watched and returns once no
+// check runs.
+func WatchRelay(ctx context.Context, master Acker, db string, id int, at func() storage.SCN, q *Quietness) (watched context.Context, stop func()) {
+	watched, cancel := context.WithCancelCause(ctx)
+	w := &relayWatch{ctx: watched, cancel: cancel, master: master, db: db, id: id, at: at, q: q}
 	w.mu.Lock()
 	w.t = time.AfterFunc(relayDoubt, w.check)
 	w.mu.Unlock()
-	return w.stop
+	return watched, w.stop
 }
 
 type relayWatch struct {
-	ctx    context.Context
+	ctx    context.Context // watched
+	cancel context.CancelCauseFunc
 	master Acker
 	db     string
 	id     int
 	at     func() storage.SCN
 	q      *Quietness
-	behind func()
 	asked  time.Time // guarded by the timer: one check at a time
 
 	mu      sync.Mutex
@@ -463,7 +465,7 @@ func (w *relayWatch) check() {
 			res, err := w.master.Ack(actx, AckRequest{DB: w.db, Partition: w.id, SCN: w.at()})
 			cancel()
 			if err == nil && w.at().Less(res.Head) {
-				w.behind()
+				w.cancel(ErrRelayBehind)
 				return
 			}
 			next = relayDoubt
@@ -477,6 +479,7 @@ func (w *relayWatch) check() {
 }
 
 func (w *relayWatch) stop() {
+	w.cancel(nil)
 	w.mu.Lock()
 	w.stopped = true
 	w.t.Stop()

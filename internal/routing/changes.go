@@ -134,14 +134,13 @@ func (r *relayLog) Log(ctx context.Context, req node.LogRequest) (*node.LogResul
 // node.ErrRelayBehind, and the relay is skipped as a failed one is.
 func (r *relayLog) StreamLog(ctx context.Context, req node.LogRequest, fn func(*node.LogResult) error) error {
 	quiet := node.NewQuietness()
-	wctx, stop := context.WithCancelCause(ctx)
-	unwatch := func() {}
-	defer func() { stop(nil); unwatch() }()
 	var at atomic.Pointer[storage.SCN] // the newest commit the reader has
 	at.Store(&req.After)
+	wctx, unwatch := ctx, func() {}
 	if master, err := r.s.master(req.DB, req.Partition); err == nil {
-		unwatch = node.WatchRelay(wctx, master, req.DB, req.Partition, func() storage.SCN { return *at.Load() }, quiet, func() { stop(node.ErrRelayBehind) })
+		wctx, unwatch = node.WatchRelay(ctx, master, req.DB, req.Partition, func() storage.SCN { return *at.Load() }, quiet)
 	}
+	defer unwatch()
 	var fnErr error
 	err := r.src.StreamLog(wctx, req, func(res *node.LogResult) error {
 		quiet.Handling()
