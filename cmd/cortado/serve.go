@@ -59,6 +59,7 @@ type roleFlags struct {
 	retainEvery    *time.Duration
 	snapshotRate   *int64
 	rowCache       *int64
+	diskStall      *time.Duration
 	protocol       *uint
 	cpuProfile     *string
 	allocProfile   *string
@@ -107,6 +108,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.retainEvery = fs.Duration("retention-interval", node.DefaultRetentionInterval, "how often commit logs are trimmed by their databases' retention (0 disables)")
 		f.indexBuildRate = fs.Int("index-build-rate", node.DefaultIndexBuildRate, "documents a second a storage node rewrites in the latest schema version to build the indexes it adds (-1: never)")
 		f.rowCache = fs.Int64("row-cache", storage.DefaultRowCacheBytes, "bytes of documents read by key a storage node keeps in memory in front of Pebble, exact under every write (-1: none)")
+		f.diskStall = fs.Duration("disk-stall-timeout", storage.DefaultStallTimeout, "a storage node whose disk has not completed a probe write (a small file written and synced, every second) for this long takes its disk for failed: it fails its writes and leaves the cluster, and its partitions fail over")
 		f.snapshotRate = fs.Int64("snapshot-rate", node.DefaultSnapshotRate, "bytes per second a partition snapshot streams at, at most (bootstrap of consumers and replicas)")
 	}
 	if name == "serve" || name == "storage" {
@@ -203,6 +205,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.MaxTransitions = *f.maxTransitions
 		o.RetentionInterval, o.SnapshotBytesPerSecond, o.IndexBuildRate = *f.retainEvery, *f.snapshotRate, *f.indexBuildRate
 		o.Storage.RowCacheBytes = *f.rowCache
+		o.Storage.StallTimeout = *f.diskStall
 		if o.RetentionInterval == 0 {
 			o.RetentionInterval = -1
 		}

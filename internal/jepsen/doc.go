@@ -2,8 +2,8 @@
 // it runs a real multi-process cluster on loopback (etcd, a relay, three
 // storage nodes, two controllers, two routers), drives a workload through
 // both routers while a nemesis kills -9, pauses and restarts processes,
-// cuts a master off the network (toxiproxy) and fills a storage node's
-// disk, and then checks what clients were told against what the cluster
+// cuts a master off the network (toxiproxy), and fills or stalls a storage
+// node's disk, and then checks what clients were told against what the cluster
 // holds: no acknowledged write lost, no increment lost or applied twice,
 // no read going back in time, no 404 for an acknowledged key, single-key
 // registers linearizable (porcupine), every replica on the same

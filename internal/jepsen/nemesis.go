@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/clustertest"
 	"github.com/cortado-db/cortado/internal/controller"
+	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
@@ -42,6 +44,7 @@ var Faults = []string{
 	"kill-router",     // kill -9 a router, restart it
 	"restart-etcd",    // kill -9 etcd, restart it
 	"disk-full",       // fill a storage node's disk, free it, restart the node
+	"stall-disk",      // freeze a storage node's file system past its disk stall timeout, thaw it, restart the node
 }
 
 // Nemesis injects faults into a cluster.
@@ -211,6 +214,48 @@ func (n *Nemesis) Run(kind string) error {
 		// operator restarts it once the disk is fixed.
 		c.KillNode(f.Target)
 		c.RestartNode(f.Target)
+	case "stall-disk":
+		// Writes and syncs to the node's disk block in the kernel, reads
+		// go on, its process and network are fine: a stalled disk
+		// (fsfreeze), as a cloud volume stalls. The node must take its
+		// disk for failed within its --disk-stall-timeout and say so
+		// (/healthz 503), and its partitions must fail over meanwhile.
+		if !c.Freezable {
+			return errSkipped
+		}
+		f.Target = c.DiskNode
+		if out, err := exec.Command("fsfreeze", "-f", c.DiskDir).CombinedOutput(); err != nil {
+			return fmt.Errorf("stall-disk: fsfreeze -f %s: %v: %s", c.DiskDir, err, out)
+		}
+		until := time.Now().Add(storage.DefaultStallTimeout + 2*n.ttl() + time.Duration(n.rng.IntN(2000))*time.Millisecond)
+		reported := false
+		for !reported && time.Now().Before(until) {
+			r := newHTTP(c.Storage[f.Target].URL).send("GET", "/healthz", "", "")
+			reported = r.err == nil && r.status == 503
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Its partitions must have other masters while the disk is still
+		// stalled: a node that said its disk failed but kept its
+		// partitions left them without a master until the disk came back.
+		var failover error
+		if reported {
+			failover = n.writable(time.Now().Add(2*n.ttl() + 5*time.Second))
+		}
+		time.Sleep(time.Until(until))
+		f.Heal = time.Now()
+		if out, err := exec.Command("fsfreeze", "-u", c.DiskDir).CombinedOutput(); err != nil {
+			return fmt.Errorf("stall-disk: fsfreeze -u %s: %v: %s", c.DiskDir, err, out)
+		}
+		if !reported {
+			return fmt.Errorf("stall-disk: %s's /healthz did not report the stalled disk within %v", f.Target, f.Heal.Sub(f.Start).Round(time.Second))
+		}
+		if failover != nil {
+			return fmt.Errorf("stall-disk: %s reported its stalled disk, but %w", f.Target, failover)
+		}
+		// As after disk-full: an operator restarts it once the disk is
+		// back.
+		c.KillNode(f.Target)
+		c.RestartNode(f.Target)
 	default:
 		return fmt.Errorf("unknown fault %q", kind)
 	}
@@ -296,16 +341,26 @@ func (n *Nemesis) leadingController() string {
 // settle waits until every partition answers a write through the
 // routers (at most a minute), then a little longer for slaves to rejoin.
 func (n *Nemesis) settle() {
+	n.writable(time.Now().Add(60 * time.Second))
+	time.Sleep(n.ttl())
+}
+
+// writable waits until every partition has taken a write, or returns an
+// error naming the first one that did not by deadline.
+func (n *Nemesis) writable(deadline time.Time) error {
 	hc := newHTTP(n.c.routerURLs()...)
 	hc.hc.Timeout = 3 * time.Second
-	deadline := time.Now().Add(60 * time.Second)
 	for _, key := range probeKeys(n.c.opts.Partitions) {
-		for time.Now().Before(deadline) {
-			if r := hc.send("PUT", "/d/U/"+key+"-settle", `{"v":0}`, ""); r.err == nil && r.status < 300 {
+		for {
+			r := hc.send("PUT", "/d/U/"+key+"-settle", `{"v":0}`, "")
+			if r.err == nil && r.status < 300 {
 				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the partition of key %s took no write (last: %d %s %v)", key, r.status, r.body, r.err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	time.Sleep(n.ttl())
+	return nil
 }

@@ -91,16 +91,23 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	}()
 	go func() {
 		// A node whose disk failed gives up its partitions at once: it
-		// fences them and leaves the cluster (the controller fails them
-		// over without waiting for a lease to lapse), and stays out.
+		// leaves the cluster (the controller fails them over without
+		// waiting for a lease to lapse), fences them, and stays out.
+		// Leaving comes first: on a stalled disk (not a full or failing
+		// one) writes in flight hang in their fsync holding their
+		// partitions' roles, and fencing waits for them — until the disk
+		// comes back, which left the partitions without a master all the
+		// while (docs/jepsen.md, stall-disk). Once left, none of those
+		// writes can be acknowledged: the lease they began under is no
+		// longer held (Member.Leave).
 		select {
 		case <-actx.Done():
 		case <-eng.FailedC():
 			s.opts.Logger.Error("storage failed; leaving the cluster", "node", id, "err", eng.Failed())
-			m.node.FenceAll()
 			if err := m.member.Leave(); err != nil {
 				s.opts.Logger.Warn("leave the cluster", "node", id, "err", err)
 			}
+			m.node.FenceAll()
 		}
 	}()
 	return m, nil

@@ -50,10 +50,16 @@ type Options struct {
 	// ProbeInterval is how often the engine checks that its disk takes
 	// writes (default 1s; negative: never): it creates, writes, syncs
 	// and removes a small file in the data directory. A failure, or a
-	// probe not done within StallTimeout (default 10s), fails the engine
-	// (ErrFailed) before a commit has to find out.
+	// probe not done within StallTimeout (default DefaultStallTimeout),
+	// fails the engine (ErrFailed) before a commit has to find out.
 	ProbeInterval, StallTimeout time.Duration
 }
+
+// DefaultStallTimeout is how long a disk probe may take before the engine
+// takes its disk for failed: long enough for a slow disk under load (a
+// sync of a second or two), short enough that a stalled disk's
+// partitions fail over in seconds. CockroachDB's own bound is 20 s.
+const DefaultStallTimeout = 10 * time.Second
 
 // DefaultRowCacheBytes is the row cache's default bound: 100,000 documents
 // of 1 KB with their keys.
@@ -131,7 +137,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		opts.ProbeInterval = time.Second
 	}
 	if opts.StallTimeout == 0 {
-		opts.StallTimeout = 10 * time.Second
+		opts.StallTimeout = DefaultStallTimeout
 	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()

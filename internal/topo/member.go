@@ -153,12 +153,18 @@ func (m *Member) Incarnation() int64 {
 	return int64(m.lease)
 }
 
-// Leave revokes the lease: the node is gone at once.
+// Leave revokes the lease: the node is gone at once. From the moment
+// Leave is called Held reports the lease lost, so that nothing begun under
+// it is acknowledged once the controller may have moved on.
 func (m *Member) Leave() error {
+	m.mu.Lock()
+	m.validUntil = time.Time{}
+	m.mu.Unlock()
 	m.cancel()
 	<-m.done
 	m.mu.Lock()
 	lease := m.lease
+	m.validUntil = time.Time{}
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
