@@ -52,13 +52,14 @@ type Cluster struct {
 	Etcd    *clustertest.Serve
 	etcdURL string
 	Relay   *clustertest.Serve
-	// Storage nodes by ID (s1, s2, s3). DiskNode's data dir is a file
-	// system of its own, for the disk faults: ext4 on a loop device,
-	// which fsfreeze can stall (Freezable), or else tmpfs.
+	// Storage nodes by ID (s1, s2, s3). DiskNode's data dir is a small
+	// tmpfs, for the disk-full fault; StallNode's is ext4 on a loop
+	// device, which the stall-disk fault freezes.
 	Storage     map[string]*clustertest.Serve
 	DiskNode    string
 	DiskDir     string
-	Freezable   bool
+	StallNode   string
+	StallDir    string
 	Controllers []*clustertest.Serve
 	Routers     []*clustertest.Serve
 	// Links through toxiproxy, for the network faults: the connections
@@ -117,7 +118,19 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 		id := fmt.Sprintf("s%d", i)
 		data := c.sub(id + "-data")
 		if i == 3 && o.DiskBytes > 0 {
-			c.mountDisk(id, data, o.DiskBytes)
+			if err := mountTmpfs(data, o.DiskBytes); err != nil {
+				t.Logf("no tmpfs for the disk-full fault (%v): it is skipped", err)
+			} else {
+				c.DiskNode, c.DiskDir = id, data
+				t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
+			}
+		}
+		if i == 2 && o.DiskBytes > 0 {
+			if err := c.mountLoop(data, o.DiskBytes); err != nil {
+				t.Logf("no loop device for the stall-disk fault (%v): it is skipped", err)
+			} else {
+				c.StallNode, c.StallDir = id, data
+			}
 		}
 		args := slices.Concat([]string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i), "--data-dir", data, "--lease-ttl", ttl}, inbound(id), common(id))
 		if o.Retention != "" {
@@ -184,47 +197,41 @@ func freeURL(t testing.TB) string {
 // across restarts, as a restarted service would.
 func hostPort(t testing.TB) string { return strings.TrimPrefix(freeURL(t), "http://") }
 
-// mountDisk gives node id's data dir a file system of size bytes of its
-// own (Cluster.DiskNode): ext4 in a sparse image file on a loop device,
-// which the stall-disk fault freezes, or, where loop devices or mkfs are
-// missing, tmpfs, which only the disk-full fault can use. Without root
-// neither mounts and both faults are skipped.
-func (c *Cluster) mountDisk(id, dir string, size int64) {
+// mountLoop mounts on dir an ext4 of size bytes in a sparse image file
+// beside it, on a loop device: unlike tmpfs, fsfreeze can stall it.
+func (c *Cluster) mountLoop(dir string, size int64) error {
 	img := dir + ".img"
-	err := func() error {
-		f, err := os.Create(img)
-		if err != nil {
-			return err
-		}
-		err = errors.Join(f.Truncate(size), f.Close())
-		if err != nil {
-			return err
-		}
-		if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", img).CombinedOutput(); err != nil {
-			return fmt.Errorf("mkfs.ext4: %v: %s", err, out)
-		}
-		if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
-			return fmt.Errorf("mount: %v: %s", err, out)
-		}
-		return nil
-	}()
-	if err == nil {
-		c.DiskNode, c.DiskDir, c.Freezable = id, dir, true
-		c.t.Cleanup(func() {
-			exec.Command("fsfreeze", "-u", dir).Run() // a failed run may leave it frozen
-			exec.Command("umount", "-l", dir).Run()
-			os.Remove(img)
-		})
-		return
+	f, err := os.Create(img)
+	if err != nil {
+		return err
 	}
-	os.Remove(img)
-	c.t.Logf("no loop device for %s's disk (%v): tmpfs instead, the stall-disk fault is skipped", id, err)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		c.t.Logf("no tmpfs either (%v: %s): the disk faults are skipped", err, out)
-		return
+	if err := errors.Join(f.Truncate(size), f.Close()); err != nil {
+		os.Remove(img)
+		return err
 	}
-	c.DiskNode, c.DiskDir = id, dir
-	c.t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+		os.Remove(img)
+		return fmt.Errorf("mkfs.ext4: %v: %s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
+		os.Remove(img)
+		return fmt.Errorf("mount: %v: %s", err, out)
+	}
+	c.t.Cleanup(func() {
+		exec.Command("fsfreeze", "-u", dir).Run() // a failed run may leave it frozen
+		exec.Command("umount", "-l", dir).Run()
+		os.Remove(img)
+	})
+	return nil
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on dir.
+func mountTmpfs(dir string, size int64) error {
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
 }
 
 // Restart starts a killed process again (same flags, data and address),

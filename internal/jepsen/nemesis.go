@@ -220,12 +220,12 @@ func (n *Nemesis) Run(kind string) error {
 		// (fsfreeze), as a cloud volume stalls. The node must take its
 		// disk for failed within its --disk-stall-timeout and say so
 		// (/healthz 503), and its partitions must fail over meanwhile.
-		if !c.Freezable {
+		if c.StallNode == "" {
 			return errSkipped
 		}
-		f.Target = c.DiskNode
-		if out, err := exec.Command("fsfreeze", "-f", c.DiskDir).CombinedOutput(); err != nil {
-			return fmt.Errorf("stall-disk: fsfreeze -f %s: %v: %s", c.DiskDir, err, out)
+		f.Target = c.StallNode
+		if out, err := exec.Command("fsfreeze", "-f", c.StallDir).CombinedOutput(); err != nil {
+			return fmt.Errorf("stall-disk: fsfreeze -f %s: %v: %s", c.StallDir, err, out)
 		}
 		until := time.Now().Add(storage.DefaultStallTimeout + 2*n.ttl() + time.Duration(n.rng.IntN(2000))*time.Millisecond)
 		reported := false
@@ -243,8 +243,8 @@ func (n *Nemesis) Run(kind string) error {
 		}
 		time.Sleep(time.Until(until))
 		f.Heal = time.Now()
-		if out, err := exec.Command("fsfreeze", "-u", c.DiskDir).CombinedOutput(); err != nil {
-			return fmt.Errorf("stall-disk: fsfreeze -u %s: %v: %s", c.DiskDir, err, out)
+		if out, err := exec.Command("fsfreeze", "-u", c.StallDir).CombinedOutput(); err != nil {
+			return fmt.Errorf("stall-disk: fsfreeze -u %s: %v: %s", c.StallDir, err, out)
 		}
 		if !reported {
 			return fmt.Errorf("stall-disk: %s's /healthz did not report the stalled disk within %v", f.Target, f.Heal.Sub(f.Start).Round(time.Second))
