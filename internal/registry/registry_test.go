@@ -5,31 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 	"github.com/cortado-db/cortado/internal/schema"
 )
-
-func startEtcd(t *testing.T) *clientv3.Client {
-	t.Helper()
-	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	cli, err := coord.Connect(context.Background(), []string{e.Endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
 
 func open(t *testing.T, cli *clientv3.Client) *Registry {
 	t.Helper()
@@ -53,7 +37,7 @@ func schemaText(fields int) string {
 // numbers they get are distinct and gap-free, and both end up seeing every
 // version through the watch.
 func TestConcurrentRegistrarsAgree(t *testing.T) {
-	cli := startEtcd(t)
+	cli := coordtest.Start(t)
 	a, b := open(t, cli), open(t, cli)
 	ctx := context.Background()
 	if _, _, err := a.CreateDatabase(ctx, schema.Database{Name: "db"}); err != nil {
@@ -111,7 +95,7 @@ func TestConcurrentRegistrarsAgree(t *testing.T) {
 }
 
 func TestDatabaseAndKeyRules(t *testing.T) {
-	cli := startEtcd(t)
+	cli := coordtest.Start(t)
 	r := open(t, cli)
 	ctx := context.Background()
 	if _, created, err := r.CreateDatabase(ctx, schema.Database{Name: "db", Partitions: 8}); err != nil || !created {
@@ -152,7 +136,7 @@ func TestDatabaseAndKeyRules(t *testing.T) {
 // past the schema text of all tables, with ErrLimit; what it holds stays as it was, and a repeated creation
 // or registration of what it holds is still answered.
 func TestLimits(t *testing.T) {
-	cli := startEtcd(t)
+	cli := coordtest.Start(t)
 	r := open(t, cli)
 	r.limits = Limits{Partitions: 20, Tables: 2, Versions: 3, SchemaTextBytes: 1 << 20}
 	ctx := context.Background()

@@ -2,28 +2,18 @@ package topo
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 )
 
 // TestLeaveEndsTheLeaseAtOnce: from Leave on, the member reports its lease
 // lost (a write begun under it must not be acknowledged once the
 // controller may have moved on) and its registration is gone.
 func TestLeaveEndsTheLeaseAtOnce(t *testing.T) {
-	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	cli, err := coord.Connect(context.Background(), []string{e.Endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := coordtest.Start(t)
 	m, err := Join(context.Background(), cli, "/t", NodeInfo{ID: "s1", URL: "http://s1"}, 30, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -2,29 +2,19 @@ package topo
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 )
 
 // TestLeasedRegistrationSurvivesLeaseLoss: a relay's (or router's)
 // registration whose lease is lost — revoked here, as an etcd outage
 // longer than the TTL would expire it — is put back under a new lease.
 func TestLeasedRegistrationSurvivesLeaseLoss(t *testing.T) {
-	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	cli, err := coord.Connect(context.Background(), []string{e.Endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := coordtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := RegisterRelay(ctx, cli, "/t", "r1", "http://relay", 2); err != nil {
