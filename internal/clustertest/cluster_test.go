@@ -20,6 +20,7 @@ import (
 	"github.com/cortado-db/cortado/internal/agent"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
@@ -126,7 +127,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	nodes, partitions, replicas := o.nodes, o.partitions, o.replicas
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	etcd := startEtcd(t)
+	etcd := coordtest.Embedded(t)
 	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
 	if err != nil {
 		t.Fatal(err)

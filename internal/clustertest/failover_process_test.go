@@ -17,6 +17,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/topo"
 )
@@ -50,7 +51,7 @@ func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
 // processes, by name ("relay", "s0", "s1", …, "router"), and under "db" the
 // database's definition.
 func startProcClusterWith(t *testing.T, nodes, partitions int, extra map[string][]string) *procCluster {
-	etcd := startEtcd(t)
+	etcd := coordtest.Embedded(t)
 	cli, err := coord.Connect(context.Background(), []string{etcd.Endpoint})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
@@ -30,22 +30,12 @@ type storageNode struct {
 	url string
 }
 
-func startEtcd(t testing.TB) *coord.Embedded {
-	t.Helper()
-	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return e
-}
-
 // newTestRegistry is a registry on its own etcd with database d and its
 // table T {k} → {v: string}.
 func newTestRegistry(t testing.TB, d schema.Database) *registry.Registry {
 	t.Helper()
 	ctx := context.Background()
-	etcd := startEtcd(t)
+	etcd := coordtest.Embedded(t)
 	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
 	if err != nil {
 		t.Fatal(err)

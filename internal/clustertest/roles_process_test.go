@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 )
 
 // TestRolesAsProcesses runs a storage node, a controller and a router as
@@ -14,7 +15,7 @@ import (
 // storage node makes the router answer 503 with Retry-After instead of
 // hanging or 500.
 func TestRolesAsProcesses(t *testing.T) {
-	etcd := startEtcd(t)
+	etcd := coordtest.Embedded(t)
 	storage := StartRole(t, "storage", "--etcd-endpoints", etcd.Endpoint, "--node-id", "s1", "--lease-ttl", "2")
 	StartRole(t, "controller", "--etcd-endpoints", etcd.Endpoint, "--lease-ttl", "2")
 	router := StartRole(t, "router", "--etcd-endpoints", etcd.Endpoint)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
@@ -32,7 +33,7 @@ func (b oneNode) Node(string, int) (node.Service, error) { return b.n, nil }
 func TestPartitionRolesFenceWrites(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	etcd := startEtcd(t)
+	etcd := coordtest.Embedded(t)
 	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/coord/coordtest"
 )
 
 // TestRouterCutOffFromEtcd: a router whose connections to etcd hang (a
@@ -16,7 +17,7 @@ import (
 // 503 "stale", since the routing tables it routes by may be out of date
 // — once its registration lapses, and "ok" again once etcd answers.
 func TestRouterCutOffFromEtcd(t *testing.T) {
-	etcd := startEtcd(t)
+	etcd := coordtest.Embedded(t)
 	link := NewLink(t, "etcd", strings.TrimPrefix(etcd.Endpoint, "http://"))
 	r := StartRole(t, "router", "--etcd-endpoints", "http://"+link.Listen)
 	health := func() (int, string) {

@@ -17,15 +17,22 @@ import (
 // ends.
 func Start(t testing.TB) *clientv3.Client {
 	t.Helper()
-	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	cli, err := coord.Connect(context.Background(), []string{e.Endpoint})
+	cli, err := coord.Connect(context.Background(), []string{Embedded(t).Endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// Embedded starts an etcd for t, stopped when t ends, for tests that hand
+// its endpoint to others.
+func Embedded(t testing.TB) *coord.Embedded {
+	t.Helper()
+	e, err := coord.StartLoopback(filepath.Join(t.TempDir(), "etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
 }
