@@ -60,6 +60,7 @@ type roleFlags struct {
 	snapshotRate   *int64
 	rowCache       *int64
 	diskStall      *time.Duration
+	diskMinFree    *int64
 	protocol       *uint
 	cpuProfile     *string
 	allocProfile   *string
@@ -109,6 +110,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.indexBuildRate = fs.Int("index-build-rate", node.DefaultIndexBuildRate, "documents a second a storage node rewrites in the latest schema version to build the indexes it adds (-1: never)")
 		f.rowCache = fs.Int64("row-cache", storage.DefaultRowCacheBytes, "bytes of documents read by key a storage node keeps in memory in front of Pebble, exact under every write (-1: none)")
 		f.diskStall = fs.Duration("disk-stall-timeout", storage.DefaultStallTimeout, "a storage node whose disk has not completed a probe write (a small file written and synced, every second) for this long takes its disk for failed: it fails its writes and leaves the cluster, and its partitions fail over")
+		f.diskMinFree = fs.Int64("disk-min-free", storage.DefaultMinFreeBytes, "bytes the data directory's file system must keep free: a storage node whose disk probe finds less takes its disk for full, as when a write fails on it (-1: no floor)")
 		f.snapshotRate = fs.Int64("snapshot-rate", node.DefaultSnapshotRate, "bytes per second a partition snapshot streams at, at most (bootstrap of consumers and replicas)")
 	}
 	if name == "serve" || name == "storage" {
@@ -206,6 +208,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.RetentionInterval, o.SnapshotBytesPerSecond, o.IndexBuildRate = *f.retainEvery, *f.snapshotRate, *f.indexBuildRate
 		o.Storage.RowCacheBytes = *f.rowCache
 		o.Storage.StallTimeout = *f.diskStall
+		o.Storage.MinFreeBytes = *f.diskMinFree
 		if o.RetentionInterval == 0 {
 			o.RetentionInterval = -1
 		}

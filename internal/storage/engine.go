@@ -53,7 +53,18 @@ type Options struct {
 	// probe not done within StallTimeout (default DefaultStallTimeout),
 	// fails the engine (ErrFailed) before a commit has to find out.
 	ProbeInterval, StallTimeout time.Duration
+	// MinFreeBytes is the least free space the data directory's file
+	// system may have (default DefaultMinFreeBytes; negative: no floor):
+	// the probe finds less and fails the engine as if the disk were full.
+	// On ext4 a probe of a full disk can succeed (delayed allocation hands
+	// back blocks it reserved), and Pebble would meet the full disk only
+	// at its next new file.
+	MinFreeBytes int64
 }
+
+// DefaultMinFreeBytes is the default free-space floor: a quarter of a
+// memtable, so a node takes its disk for full before a flush fails on it.
+const DefaultMinFreeBytes = 16 << 20
 
 // DefaultStallTimeout is how long a disk probe may take before the engine
 // takes its disk for failed: long enough for a slow disk under load (a
@@ -139,6 +150,9 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if opts.StallTimeout == 0 {
 		opts.StallTimeout = DefaultStallTimeout
 	}
+	if opts.MinFreeBytes == 0 {
+		opts.MinFreeBytes = DefaultMinFreeBytes
+	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	fail := &failure{done: make(chan struct{})}
@@ -220,6 +234,9 @@ func (e *Engine) probeDisk(dir string) {
 			if err != nil {
 				e.opts.Logger.Error("storage: the disk refused a probe write", "err", err)
 				e.fail.set(fmt.Errorf("%w: disk probe: %v", ErrFailed, err))
+			} else if free, ok := freeBytes(dir); ok && e.opts.MinFreeBytes > 0 && free < e.opts.MinFreeBytes {
+				e.opts.Logger.Error("storage: the disk is full", "free", free, "floor", e.opts.MinFreeBytes)
+				e.fail.set(fmt.Errorf("%w: %d bytes free on the disk, under the floor of %d", ErrFailed, free, e.opts.MinFreeBytes))
 			}
 		case <-time.After(e.opts.StallTimeout):
 			e.opts.Logger.Error("storage: a disk probe stalled", "after", e.opts.StallTimeout)
