@@ -199,22 +199,24 @@ func hostPort(t testing.TB) string { return strings.TrimPrefix(freeURL(t), "http
 
 // mountLoop mounts on dir an ext4 of size bytes in a sparse image file
 // beside it, on a loop device: unlike tmpfs, fsfreeze can stall it.
-func (c *Cluster) mountLoop(dir string, size int64) error {
+func (c *Cluster) mountLoop(dir string, size int64) (err error) {
 	img := dir + ".img"
+	defer func() {
+		if err != nil {
+			os.Remove(img)
+		}
+	}()
 	f, err := os.Create(img)
 	if err != nil {
 		return err
 	}
 	if err := errors.Join(f.Truncate(size), f.Close()); err != nil {
-		os.Remove(img)
 		return err
 	}
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		os.Remove(img)
 		return fmt.Errorf("mkfs.ext4: %v: %s", err, out)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
-		os.Remove(img)
 		return fmt.Errorf("mount: %v: %s", err, out)
 	}
 	c.t.Cleanup(func() {

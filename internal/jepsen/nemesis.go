@@ -193,17 +193,10 @@ func (n *Nemesis) Run(kind string) error {
 		// The node must notice and say so: /healthz turns 503 (it
 		// fails its writes and leaves the cluster meanwhile).
 		until := time.Now().Add(hold)
-		reported := false
-		for !reported && time.Now().Before(until) {
-			// The disk stays full: space the node frees (files a flush
-			// or compaction made obsolete) is taken again, or a probe
-			// that lands in it passes.
-			fill(ballast)
-			r := newHTTP(c.Storage[f.Target].URL).send("GET", "/healthz", "", "")
-			reported = r.err == nil && r.status == 503
-			time.Sleep(100 * time.Millisecond)
-		}
-		if !reported {
+		// The disk stays full: space the node frees (files a flush or
+		// compaction made obsolete) is taken again, or a probe that
+		// lands in it passes.
+		if !n.reportsFailed(f.Target, until, func() { fill(ballast) }) {
 			os.Remove(ballast)
 			return fmt.Errorf("disk-full: %s's /healthz did not report the failed disk within %v", f.Target, hold)
 		}
@@ -228,12 +221,7 @@ func (n *Nemesis) Run(kind string) error {
 			return fmt.Errorf("stall-disk: fsfreeze -f %s: %v: %s", c.StallDir, err, out)
 		}
 		until := time.Now().Add(storage.DefaultStallTimeout + 2*n.ttl() + time.Duration(n.rng.IntN(2000))*time.Millisecond)
-		reported := false
-		for !reported && time.Now().Before(until) {
-			r := newHTTP(c.Storage[f.Target].URL).send("GET", "/healthz", "", "")
-			reported = r.err == nil && r.status == 503
-			time.Sleep(100 * time.Millisecond)
-		}
+		reported := n.reportsFailed(f.Target, until, func() {})
 		// Its partitions must have other masters while the disk is still
 		// stalled: a node that said its disk failed but kept its
 		// partitions left them without a master until the disk came back.
@@ -336,6 +324,19 @@ func (n *Nemesis) leadingController() string {
 		return "c1"
 	}
 	return st.Controller
+}
+
+// reportsFailed reports whether storage node id's /healthz answers 503
+// (a failed disk) before until, calling meanwhile before each look.
+func (n *Nemesis) reportsFailed(id string, until time.Time, meanwhile func()) bool {
+	for time.Now().Before(until) {
+		meanwhile()
+		if r := newHTTP(n.c.Storage[id].URL).send("GET", "/healthz", "", ""); r.err == nil && r.status == 503 {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
 }
 
 // settle waits until every partition answers a write through the

@@ -63,7 +63,8 @@ type Options struct {
 }
 
 // DefaultMinFreeBytes is the default free-space floor: a quarter of a
-// memtable, so a node takes its disk for full before a flush fails on it.
+// memtable. It does not keep room for every flush; it is there because
+// an ext4 that refuses new files can still show a few megabytes free.
 const DefaultMinFreeBytes = 16 << 20
 
 // DefaultStallTimeout is how long a disk probe may take before the engine

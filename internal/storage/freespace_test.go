@@ -47,14 +47,14 @@ func TestEngineFailsUnderTheFreeSpaceFloor(t *testing.T) {
 	}
 
 	// With the default floor the same disk is not full.
+	if free < DefaultMinFreeBytes {
+		t.Skipf("the test's disk has only %d bytes free", free)
+	}
 	e2, err := Open(t.TempDir(), Options{ProbeInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e2.Close()
-	if free < DefaultMinFreeBytes {
-		t.Skipf("the test's disk has only %d bytes free", free)
-	}
 	p2, err := e2.Partition("db", 0)
 	if err != nil {
 		t.Fatal(err)

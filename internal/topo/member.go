@@ -164,7 +164,7 @@ func (m *Member) Leave() error {
 	<-m.done
 	m.mu.Lock()
 	lease := m.lease
-	m.validUntil = time.Time{}
+	m.validUntil = time.Time{} // a renewal in flight at the first reset may have set it again
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
