@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -231,6 +232,69 @@ func TestStalledNode(t *testing.T) {
 		code, _, _ := read(onStalled[0])
 		return code == 200
 	})
+}
+
+// TestCallsToALeftNodeEnd: a write that hangs on its master (as in the
+// fsync of a stalled disk: the node still answers pings, so the stall
+// guard rightly leaves the call alone) ends as 503 once the node leaves
+// the cluster — the router's table drops it — rather than at its
+// deadline, and the partition then takes the write on its new master.
+func TestCallsToALeftNodeEnd(t *testing.T) {
+	var holding atomic.Bool
+	held := make(chan struct{}, 16)
+	hold := grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if holding.Load() && strings.HasSuffix(info.FullMethod, "/Write") {
+			held <- struct{}{}
+			<-ctx.Done() // the caller gave up
+			return nil, ctx.Err()
+		}
+		return h(ctx, req)
+	})
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, lastServer: []grpc.ServerOption{hold}})
+	onLast, _ := keysOnLast(t, c)
+	holding.Store(true)
+	type outcome struct {
+		code int
+		body string
+		took time.Duration
+	}
+	// This test's router sets no deadline of its own: the client's is
+	// the only one, and it gives up after a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := make(chan outcome, 1)
+	go func() {
+		start := time.Now()
+		req, _ := http.NewRequestWithContext(ctx, "PUT", c.url+"/d/T/"+onLast[0], strings.NewReader(`{"v":"hung"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- outcome{body: err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		out <- outcome{resp.StatusCode, string(b), time.Since(start)}
+	}()
+	<-held
+	left := time.Now()
+	if err := c.nodes["n2"].member.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-out:
+		if o.code != 503 || !strings.Contains(o.body, "left the cluster") {
+			t.Fatalf("the write hanging on the node that left: %d %s", o.code, o.body)
+		}
+		t.Logf("the hanging write ended %v after the node left (%v after it was sent)", time.Since(left).Round(time.Millisecond), o.took.Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("the write hanging on the node that left still waits 30 s after it left")
+	}
+	c.put(onLast[0], "after")
+	if r := c.get(onLast[0], ""); r.StatusCode != 200 || !strings.Contains(r.body, "after") {
+		t.Fatalf("after the failover: %d %s", r.StatusCode, r.body)
+	}
 }
 
 // TestNodeCallBound: a storage node that answers slowly (toxiproxy adds

@@ -158,6 +158,10 @@ func (r *Remote) Quiet() time.Duration { return r.stall.quiet() }
 // Addr is the node's URL.
 func (r *Remote) Addr() string { return r.base }
 
+// Left ends the document calls waiting on the node, which left the
+// cluster, as unavailable (stallGuard.leave).
+func (r *Remote) Left() { r.stall.leave() }
+
 // Close closes the connection, and waits for the stall guard's ping.
 func (r *Remote) Close() error {
 	if r.conn == nil {
@@ -529,6 +533,17 @@ func (rs *Remotes) Get(base string) *Remote {
 		rs.m[base] = r
 	}
 	return r
+}
+
+// Left ends the document calls waiting on the node at base, if any were
+// made (Remote.Left).
+func (rs *Remotes) Left(base string) {
+	rs.mu.Lock()
+	r := rs.m[base]
+	rs.mu.Unlock()
+	if r != nil {
+		r.Left()
+	}
 }
 
 // Close closes every connection.

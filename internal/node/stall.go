@@ -57,7 +57,10 @@ const (
 	DefaultMaxCalls = 128
 )
 
-var errStalled = errors.New("storage node stalled")
+var (
+	errStalled = errors.New("storage node stalled")
+	errLeft    = errors.New("storage node left the cluster")
+)
 
 type stallGuard struct {
 	calls    int
@@ -131,6 +134,21 @@ func (g *stallGuard) stallLocked(now time.Time) {
 	g.stalled, g.probeAt = true, now.Add(g.after)
 	for _, cancel := range g.waiting {
 		cancel(errStalled)
+	}
+}
+
+// leave ends the calls waiting on the node as unavailable (a write's
+// outcome unknown): it left the cluster (its registration is gone from
+// the routing table), so nothing it does now can be acknowledged — it
+// holds no lease — and a call hanging there (a write in an fsync of a
+// stalled disk, which the node answers pings through) would otherwise
+// wait out its caller's deadline. New calls are not refused: the node may
+// come back.
+func (g *stallGuard) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, cancel := range g.waiting {
+		cancel(errLeft)
 	}
 }
 
@@ -209,6 +227,9 @@ func (g *stallGuard) begin(ctx context.Context, base string) (context.Context, f
 		cancel(nil)
 		if errors.Is(context.Cause(cctx), errStalled) && ctx.Err() == nil {
 			return fmt.Errorf("storage node %s: %w: it stopped answering (%d or more calls unanswered for %v)", base, ErrUnavailable, g.calls, g.after)
+		}
+		if errors.Is(context.Cause(cctx), errLeft) && ctx.Err() == nil {
+			return fmt.Errorf("storage node %s: %w: it left the cluster while the call waited", base, ErrUnavailable)
 		}
 		return err
 	}, nil

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -93,6 +94,21 @@ func TestStallGuard(t *testing.T) {
 	off.mu.Unlock()
 	if q := off.quiet(); q < time.Minute {
 		t.Fatalf("quiet %v, want a minute", q)
+	}
+	// A node that left the cluster: the calls waiting on it end as
+	// unavailable (a write's outcome unknown), and later calls go
+	// through (it may come back).
+	g4 := newStallGuard(StallOptions{Calls: 8, After: time.Hour})
+	lc, lend, _ := g4.begin(ctx, "n")
+	g4.leave()
+	if lc.Err() == nil {
+		t.Fatal("a call waiting on a node that left was not ended")
+	}
+	if err := lend(lc.Err()); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotDelivered) || !strings.Contains(err.Error(), "left the cluster") {
+		t.Fatalf("a call waiting on a node that left: %v, want unavailable (outcome unknown)", err)
+	}
+	if _, _, err := g4.begin(ctx, "n"); err != nil {
+		t.Fatalf("a call after the node left: %v", err)
 	}
 	// A caller that leaves is no answer, and no stall error either.
 	g3 := newStallGuard(StallOptions{Calls: 1, After: time.Hour})

@@ -96,9 +96,27 @@ func (v *RoutingView) set(b []byte) {
 		return
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	if old := v.tables[t.DB]; old == nil || old.Version < t.Version {
-		v.tables[t.DB] = &t
+	old := v.tables[t.DB]
+	if old != nil && old.Version >= t.Version {
+		v.mu.Unlock()
+		return
+	}
+	v.tables[t.DB] = &t
+	v.mu.Unlock()
+	if old == nil {
+		return
+	}
+	// A node the new table no longer lists left the cluster (its
+	// registration is gone: it failed, was cut off from etcd, or its
+	// disk failed): it can acknowledge nothing now, so the calls
+	// waiting on it end at once as unavailable rather than at their
+	// deadlines. A failed disk's writes hang in their fsync while the
+	// node still answers pings, which the stall guard (node/stall.go)
+	// rightly takes for alive.
+	for id, url := range old.Nodes {
+		if t.Nodes[id] != url {
+			v.remotes.Left(url)
+		}
 	}
 }
 
