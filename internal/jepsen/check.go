@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -39,6 +40,9 @@ type Row struct {
 	Ops, Acked, Maybe      int
 	Lost, Anomalies        int
 	MaxUnavail, P50Unavail time.Duration // per-partition write unavailability during the fault
+	// Why counts the unknown outcomes by operation kind and cause
+	// ("probe: 503 Write not confirmed by a replica").
+	Why map[string]int
 }
 
 // Failed reports whether anything was lost or anomalous.
@@ -249,6 +253,10 @@ func table(h *History, res *Result, faults []Fault) []Row {
 			r.Acked++
 		case Maybe:
 			r.Maybe++
+			if r.Why == nil {
+				r.Why = map[string]int{}
+			}
+			r.Why[op.Kind+": "+op.Why]++
 		}
 	}
 	for _, a := range res.Lost {
@@ -329,6 +337,23 @@ func (r *Result) Markdown() string {
 			unavail = fmt.Sprintf("%.1f s / %.1f s", row.P50Unavail.Seconds(), row.MaxUnavail.Seconds())
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %s |\n", row.Fault, row.Cycles, row.Ops, row.Acked, row.Maybe, row.Lost, row.Anomalies, unavail)
+	}
+	b.WriteString("\nUnknown outcomes by operation and cause (the three most frequent of each fault):\n")
+	for _, row := range r.Rows {
+		if len(row.Why) == 0 || row.Fault == "total" {
+			continue
+		}
+		whys := slices.Collect(maps.Keys(row.Why))
+		slices.SortFunc(whys, func(a, b string) int { return cmp.Or(row.Why[b]-row.Why[a], strings.Compare(a, b)) })
+		fmt.Fprintf(&b, "- %s:", row.Fault)
+		for i, w := range whys[:min(3, len(whys))] {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %s ×%d", sep, w, row.Why[w])
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }

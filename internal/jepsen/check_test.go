@@ -32,6 +32,29 @@ func TestUnavailabilityPerFault(t *testing.T) {
 	}
 }
 
+// TestUnknownOutcomeCauses: the report names what left writes' outcomes
+// unknown, per fault, the most frequent first.
+func TestUnknownOutcomeCauses(t *testing.T) {
+	t0 := time.Now()
+	faults := []Fault{{Kind: "stall-disk", Start: t0, Done: t0.Add(time.Minute)}}
+	timeout := response{err: fmt.Errorf(`Put "http://r/d/U/k": context deadline exceeded (Client.Timeout exceeded while awaiting headers)`)}
+	notReplicated := response{status: 503, body: []byte(`{"type":"urn:cortado:problem:not-replicated","title":"Write not confirmed by a replica"}`)}
+	unreachable := response{status: 503, body: []byte(`{"title":"Storage unreachable"}`)}
+	overloaded := response{status: 503, body: []byte(`{"type":"urn:cortado:problem:overloaded","title":"Storage overloaded"}`)}
+	h := &History{}
+	for _, w := range []struct {
+		kind string
+		r    response
+	}{{"probe", timeout}, {"put", notReplicated}, {"probe", timeout}, {"put", unreachable}, {"inc", timeout}, {"probe", timeout}, {"probe", overloaded}} {
+		h.ops = append(h.ops, written(Op{Kind: w.kind, Start: t0, End: t0.Add(time.Second)}, w.r))
+	}
+	md := (&Result{Rows: table(h, &Result{}, faults)}).Markdown()
+	want := "- stall-disk: probe: client timeout ×3, inc: client timeout ×1, put: 503 Write not confirmed by a replica ×1\n"
+	if !strings.Contains(md, want) || !strings.Contains(md, "| stall-disk | 1 | 7 | 0 | 5 |") {
+		t.Fatalf("report:\n%s\nwant the row with 5 unknown outcomes (refusals as never delivered or overloaded are none) and\n%s", md, want)
+	}
+}
+
 // registerHistory simulates clients on registers that are linearizable:
 // each operation takes effect at one instant inside its interval, and
 // the intervals of neighbours overlap. About one write in twenty has an

@@ -55,6 +55,9 @@ type Op struct {
 	Client     int
 	// SCN is the commit a write made or a read saw, as the router said.
 	SCN string
+	// Why says what left an operation's outcome unknown (Maybe): the
+	// answer's status and title, or the client's error.
+	Why string
 }
 
 // History is every operation, appended as they complete.
@@ -194,11 +197,47 @@ func writeOutcome(r response) Outcome {
 		json.Unmarshal(r.body, &p)
 		switch {
 		case p.Title == "Partition unavailable", p.Title == "Storage unreachable",
-			p.Type == "urn:cortado:problem:not-enough-replicas":
+			p.Type == "urn:cortado:problem:not-enough-replicas",
+			// Refused by an admission (the router's, its bound on calls
+			// to one node, or the node's) before anything was done.
+			p.Type == "urn:cortado:problem:overloaded":
 			return Fail
 		}
 	}
 	return Maybe
+}
+
+// cause says why a write's outcome is unknown: the answer's status and
+// title, or what the client met instead of an answer.
+func cause(r response) string {
+	if r.err != nil {
+		switch msg := r.err.Error(); {
+		case strings.Contains(msg, "Client.Timeout exceeded"):
+			return "client timeout"
+		case strings.Contains(msg, "EOF"):
+			return "connection closed"
+		case strings.Contains(msg, "reset by peer"):
+			return "connection reset"
+		default:
+			return msg
+		}
+	}
+	var p struct{ Type, Title string }
+	json.Unmarshal(r.body, &p)
+	if p.Title == "" {
+		p.Title = strings.TrimPrefix(p.Type, "urn:cortado:problem:")
+	}
+	return fmt.Sprintf("%d %s", r.status, p.Title)
+}
+
+// written is the operation a write's answer r makes of op: its outcome,
+// and why that is unknown when it is.
+func written(op Op, r response) Op {
+	op.Outcome = writeOutcome(r)
+	if op.Outcome == Maybe {
+		op.Why = cause(r)
+	}
+	return op
 }
 
 // readValue parses a counter or unique document's number.
@@ -327,9 +366,9 @@ func (w *Workload) uniqueWriter(id int, rng *rand.Rand, hc *httpClient) {
 		for try := 0; try < 20 && !w.stopped(); try++ {
 			start := time.Now()
 			r := hc.send("PUT", "/d/U/"+key, fmt.Sprintf(`{"v":%d}`, i), "")
-			out := writeOutcome(r)
-			w.h.add(Op{Kind: "put", Key: key, Value: i, Outcome: out, Start: start, End: time.Now(), Client: id, SCN: r.scn})
-			if out == Ok {
+			op := written(Op{Kind: "put", Key: key, Value: i, Start: start, End: time.Now(), Client: id, SCN: r.scn}, r)
+			w.h.add(op)
+			if op.Outcome == Ok {
 				break
 			}
 			w.pause(50 * time.Millisecond)
@@ -353,7 +392,7 @@ func (w *Workload) casIncrementer(id int, rng *rand.Rand, hc *httpClient) {
 		w.h.add(Op{Kind: "read", Key: key, Value: n, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id, SCN: r.scn})
 		start = time.Now()
 		pr := hc.send("PUT", "/d/"+key, fmt.Sprintf(`{"n":%d}`, n+1), r.etag)
-		w.h.add(Op{Kind: "cas", Key: key, Value: n + 1, Outcome: writeOutcome(pr), Start: start, End: time.Now(), Client: id, SCN: pr.scn + " after " + r.scn})
+		w.h.add(written(Op{Kind: "cas", Key: key, Value: n + 1, Start: start, End: time.Now(), Client: id, SCN: pr.scn + " after " + r.scn}, pr))
 		w.pause(time.Duration(rng.IntN(5)) * time.Millisecond)
 	}
 }
@@ -363,9 +402,9 @@ func (w *Workload) patchIncrementer(id int, rng *rand.Rand, hc *httpClient) {
 		key := fmt.Sprintf("C/inc%d", rng.IntN(counters))
 		start := time.Now()
 		r := hc.send("PATCH", "/d/"+key, `{"increment":{"n":1}}`, "")
-		out := writeOutcome(r)
-		w.h.add(Op{Kind: "inc", Key: key, Value: 1, Outcome: out, Start: start, End: time.Now(), Client: id})
-		if out != Ok {
+		op := written(Op{Kind: "inc", Key: key, Value: 1, Start: start, End: time.Now(), Client: id}, r)
+		w.h.add(op)
+		if op.Outcome != Ok {
 			w.pause(50 * time.Millisecond)
 		}
 		w.pause(time.Duration(rng.IntN(5)) * time.Millisecond)
@@ -429,9 +468,9 @@ func (w *Workload) registers(id int, rng *rand.Rand, hc *httpClient) {
 		if rng.IntN(2) == 0 && !unsure[key] {
 			v := int64(id)*1_000_000_000 + i
 			r := hc.send("PUT", "/d/"+key, fmt.Sprintf(`{"n":%d}`, v), "")
-			o := writeOutcome(r)
-			w.h.add(Op{Kind: "reg-put", Key: key, Value: v, Outcome: o, Start: start, End: time.Now(), Client: id})
-			if o == Maybe {
+			op := written(Op{Kind: "reg-put", Key: key, Value: v, Start: start, End: time.Now(), Client: id}, r)
+			w.h.add(op)
+			if op.Outcome == Maybe {
 				unsure[key] = true
 			}
 		} else {
@@ -458,7 +497,7 @@ func (w *Workload) prober() {
 			for i := 0; !w.stopped(); i++ {
 				start := time.Now()
 				r := hc.send("PUT", "/d/U/"+key, fmt.Sprintf(`{"v":%d}`, i), "")
-				w.h.add(Op{Kind: "probe", Key: fmt.Sprint(p), Outcome: writeOutcome(r), Start: start, End: time.Now()})
+				w.h.add(written(Op{Kind: "probe", Key: fmt.Sprint(p), Start: start, End: time.Now()}, r))
 				w.pause(250 * time.Millisecond)
 			}
 		})
