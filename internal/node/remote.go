@@ -223,7 +223,7 @@ func (r *Remote) fail(ctx context.Context, err error) error {
 	switch st.Code() {
 	case codes.Unavailable, codes.Canceled:
 		// A connection that could not be made, or one this side closed
-		// (the node left the routing view) before the call was sent.
+		// (the caller is stopping) before the call was sent.
 		if strings.Contains(st.Message(), "while dialing") || strings.Contains(st.Message(), "client connection is closing") {
 			return fmt.Errorf("storage node %s: %w (%w): %s", r.base, ErrUnavailable, ErrNotDelivered, st.Message())
 		}
