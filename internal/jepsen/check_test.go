@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/schema"
 )
 
 // TestUnavailabilityPerFault: a partition's longest gap between
@@ -52,6 +55,22 @@ func TestUnknownOutcomeCauses(t *testing.T) {
 	want := "- stall-disk: probe: client timeout ×3, inc: client timeout ×1, put: 503 Write not confirmed by a replica ×1\n"
 	if !strings.Contains(md, want) || !strings.Contains(md, "| stall-disk | 1 | 7 | 0 | 5 |") {
 		t.Fatalf("report:\n%s\nwant the row with 5 unknown outcomes (refusals as never delivered or overloaded are none) and\n%s", md, want)
+	}
+}
+
+// TestPartitionKeys: the nemesis's keys of each partition fall in it. (A
+// suffix appended to a partition's key moves it to another partition:
+// with a power of two of them, FNV-1a permutes them, so a write of
+// "probeN-settle" for each N still reached every partition, but one of
+// "probeN-stalled" did not reach probeN's.)
+func TestPartitionKeys(t *testing.T) {
+	db := schema.Database{Name: "d", Partitioning: "hash", Partitions: 64}
+	for _, prefix := range []string{"probe", "settle", "stalled"} {
+		for p, k := range partitionKeys(64, prefix) {
+			if got := db.PartitionOf(keys.S(k)); got != p || !strings.HasPrefix(k, prefix) {
+				t.Fatalf("key %q of partition %d is in partition %d", k, p, got)
+			}
+		}
 	}
 }
 

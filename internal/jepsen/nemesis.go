@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,6 +223,8 @@ func (n *Nemesis) Run(kind string) error {
 			return fmt.Errorf("stall-disk: fsfreeze -f %s: %v: %s", c.StallDir, err, out)
 		}
 		until := time.Now().Add(storage.DefaultStallTimeout + 2*n.ttl() + time.Duration(n.rng.IntN(2000))*time.Millisecond)
+		hctx, hcancel := context.WithCancel(context.Background())
+		hung := n.hungWrite(hctx, f.Target)
 		reported := n.reportsFailed(f.Target, until, func() {})
 		// Its partitions must have other masters while the disk is still
 		// stalled: a node that said its disk failed but kept its
@@ -229,10 +233,26 @@ func (n *Nemesis) Run(kind string) error {
 		if reported {
 			failover = n.writable(time.Now().Add(2*n.ttl() + 5*time.Second))
 		}
+		// A write that hung on the node must end once it has left (the
+		// routers' tables drop it), long before its deadline, and
+		// unacknowledged: the disk has not come back.
+		var ended error
+		select {
+		case err := <-hung:
+			ended = err
+		case <-time.After(time.Until(until)):
+			ended = fmt.Errorf("a write hanging on it since the disk froze still waited %v after", time.Since(f.Start).Round(time.Second))
+			hcancel()
+			<-hung
+		}
+		hcancel()
 		time.Sleep(time.Until(until))
 		f.Heal = time.Now()
 		if out, err := exec.Command("fsfreeze", "-u", c.StallDir).CombinedOutput(); err != nil {
 			return fmt.Errorf("stall-disk: fsfreeze -u %s: %v: %s", c.StallDir, err, out)
+		}
+		if ended != nil {
+			return fmt.Errorf("stall-disk: %s: %w", f.Target, ended)
 		}
 		if !reported {
 			return fmt.Errorf("stall-disk: %s's /healthz did not report the stalled disk within %v", f.Target, f.Heal.Sub(f.Start).Round(time.Second))
@@ -339,6 +359,50 @@ func (n *Nemesis) reportsFailed(id string, until time.Time, meanwhile func()) bo
 	return false
 }
 
+// hungWrite sends a write, through a router, to a partition node id
+// masters, with a deadline of five minutes, and says on the channel
+// returned how it ended: nil for a 503 naming the node's departure from
+// the cluster, else what came instead (an error once ctx ends). With no
+// such partition the write is not sent and nil comes at once.
+func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan error {
+	out := make(chan error, 1)
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rt, err := topo.LoadRoutingTable(lctx, n.c.cli, prefix, "d")
+	cancel()
+	key := ""
+	if err == nil && rt != nil {
+		for p, k := range partitionKeys(n.c.opts.Partitions, "stalled") {
+			if m, _ := rt.Master(p); m == id {
+				key = k
+				break
+			}
+		}
+	}
+	if key == "" {
+		out <- nil
+		return out
+	}
+	go func() {
+		start := time.Now()
+		req, _ := http.NewRequestWithContext(ctx, "PUT", n.c.routerURLs()[0]+"/d/U/"+key, strings.NewReader(`{"v":0}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Request-Timeout", "300s")
+		resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+		if err != nil {
+			out <- fmt.Errorf("a write hanging on it: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "left the cluster") {
+			out <- fmt.Errorf("a write of %s (a partition it mastered) when the disk froze ended after %v with %d %s (SCN %s), want 503 naming its departure", key, time.Since(start).Round(time.Millisecond), resp.StatusCode, body, resp.Header.Get("X-Cortado-SCN"))
+			return
+		}
+		out <- nil
+	}()
+	return out
+}
+
 // settle waits until every partition answers a write through the
 // routers (at most a minute), then a little longer for slaves to rejoin.
 func (n *Nemesis) settle() {
@@ -351,9 +415,9 @@ func (n *Nemesis) settle() {
 func (n *Nemesis) writable(deadline time.Time) error {
 	hc := newHTTP(n.c.routerURLs()...)
 	hc.hc.Timeout = 3 * time.Second
-	for _, key := range probeKeys(n.c.opts.Partitions) {
+	for _, key := range partitionKeys(n.c.opts.Partitions, "settle") {
 		for {
-			r := hc.send("PUT", "/d/U/"+key+"-settle", `{"v":0}`, "")
+			r := hc.send("PUT", "/d/U/"+key, `{"v":0}`, "")
 			if r.err == nil && r.status < 300 {
 				break
 			}

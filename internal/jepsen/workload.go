@@ -312,11 +312,15 @@ func StartWorkload(c *Cluster, seed uint64) *Workload {
 }
 
 // probeKeys returns a key of table U in each partition of d.
-func probeKeys(partitions int) []string {
+func probeKeys(partitions int) []string { return partitionKeys(partitions, "probe") }
+
+// partitionKeys returns a key of each partition of d (by index): the
+// first of prefix0, prefix1, … that falls in it.
+func partitionKeys(partitions int, prefix string) []string {
 	db := schema.Database{Name: "d", Partitioning: "hash", Partitions: partitions}
 	out := make([]string, partitions)
 	for i, found := 0, 0; found < partitions; i++ {
-		k := fmt.Sprintf("probe%d", i)
+		k := fmt.Sprintf("%s%d", prefix, i)
 		if p := db.PartitionOf(keys.S(k)); out[p] == "" {
 			out[p], found = k, found+1
 		}
