@@ -362,7 +362,8 @@ func (n *Nemesis) reportsFailed(id string, until time.Time, meanwhile func()) bo
 // hungWrite sends a write, through a router, to a partition node id
 // masters, with a deadline of five minutes, and says on the channel
 // returned how it ended: nil for a 503 naming the node's departure from
-// the cluster, else what came instead (an error once ctx ends). With no
+// the cluster, or for a refusal as overloaded (nothing done, nothing
+// waiting), else what came instead (an error once ctx ends). With no
 // such partition the write is not sent and nil comes at once.
 func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan error {
 	out := make(chan error, 1)
@@ -394,6 +395,13 @@ func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan error {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
+		if writeOutcome(response{status: resp.StatusCode, body: body}) == Fail && strings.Contains(string(body), "overloaded") {
+			// Refused before anything was done: the node's admission
+			// (or the router's bound on calls to it) was already full
+			// of writes hanging on its disk, and nothing waits.
+			out <- nil
+			return
+		}
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "left the cluster") {
 			out <- fmt.Errorf("a write of %s (a partition it mastered) when the disk froze ended after %v with %d %s (SCN %s), want 503 naming its departure", key, time.Since(start).Round(time.Millisecond), resp.StatusCode, body, resp.Header.Get("X-Cortado-SCN"))
 			return
