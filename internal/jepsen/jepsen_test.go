@@ -77,7 +77,7 @@ func TestJepsen(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := n.log[len(n.log)-1]
-		t.Logf("%-15s %-8s %5.1fs", kind, f.Target, time.Since(t0).Seconds())
+		t.Logf("%-15s %-8s %5.1fs %s", kind, f.Target, time.Since(t0).Seconds(), f.Note)
 	}
 	time.Sleep(2 * time.Second)
 	h := w.Stop()

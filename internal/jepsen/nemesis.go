@@ -28,6 +28,9 @@ type Fault struct {
 	Kind              string
 	Target            string
 	Start, Heal, Done time.Time
+	// Note says what a fault's own checks saw, when there is more to
+	// say than that they passed.
+	Note string
 }
 
 // Faults the nemesis knows, in the order a fixed schedule cycles them.
@@ -238,8 +241,8 @@ func (n *Nemesis) Run(kind string) error {
 		// unacknowledged: the disk has not come back.
 		var ended error
 		select {
-		case err := <-hung:
-			ended = err
+		case r := <-hung:
+			ended, f.Note = r.err, r.note
 		case <-time.After(time.Until(until)):
 			ended = fmt.Errorf("a write hanging on it since the disk froze still waited %v after", time.Since(f.Start).Round(time.Second))
 			hcancel()
@@ -361,12 +364,13 @@ func (n *Nemesis) reportsFailed(id string, until time.Time, meanwhile func()) bo
 
 // hungWrite sends a write, through a router, to a partition node id
 // masters, with a deadline of five minutes, and says on the channel
-// returned how it ended: nil for a 503 naming the node's departure from
-// the cluster, or for a refusal as overloaded (nothing done, nothing
-// waiting), else what came instead (an error once ctx ends). With no
-// such partition the write is not sent and nil comes at once.
-func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan error {
-	out := make(chan error, 1)
+// returned how it ended: a note for a 503 naming the node's departure
+// from the cluster, or for a refusal as overloaded (nothing done,
+// nothing waiting), else an error saying what came instead (also once
+// ctx ends). With no such partition the write is not sent and a note
+// comes at once.
+func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan hungResult {
+	out := make(chan hungResult, 1)
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	rt, err := topo.LoadRoutingTable(lctx, n.c.cli, prefix, "d")
 	cancel()
@@ -380,7 +384,7 @@ func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan error {
 		}
 	}
 	if key == "" {
-		out <- nil
+		out <- hungResult{note: "it mastered no partition: no write hung"}
 		return out
 	}
 	go func() {
@@ -389,8 +393,9 @@ func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan error {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Request-Timeout", "300s")
 		resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+		took := func() string { return time.Since(start).Round(time.Millisecond).String() }
 		if err != nil {
-			out <- fmt.Errorf("a write hanging on it: %v", err)
+			out <- hungResult{err: fmt.Errorf("a write hanging on it: %v", err)}
 			return
 		}
 		defer resp.Body.Close()
@@ -399,16 +404,23 @@ func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan error {
 			// Refused before anything was done: the node's admission
 			// (or the router's bound on calls to it) was already full
 			// of writes hanging on its disk, and nothing waits.
-			out <- nil
+			out <- hungResult{note: "the write to it refused as overloaded after " + took()}
 			return
 		}
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "left the cluster") {
-			out <- fmt.Errorf("a write of %s (a partition it mastered) when the disk froze ended after %v with %d %s (SCN %s), want 503 naming its departure", key, time.Since(start).Round(time.Millisecond), resp.StatusCode, body, resp.Header.Get("X-Cortado-SCN"))
+			out <- hungResult{err: fmt.Errorf("a write of %s (a partition it mastered) when the disk froze ended after %s with %d %s (SCN %s), want 503 naming its departure", key, took(), resp.StatusCode, body, resp.Header.Get("X-Cortado-SCN"))}
 			return
 		}
-		out <- nil
+		out <- hungResult{note: "the write hanging on it ended when it left, after " + took()}
 	}()
 	return out
+}
+
+// hungResult is how hungWrite's write ended: err if not as it should,
+// note otherwise.
+type hungResult struct {
+	note string
+	err  error
 }
 
 // settle waits until every partition answers a write through the
