@@ -18,6 +18,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/clustertest"
 	"github.com/cortado-db/cortado/internal/controller"
+	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
 )
@@ -400,7 +401,7 @@ func (n *Nemesis) hungWrite(ctx context.Context, id string) <-chan hungResult {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		if writeOutcome(response{status: resp.StatusCode, body: body}) == Fail && strings.Contains(string(body), "overloaded") {
+		if r := (response{status: resp.StatusCode, body: body}); r.status == http.StatusServiceUnavailable && problemOf(r).Type == problem.TypeOverloaded {
 			// Refused before anything was done: the node's admission
 			// (or the router's bound on calls to it) was already full
 			// of writes hanging on its disk, and nothing waits.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/schema"
 )
 
@@ -193,14 +194,13 @@ func writeOutcome(r response) Outcome {
 	case r.status == 412 || r.status == 404 || r.status == 400 || r.status == 409:
 		return Fail
 	case r.status == 503:
-		var p struct{ Type, Title string }
-		json.Unmarshal(r.body, &p)
+		p := problemOf(r)
 		switch {
 		case p.Title == "Partition unavailable", p.Title == "Storage unreachable",
-			p.Type == "urn:cortado:problem:not-enough-replicas",
+			p.Type == problem.TypeNotEnoughReplicas,
 			// Refused by an admission (the router's, its bound on calls
 			// to one node, or the node's) before anything was done.
-			p.Type == "urn:cortado:problem:overloaded":
+			p.Type == problem.TypeOverloaded:
 			return Fail
 		}
 	}
@@ -222,12 +222,18 @@ func cause(r response) string {
 			return msg
 		}
 	}
-	var p struct{ Type, Title string }
-	json.Unmarshal(r.body, &p)
+	p := problemOf(r)
 	if p.Title == "" {
 		p.Title = strings.TrimPrefix(p.Type, "urn:cortado:problem:")
 	}
 	return fmt.Sprintf("%d %s", r.status, p.Title)
+}
+
+// problemOf is the problem detail r's body holds (empty if none).
+func problemOf(r response) problem.Problem {
+	var p problem.Problem
+	json.Unmarshal(r.body, &p)
+	return p
 }
 
 // written is the operation a write's answer r makes of op: its outcome,
