@@ -7,10 +7,13 @@
 package clustertest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -28,24 +31,47 @@ var (
 )
 
 // Binary builds cmd/cortado once per test process and returns its path.
+//
+// The binary has one place per checkout, beside those of other test
+// processes (os.TempDir()/cortado-test-bin-<hash of the checkout's path>/
+// cortado), so test runs do not leave a 50 MB binary each behind. Each
+// process builds it anew (the build cache makes that a link) into a file
+// of its own and renames that over the shared one: a process already
+// running the old file keeps its inode.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cortado-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "cortado")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/cortado-db/cortado/cmd/cortado").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		binPath, buildErr = build()
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+func build() (string, error) {
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(filepath.Dir(self))) // internal/clustertest/process.go
+	sum := sha256.Sum256([]byte(root))
+	dir := filepath.Join(os.TempDir(), "cortado-test-bin-"+hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, "cortado-*.building")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name()) // gone after the rename; left by a failed build
+	out, err := exec.Command("go", "build", "-o", tmp.Name(), "github.com/cortado-db/cortado/cmd/cortado").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	path := filepath.Join(dir, "cortado")
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // Serve is a running `cortado serve` process.
