@@ -43,6 +43,18 @@ type Row struct {
 	// Why counts the unknown outcomes by operation kind and cause
 	// ("probe: 503 Write not confirmed by a replica").
 	Why map[string]int
+	// Worst is the longest unavailability's partition, when it began
+	// (its last probe acknowledged before, or the fault's start) and
+	// ended, and what the probes of that partition met in between.
+	Worst Gap
+}
+
+// Gap is a partition's time without an acknowledged probe write.
+type Gap struct {
+	Partition  string
+	From, To   time.Time
+	FaultStart time.Time
+	Met        map[string]int // the probes' answers in the gap, by cause
 }
 
 // Failed reports whether anything was lost or anomalous.
@@ -273,6 +285,7 @@ func table(h *History, res *Result, faults []Fault) []Row {
 		}
 	}
 	gaps := map[string][]time.Duration{}
+	worst := map[string]Gap{}
 	for _, f := range faults {
 		// A gap that outlasts the fault is its own until the next fault
 		// starts: from then on that one is to blame (a kill-router right
@@ -283,26 +296,41 @@ func table(h *History, res *Result, faults []Fault) []Row {
 				until = g.Start
 			}
 		}
-		for _, ts := range ok {
+		for key, ts := range ok {
 			slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-			var worst time.Duration
+			var longest Gap
 			prev := f.Start
 			for _, t := range ts {
 				if t.Before(f.Start) {
 					continue
 				}
-				if t.After(f.Done) {
-					if !until.IsZero() && t.After(until) {
-						t = until
-					}
-					worst = max(worst, t.Sub(prev))
+				last := t.After(f.Done)
+				if last && !until.IsZero() && t.After(until) {
+					t = until
+				}
+				if t.Sub(prev) > longest.To.Sub(longest.From) {
+					longest = Gap{Partition: key, From: prev, To: t, FaultStart: f.Start}
+				}
+				if last {
 					break
 				}
-				worst = max(worst, t.Sub(prev))
 				prev = t
 			}
-			gaps[f.Kind] = append(gaps[f.Kind], worst)
+			d := longest.To.Sub(longest.From)
+			gaps[f.Kind] = append(gaps[f.Kind], d)
+			if w := worst[f.Kind]; d > w.To.Sub(w.From) {
+				worst[f.Kind] = longest
+			}
 		}
+	}
+	for k, g := range worst {
+		g.Met = map[string]int{}
+		for _, op := range h.ops {
+			if op.Kind == "probe" && op.Key == g.Partition && op.Outcome != Ok && op.End.After(g.From) && !op.End.After(g.To) {
+				g.Met[op.Why]++
+			}
+		}
+		row(k).Worst = g
 	}
 	var out []Row
 	total := Row{Fault: "total"}
@@ -352,6 +380,28 @@ func (r *Result) Markdown() string {
 				sep = ""
 			}
 			fmt.Fprintf(&b, "%s %s ×%d", sep, w, row.Why[w])
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nThe longest unavailability of each fault (the partition's probes write every 250 ms, each waiting up to 2 s):\n")
+	for _, row := range r.Rows {
+		g := row.Worst
+		if g.Partition == "" {
+			continue
+		}
+		fmt.Fprintf(&b, "- %s: partition %s, %.1f s from %s (%.1f s after the fault began)", row.Fault, g.Partition,
+			g.To.Sub(g.From).Seconds(), g.From.UTC().Format("15:04:05.000"), g.From.Sub(g.FaultStart).Seconds())
+		if len(g.Met) > 0 {
+			met := slices.Collect(maps.Keys(g.Met))
+			slices.SortFunc(met, func(a, b string) int { return cmp.Or(g.Met[b]-g.Met[a], strings.Compare(a, b)) })
+			b.WriteString("; its probes met")
+			for i, m := range met[:min(4, len(met))] {
+				sep := ","
+				if i == 0 {
+					sep = ""
+				}
+				fmt.Fprintf(&b, "%s %s ×%d", sep, m, g.Met[m])
+			}
 		}
 		b.WriteString("\n")
 	}

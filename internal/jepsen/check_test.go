@@ -35,6 +35,36 @@ func TestUnavailabilityPerFault(t *testing.T) {
 	}
 }
 
+// TestLongestUnavailability: the report names each fault's longest gap,
+// its partition, when it began and what that partition's probes met in
+// it.
+func TestLongestUnavailability(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	faults := []Fault{{Kind: "pause-master", Start: at(0), Done: at(20)}}
+	h := &History{}
+	probe := func(key string, s float64, r response) {
+		h.ops = append(h.ops, written(Op{Kind: "probe", Key: key, Start: at(s - 0.1), End: at(s)}, r))
+	}
+	ok := response{status: 204}
+	unavailable := response{status: 503, body: []byte(`{"title":"Partition unavailable"}`)}
+	timeout := response{err: fmt.Errorf(`Put "http://r/d/U/k": context deadline exceeded (Client.Timeout exceeded while awaiting headers)`)}
+	for _, s := range []float64{1, 2, 6, 7} { // p0: down 4 s
+		probe("p0", s, ok)
+	}
+	probe("p1", 1, ok)
+	probe("p1", 0.5, timeout) // before the gap: not its
+	probe("p1", 3, timeout)
+	probe("p1", 5, unavailable)
+	probe("p1", 6, unavailable)
+	probe("p1", 8.5, ok) // p1: down 7.5 s from 1 s
+	md := (&Result{Rows: table(h, &Result{}, faults)}).Markdown()
+	want := "- pause-master: partition p1, 7.5 s from 04:00:01.000 (1.0 s after the fault began); its probes met 503 Partition unavailable ×2, client timeout ×1\n"
+	if !strings.Contains(md, want) {
+		t.Fatalf("report:\n%s\nwant\n%s", md, want)
+	}
+}
+
 // TestUnknownOutcomeCauses: the report names what left writes' outcomes
 // unknown, per fault, the most frequent first.
 func TestUnknownOutcomeCauses(t *testing.T) {

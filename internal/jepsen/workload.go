@@ -56,8 +56,9 @@ type Op struct {
 	Client     int
 	// SCN is the commit a write made or a read saw, as the router said.
 	SCN string
-	// Why says what left an operation's outcome unknown (Maybe): the
-	// answer's status and title, or the client's error.
+	// Why says what a write that was not acknowledged met (its outcome
+	// Fail or Maybe): the answer's status and title, or the client's
+	// error.
 	Why string
 }
 
@@ -237,10 +238,10 @@ func problemOf(r response) problem.Problem {
 }
 
 // written is the operation a write's answer r makes of op: its outcome,
-// and why that is unknown when it is.
+// and what it met when it was not acknowledged.
 func written(op Op, r response) Op {
 	op.Outcome = writeOutcome(r)
-	if op.Outcome == Maybe {
+	if op.Outcome != Ok {
 		op.Why = cause(r)
 	}
 	return op
