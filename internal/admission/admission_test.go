@@ -168,7 +168,8 @@ func TestInterceptorDropsExpiredCalls(t *testing.T) {
 }
 
 func TestParseTimeout(t *testing.T) {
-	for in, want := range map[string]time.Duration{"2": 2 * time.Second, "0.25": 250 * time.Millisecond, "1500ms": 1500 * time.Millisecond} {
+	for in, want := range map[string]time.Duration{"2": 2 * time.Second, "0.25": 250 * time.Millisecond, "1500ms": 1500 * time.Millisecond,
+		"1e-10": time.Nanosecond, "0.0000000001": time.Nanosecond} { // a deadline that has passed, not none
 		if d, err := ParseTimeout(in); err != nil || d != want {
 			t.Errorf("%q: %v %v", in, d, err)
 		}

@@ -40,7 +40,9 @@ func ParseTimeout(v string) (time.Duration, error) {
 		return d, nil
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 && f < 1e6 {
-		return time.Duration(f * float64(time.Second)), nil
+		// At least a nanosecond: a positive timeout that rounds to
+		// zero is a deadline already passed, not none at all.
+		return max(time.Duration(f*float64(time.Second)), 1), nil
 	}
 	return 0, fmt.Errorf("%s must be a positive number of seconds or a duration like 500ms, not %q", HeaderRequestTimeout, v)
 }
