@@ -251,6 +251,31 @@ func TestHTTPAPI(t *testing.T) {
 		t.Fatalf("multi-get: %s", r.body)
 	}
 	h.problem(h.do("GET", "/demo/Message/box?limit=2", map[string]string{"Accept": "avro/binary"}, ""), 406, "urn:cortado:problem:not-acceptable")
+	// A query parameter a request does not take is refused, not ignored,
+	// and changes nothing: a DELETE of a collection "by query" would
+	// otherwise delete all of it, a misspelt parameter read everything.
+	for _, c := range []struct{ method, path, detail string }{
+		{"DELETE", "/demo/Message/box?query=subject:1", `"query" is not a parameter of a write, which takes none`},
+		{"PUT", "/demo/Message/box/1?fields=subject", `"fields" is not a parameter of a write, which takes none`},
+		{"GET", "/demo/Message/box?qeury=subject:1", `"qeury" is not a parameter of a collection read, which takes fields, limit and next`},
+		{"GET", "/demo/Message/box?sort=createdOn", `"sort" is not a parameter of a collection read`},
+		{"GET", "/demo/Message/box/1?limit=1", `"limit" is not a parameter of a document read, which takes fields`},
+		{"GET", "/demo/Message/box/(1,2)?next=x", `"next" is not a parameter of a multi-get`},
+		{"GET", "/demo/Message/box?limit=1&limit=1000", `"limit" is given 2 times`},
+		{"GET", "/demo/Message/box?query=subject:1&query=subject:2", `"query" is given 2 times`},
+		{"POST", "/demo/_txn/box?dryRun=true", `"dryRun" is not a parameter of a transaction`},
+		{"GET", "/_schemata/demo?pretty", `"pretty" is not a parameter of a schema request`},
+		{"GET", "/demo/Message/box?limit=1;next=x", `invalid semicolon separator`},
+	} {
+		p := h.problem(h.do(c.method, c.path, nil, `{"subject":"x"}`), 400, "urn:cortado:problem:malformed-request")
+		if d, _ := p["detail"].(string); !strings.Contains(d, c.detail) {
+			t.Fatalf("%s %s: detail %q, want it to say %q", c.method, c.path, d, c.detail)
+		}
+	}
+	r = h.want(h.do("GET", "/demo/Message/box?query=subject:1&sort=-createdOn&fields=subject&limit=5", nil, ""), 200)
+	if !strings.Contains(string(r.body), `"subject":"1"`) {
+		t.Fatalf("a query with every parameter it takes: %s", r.body)
+	}
 	r = h.want(h.do("DELETE", "/demo/Message/box", nil, ""), 200)
 	if string(r.body) != `{"deleted":3}` {
 		t.Fatalf("collection delete: %s", r.body)

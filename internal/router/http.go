@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,6 +95,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	if raw[0] == "_schemata" {
+		if err := params(req, "a schema request"); err != nil {
+			r.fail(w, err)
+			return
+		}
 		r.serveSchemata(w, req, raw[1:])
 		return
 	}
@@ -102,6 +107,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if len(raw) >= 2 && raw[1] == "_txn" {
+		if err := params(req, "a transaction"); err != nil {
+			r.fail(w, err)
+			return
+		}
 		r.serveTxn(w, req, raw)
 		return
 	}
@@ -119,6 +128,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if n := len(raw); n > 2 && strings.HasPrefix(raw[n-1], "(") && strings.HasSuffix(raw[n-1], ")") {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			methodNotAllowed(w, "GET, HEAD")
+			return
+		}
+		if err := params(req, "a multi-get", "fields"); err != nil {
+			r.fail(w, err)
 			return
 		}
 		elems := strings.Split(raw[n-1][1:len(raw[n-1])-1], ",")
@@ -159,6 +172,13 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 		return
 	}
 	switch req.Method {
+	case http.MethodPut, http.MethodPost, http.MethodPatch, http.MethodDelete:
+		if bad := params(req, "a write"); bad != nil {
+			r.fail(w, bad)
+			return
+		}
+	}
+	switch req.Method {
 	case http.MethodGet, http.MethodHead:
 		f, err := readFormat(req)
 		if err == nil && f.Lines {
@@ -176,6 +196,19 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 		tg, err := r.resolve(db, table, key, q.Has("query"))
 		if err != nil {
 			r.fail(w, Problem(err))
+			return
+		}
+		var bad *problem.Problem
+		switch {
+		case r.full(tg):
+			bad = params(req, "a document read", "fields")
+		case q.Has("query"):
+			bad = params(req, "a query", "fields", "limit", "next", "query", "sort")
+		default:
+			bad = params(req, "a collection read", "fields", "limit", "next")
+		}
+		if bad != nil {
+			r.fail(w, bad)
 			return
 		}
 		if !r.full(tg) {
@@ -390,6 +423,45 @@ func unescapeAll(raw []string) ([]string, error) {
 		out[i] = v
 	}
 	return out, nil
+}
+
+// params checks a request's query parameters: only those it takes
+// (allowed), each at most once. A parameter it does not take is refused,
+// not ignored: DELETE /db/T/k?query=from:bob would otherwise delete the
+// whole collection its caller meant to filter, and ?feilds= would read
+// every field.
+func params(req *http.Request, what string, allowed ...string) *problem.Problem {
+	if req.URL.RawQuery == "" { // most requests have none
+		return nil
+	}
+	bad := func(title, detail string) *problem.Problem {
+		return problem.New(http.StatusBadRequest, problem.TypeMalformed, title, detail)
+	}
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil {
+		return bad("Malformed query string", err.Error())
+	}
+	takes := "none"
+	if n := len(allowed); n > 0 {
+		takes = allowed[n-1]
+		if n > 1 {
+			takes = strings.Join(allowed[:n-1], ", ") + " and " + takes
+		}
+	}
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same answer for the same request
+	for _, name := range names {
+		if !slices.Contains(allowed, name) {
+			return bad("Unknown query parameter", fmt.Sprintf("%q is not a parameter of %s, which takes %s", name, what, takes))
+		}
+		if len(q[name]) > 1 {
+			return bad("Repeated query parameter", fmt.Sprintf("%q is given %d times; give it once", name, len(q[name])))
+		}
+	}
+	return nil
 }
 
 // readFormat reads Accept and ?fields=.
