@@ -184,6 +184,10 @@ func TestHTTPAPI(t *testing.T) {
 		{"key not UTF-8", "PUT", "/demo/Message/%FF/1", `{"from":"a","subject":"s"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
 		{"key part too long", "PUT", "/demo/Message/" + strings.Repeat("k", 1100) + "/1", `{"from":"a","subject":"s"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
 		{"duplicate JSON key", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"X","lastName":"Y"}`, nil, 400, "urn:cortado:problem:invalid-document", "lastName"},
+		// Conditions where they cannot apply are refused, not ignored
+		// (the write would be taken for a conditional one).
+		{"conditional insert", "POST", "/demo/Message/alice", `{"from":"a","subject":"s"}`, map[string]string{"If-Match": `"x"`}, 400, "urn:cortado:problem:malformed-request", ""},
+		{"conditional header on a transaction", "POST", "/demo/_txn/7", `{"ops":[{"op":"delete","table":"Profile","key":[7]}]}`, map[string]string{"If-Match": `"x"`}, 400, "urn:cortado:problem:malformed-request", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -234,6 +234,13 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 		}
 		r.serveGet(w, req, tg, f, cond)
 	case http.MethodPut, http.MethodPost:
+		if req.Method == http.MethodPost && !cond.Empty() {
+			// Not ignored: the caller would take its insert for a
+			// conditional write.
+			r.fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Conditional header does not apply",
+				"conditional headers apply to one existing document; a POST makes a new one (to create a document only if it is absent, PUT it with If-None-Match: *)"))
+			return
+		}
 		avroVersion, err := bodyFormat(req)
 		if err != nil {
 			r.fail(w, Problem(err))
@@ -286,6 +293,13 @@ func (r *Router) serveTxn(w http.ResponseWriter, req *http.Request, raw []string
 	}
 	if len(raw) != 3 {
 		r.fail(w, Problem(&keyError{fmt.Errorf("transactions are POST /{db}/_txn/{partitionKey}")}))
+		return
+	}
+	if cond, err := preconditions(req); err != nil || !cond.Empty() {
+		// Not ignored: the caller would take the transaction for a
+		// conditional one.
+		r.fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Conditional header does not apply",
+			`a transaction's conditions are its operations' own ("ifMatch", "ifNoneMatch"), not headers`))
 		return
 	}
 	segs, err := unescapeAll(raw)
