@@ -184,6 +184,13 @@ func TestHTTPAPI(t *testing.T) {
 		{"key not UTF-8", "PUT", "/demo/Message/%FF/1", `{"from":"a","subject":"s"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
 		{"key part too long", "PUT", "/demo/Message/" + strings.Repeat("k", 1100) + "/1", `{"from":"a","subject":"s"}`, nil, 400, "urn:cortado:problem:invalid-key", ""},
 		{"duplicate JSON key", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"X","lastName":"Y"}`, nil, 400, "urn:cortado:problem:invalid-document", "lastName"},
+		// A body is read as declared, or refused: never read as some
+		// other thing (a patch sent as text, JSON in another charset,
+		// coded bytes).
+		{"patch as text", "PATCH", "/demo/Profile/7", `{"set":{"lastName":"Z"}}`, map[string]string{"Content-Type": "text/plain"}, 415, "urn:cortado:problem:unsupported-media-type", ""},
+		{"transaction as text", "POST", "/demo/_txn/7", `{"ops":[{"op":"delete","table":"Profile","key":[7]}]}`, map[string]string{"Content-Type": "text/plain"}, 415, "urn:cortado:problem:unsupported-media-type", ""},
+		{"JSON in latin1", "PUT", "/demo/Profile/7", "{\"firstName\":{},\"lastName\":\"\xc3\xa9\"}", map[string]string{"Content-Type": "application/json; charset=iso-8859-1"}, 415, "urn:cortado:problem:unsupported-media-type", ""},
+		{"coded body", "PUT", "/demo/Profile/7", `{"firstName":{},"lastName":"Z"}`, map[string]string{"Content-Encoding": "gzip"}, 415, "urn:cortado:problem:unsupported-media-type", ""},
 		// Conditions where they cannot apply are refused, not ignored
 		// (the write would be taken for a conditional one).
 		{"conditional insert", "POST", "/demo/Message/alice", `{"from":"a","subject":"s"}`, map[string]string{"If-Match": `"x"`}, 400, "urn:cortado:problem:malformed-request", ""},

@@ -263,6 +263,10 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 		}
 		writeResult(w, req, db, table, res)
 	case http.MethodPatch:
+		if err := jsonBody(req); err != nil {
+			r.fail(w, Problem(err))
+			return
+		}
 		body, err := r.readBody(w, req)
 		if err != nil {
 			r.fail(w, Problem(err))
@@ -293,6 +297,10 @@ func (r *Router) serveTxn(w http.ResponseWriter, req *http.Request, raw []string
 	}
 	if len(raw) != 3 {
 		r.fail(w, Problem(&keyError{fmt.Errorf("transactions are POST /{db}/_txn/{partitionKey}")}))
+		return
+	}
+	if err := jsonBody(req); err != nil {
+		r.fail(w, Problem(err))
 		return
 	}
 	if cond, err := preconditions(req); err != nil || !cond.Empty() {
@@ -328,6 +336,12 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 		return
 	}
 	ctx := req.Context()
+	if req.Method == http.MethodPut {
+		if err := jsonBody(req); err != nil {
+			r.fail(w, Problem(err))
+			return
+		}
+	}
 	var (
 		body    []byte
 		created bool
@@ -517,25 +531,57 @@ func readFormat(req *http.Request) (Format, error) {
 
 // bodyFormat reads Content-Type: 0 for JSON, N for avro/binary; version=N.
 func bodyFormat(req *http.Request) (int, error) {
-	ct := req.Header.Get("Content-Type")
-	if ct == "" {
+	mt, params, err := bodyMedia(req)
+	switch {
+	case err != nil:
+		return 0, err
+	case mt == "" || mt == "application/json":
 		return 0, nil
-	}
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q", ErrUnsupportedMedia, ct)
-	}
-	switch mt {
-	case "application/json":
-		return 0, nil
-	case MediaAvro:
+	case mt == MediaAvro:
 		n, err := strconv.Atoi(params["version"])
 		if err != nil || n < 1 {
 			return 0, fmt.Errorf("%w: avro/binary bodies need version=N naming their schema version", ErrUnsupportedMedia)
 		}
 		return n, nil
 	}
-	return 0, fmt.Errorf("%w: %q (use application/json or avro/binary; version=N)", ErrUnsupportedMedia, ct)
+	return 0, fmt.Errorf("%w: %q (use application/json or avro/binary; version=N)", ErrUnsupportedMedia, req.Header.Get("Content-Type"))
+}
+
+// jsonBody checks the body of a call that takes only JSON (a patch, a
+// transaction, a schema call): declared as JSON, or not declared.
+func jsonBody(req *http.Request) error {
+	mt, _, err := bodyMedia(req)
+	if err == nil && mt != "" && mt != "application/json" {
+		err = fmt.Errorf("%w: %q (this call takes application/json)", ErrUnsupportedMedia, req.Header.Get("Content-Type"))
+	}
+	return err
+}
+
+// bodyMedia is a request body's media type ("" when undeclared) and its
+// parameters. A body in a content coding (gzip, br…) would be read as
+// its coded bytes, and JSON in a charset other than UTF-8 (RFC 8259)
+// could pass as UTF-8 and be stored as other characters: both are
+// refused, never stored as something they are not.
+func bodyMedia(req *http.Request) (string, map[string]string, error) {
+	for _, v := range req.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return "", nil, fmt.Errorf("%w: Content-Encoding %q (bodies are read as sent; send them uncoded)", ErrUnsupportedMedia, c)
+			}
+		}
+	}
+	ct := req.Header.Get("Content-Type")
+	if ct == "" {
+		return "", nil, nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %q", ErrUnsupportedMedia, ct)
+	}
+	if cs, ok := params["charset"]; ok && mt == "application/json" && !strings.EqualFold(cs, "utf-8") {
+		return "", nil, fmt.Errorf("%w: charset %q (JSON bodies are UTF-8)", ErrUnsupportedMedia, cs)
+	}
+	return mt, params, nil
 }
 
 // preconditions reads the conditional headers. An If-Match or
