@@ -149,9 +149,13 @@ func changesRequest(q url.Values, lastEventID, db string, partitions int) (chang
 	bad := func(format string, a ...any) (changes.Request, error) {
 		return changes.Request{}, &changes.RequestError{Err: fmt.Errorf(format, a...)}
 	}
-	for name := range q {
+	for name, values := range q {
 		switch name {
-		case "tables", "partitions", "fields", "before", "version", "transactions", "since", "heartbeat":
+		case "tables", "partitions", "fields": // lists: each value adds
+		case "before", "version", "transactions", "since", "heartbeat":
+			if len(values) > 1 {
+				return bad("%q is given %d times; give it once", name, len(values))
+			}
 		default:
 			return bad("unknown parameter %q (tables, partitions, fields, before, version, transactions, since, heartbeat)", name)
 		}

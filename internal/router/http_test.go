@@ -3,6 +3,9 @@ package router
 import (
 	"math/rand/v2"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,6 +27,32 @@ func TestHTTPDate(t *testing.T) {
 			if got := httpDate(tz); got != want {
 				t.Fatalf("httpDate(%v) = %q, want %q", tz, got, want)
 			}
+		}
+	}
+}
+
+// TestChangesRequestParameters: a change-stream request names each
+// single-valued parameter at most once (two "since" would leave which
+// position the stream starts from to the parser), lists may repeat, and
+// an unknown parameter is refused.
+func TestChangesRequestParameters(t *testing.T) {
+	for query, wantErr := range map[string]string{
+		"since=now&since=beginning": `"since" is given 2 times`,
+		"before=true&before=false":  `"before" is given 2 times`,
+		"heartbeat=1s&heartbeat=2s": `"heartbeat" is given 2 times`,
+		"sinse=now":                 `unknown parameter "sinse"`,
+		"partitions=1&partitions=2": "",
+		"since=now&before=true":     "",
+	} {
+		q, _ := url.ParseQuery(query)
+		req, err := changesRequest(q, "", "d", 4)
+		switch {
+		case wantErr == "" && err != nil:
+			t.Errorf("%s: %v", query, err)
+		case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+			t.Errorf("%s: error %v, want one saying %s", query, err, wantErr)
+		case query == "partitions=1&partitions=2" && !slices.Equal(req.Partitions, []int{1, 2}):
+			t.Errorf("%s: partitions %v, want both", query, req.Partitions)
 		}
 	}
 }
