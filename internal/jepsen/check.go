@@ -371,17 +371,7 @@ func (r *Result) Markdown() string {
 		if len(row.Why) == 0 || row.Fault == "total" {
 			continue
 		}
-		whys := slices.Collect(maps.Keys(row.Why))
-		slices.SortFunc(whys, func(a, b string) int { return cmp.Or(row.Why[b]-row.Why[a], strings.Compare(a, b)) })
-		fmt.Fprintf(&b, "- %s:", row.Fault)
-		for i, w := range whys[:min(3, len(whys))] {
-			sep := ","
-			if i == 0 {
-				sep = ""
-			}
-			fmt.Fprintf(&b, "%s %s ×%d", sep, w, row.Why[w])
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "- %s: %s\n", row.Fault, mostFrequent(row.Why, 3))
 	}
 	b.WriteString("\nThe longest unavailability of each fault (the partition's probes write every 250 ms, each waiting up to 2 s):\n")
 	for _, row := range r.Rows {
@@ -392,20 +382,23 @@ func (r *Result) Markdown() string {
 		fmt.Fprintf(&b, "- %s: partition %s, %.1f s from %s (%.1f s after the fault began)", row.Fault, g.Partition,
 			g.To.Sub(g.From).Seconds(), g.From.UTC().Format("15:04:05.000"), g.From.Sub(g.FaultStart).Seconds())
 		if len(g.Met) > 0 {
-			met := slices.Collect(maps.Keys(g.Met))
-			slices.SortFunc(met, func(a, b string) int { return cmp.Or(g.Met[b]-g.Met[a], strings.Compare(a, b)) })
-			b.WriteString("; its probes met")
-			for i, m := range met[:min(4, len(met))] {
-				sep := ","
-				if i == 0 {
-					sep = ""
-				}
-				fmt.Fprintf(&b, "%s %s ×%d", sep, m, g.Met[m])
-			}
+			b.WriteString("; its probes met " + mostFrequent(g.Met, 4))
 		}
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// mostFrequent renders the n most frequent of counts, the most frequent
+// first: "a ×3, b ×1".
+func mostFrequent(counts map[string]int, n int) string {
+	keys := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
+	parts := make([]string, 0, n)
+	for _, k := range keys[:min(n, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, counts[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // checkRegisters runs porcupine over the history's register operations,
