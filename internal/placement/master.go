@@ -113,7 +113,7 @@ func DecideMaster(in MasterInput) MasterDecision {
 		return MasterDecision{Replicas: tgt}
 	}
 	ms, ok := in.Status(m)
-	if s, answered := in.Status(tgt[0]); ok && answered && slices.Contains(cur, tgt[0]) && caughtUp(s.SCN, ms.SCN) {
+	if s, answered := in.Status(tgt[0]); ok && answered && slices.Contains(cur, tgt[0]) && canTakeOver(s, ms) {
 		return MasterDecision{Replicas: tgt, From: m}
 	}
 	if !slices.Contains(tgt, m) && ok {
@@ -123,7 +123,7 @@ func DecideMaster(in MasterInput) MasterDecision {
 		var bestSCN storage.SCN
 		for _, id := range tgt {
 			s, answered := in.Status(id)
-			if id == m || !slices.Contains(cur, id) || !answered || !caughtUp(s.SCN, ms.SCN) {
+			if id == m || !slices.Contains(cur, id) || !answered || !canTakeOver(s, ms) {
 				continue
 			}
 			if best == "" || bestSCN.Less(s.SCN) {
@@ -161,6 +161,16 @@ func failover(in MasterInput) MasterDecision {
 	}
 	out := first(best, in.Target)
 	return MasterDecision{Replicas: out, Bump: best == cur[0]}
+}
+
+// canTakeOver reports whether replica r can take a partition over from
+// its live master ms by a planned hand-over: it is caught up, and the
+// master's retained log still holds every commit it lacks, which it
+// drains. (A replica behind the log's start must first be rebuilt from
+// a snapshot: handed the partition, its drain fails, and the partition
+// has no master until the controller chooses again.)
+func canTakeOver(r, ms node.PartitionStatus) bool {
+	return caughtUp(r.SCN, ms.SCN) && !r.SCN.Less(ms.LogStart)
 }
 
 // caughtUp reports whether a replica at r is on the timeline of a master

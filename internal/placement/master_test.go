@@ -1,7 +1,6 @@
 package placement
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -40,10 +39,13 @@ func TestMasterChoice(t *testing.T) {
 			if line == "" {
 				continue
 			}
-			var id, role, scn string
-			if _, err := fmt.Sscan(line, &id, &role, &scn); err != nil {
-				t.Fatalf("%s: %v", line, err)
+			// id ROLE scn [log-start=scn]: the master's retained log
+			// holds the commits after log-start.
+			f := strings.Fields(line)
+			if len(f) < 3 {
+				t.Fatalf("%s: want id ROLE scn [log-start=scn]", line)
 			}
+			id, role, scn := f[0], f[1], f[2]
 			var st node.PartitionStatus
 			if err := st.Role.UnmarshalText([]byte(role)); err != nil {
 				t.Fatal(err)
@@ -53,6 +55,13 @@ func TestMasterChoice(t *testing.T) {
 				t.Fatal(err)
 			}
 			st.SCN = s
+			if len(f) > 3 {
+				ls, err := storage.ParseSCN(strings.TrimPrefix(f[3], "log-start="))
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.LogStart = ls
+			}
 			statuses[id] = st
 		}
 		in.Live = func(id string) bool { return live[id] }
