@@ -49,6 +49,7 @@ type roleFlags struct {
 	localCalls     *bool
 	nodeID         *string
 	rack           *string
+	drainTimeout   *time.Duration
 	advertise      *string
 	leaseTTL       *int
 	maxTransitions *int
@@ -160,6 +161,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 	case "storage":
 		f.nodeID = fs.String("node-id", "", "this node's name, stable across restarts (default: its advertised address)")
 		f.rack = fs.String("rack", "", "this node's rack: no two replicas of a partition share one")
+		f.drainTimeout = fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM or SIGINT, how long to wait for the partitions this node masters to be handed to other replicas before leaving the cluster (a rolling restart without errors); then the rest fails over (-1s: leave at once)")
 		f.advertise = fs.String("advertise-url", "", "URL other processes reach this node at (default http:// + the listen address)")
 	case "relay":
 		f.nodeID = fs.String("relay-id", "", "this relay's name (default: its advertised address)")
@@ -222,6 +224,9 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	}
 	if f.relayBuffer != nil {
 		o.RelayBuffer, o.RelayBufferBytes = *f.relayBuffer, *f.relayBytes
+	}
+	if f.drainTimeout != nil {
+		o.DrainTimeout = *f.drainTimeout
 	}
 	if f.rack != nil {
 		o.Rack = *f.rack

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -212,6 +213,32 @@ type writers struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	errs  []string
+	// refused counts the 503s (retried) and failed calls by their
+	// cause, from when counting began (countRefusals).
+	refused  map[string]int
+	counting bool
+}
+
+// countRefusals starts counting the writes refused from now on.
+func (w *writers) countRefusals() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refused, w.counting = map[string]int{}, true
+}
+
+// refusals is what countRefusals counted.
+func (w *writers) refusals() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.refused)
+}
+
+func (w *writers) refusedFor(cause string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.counting {
+		w.refused[cause]++
+	}
 }
 
 func (c *procCluster) startWriters(n int) *writers {
@@ -231,6 +258,7 @@ func (c *procCluster) startWriters(n int) *writers {
 					req.Header.Set("Content-Type", "application/json")
 					resp, err := hc.Do(req)
 					if err != nil {
+						w.refusedFor(err.Error())
 						continue
 					}
 					b, _ := io.ReadAll(resp.Body)
@@ -248,6 +276,9 @@ func (c *procCluster) startWriters(n int) *writers {
 						w.mu.Unlock()
 						return
 					}
+					var p struct{ Title, Detail string }
+					json.Unmarshal(b, &p)
+					w.refusedFor("503 " + p.Title)
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
@@ -443,6 +474,56 @@ func TestFailoverKillMasterAndController(t *testing.T) {
 	acked := w.finish(t)
 	t.Logf("%d writes acknowledged", len(acked))
 	c.verify(acked)
+}
+
+// TestRollingRestart stops the busiest master cleanly (SIGTERM, a
+// rolling restart's step) under writes: before it leaves, it hands every
+// partition it masters to another replica by a planned hand-over, so no
+// write fails or is left with an unknown outcome — none is answered 503,
+// as when the partitions fail over — and nothing acknowledged is lost.
+// Started again, it takes masterships back the same way, again without a
+// 503: a write that reaches a partition in a planned hand-over waits for
+// it (routing.HandOverWait).
+func TestRollingRestart(t *testing.T) {
+	info := []string{"--log-level", "info"}
+	c := startProcClusterWith(t, 3, 8, map[string][]string{"s0": info, "s1": info, "s2": info})
+	w := c.startWriters(4)
+	awaitWrites(t, w, 50)
+	victim := c.busiestMaster()
+	w.countRefusals()
+	began := time.Now()
+	c.storage[victim].Stop()
+	t.Logf("%s stopped in %s", victim, time.Since(began).Round(time.Millisecond))
+	if log := c.storage[victim].Log(); !strings.Contains(log, "drained: every partition another replica can master has a new master") {
+		t.Fatalf("%s left without handing its partitions over:\n%s", victim, log)
+	}
+	c.awaitMastersOff(victim)
+	awaitWrites(t, w, 100)
+	if r := w.refusals(); len(r) > 0 {
+		t.Fatalf("writes refused while %s stopped cleanly: %v", victim, r)
+	}
+	w.countRefusals()
+	c.storage[victim].Restart()
+	c.awaitHosting(victim)
+	await(t, 30*time.Second, victim+" to master partitions again", func() bool { return masters(c.table(), victim) > 0 })
+	awaitWrites(t, w, 50)
+	acked := w.finish(t)
+	if r := w.refusals(); len(r) > 0 {
+		t.Fatalf("writes refused while %s took its partitions back: %v", victim, r)
+	}
+	t.Logf("%d writes acknowledged", len(acked))
+	c.verify(acked)
+}
+
+// masters counts the partitions t gives node id to master.
+func masters(t *topo.RoutingTable, id string) int {
+	n := 0
+	for _, r := range t.Partitions {
+		if len(r.Replicas) > 0 && r.Replicas[0] == id {
+			n++
+		}
+	}
+	return n
 }
 
 // TestFailoverPausedMaster pauses (SIGSTOP) the busiest master past its

@@ -160,7 +160,7 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 	in := placement.Input{Partitions: partitions, Replicas: replicas, Current: placement.Assignment{}}
 	urls, incs := map[string]string{}, map[string]int64{}
 	for _, n := range live {
-		in.Nodes = append(in.Nodes, placement.Node{ID: n.ID, Rack: n.Rack})
+		in.Nodes = append(in.Nodes, placement.Node{ID: n.ID, Rack: n.Rack, Draining: n.Draining})
 		urls[n.ID], incs[n.ID] = n.URL, n.Incarnation
 	}
 	if len(in.Nodes) == 0 {

@@ -37,6 +37,7 @@ type Fault struct {
 // Faults the nemesis knows, in the order a fixed schedule cycles them.
 var Faults = []string{
 	"kill-master",     // kill -9 the busiest master, restart it while writes go on
+	"restart-master",  // stop the busiest master cleanly (SIGTERM: a rolling restart's step), start it again
 	"pause-master",    // SIGSTOP the busiest master past its lease, then SIGCONT
 	"cut-etcd",        // cut the busiest master off from etcd past its lease; it keeps running, reachable by all
 	"isolate-master",  // cut the busiest master off from etcd and from every caller past its lease; it keeps running
@@ -80,6 +81,17 @@ func (n *Nemesis) Run(kind string) error {
 		f.Target = n.busiestMaster()
 		c.KillNode(f.Target)
 		time.Sleep(hold)
+		f.Heal = time.Now()
+		c.RestartNode(f.Target)
+	case "restart-master":
+		// A clean stop hands the node's masterships to other replicas
+		// before it leaves (--drain-timeout).
+		f.Target = n.busiestMaster()
+		began := time.Now()
+		c.Storage[f.Target].Stop()
+		c.InLink[f.Target].Stop()
+		f.Note = fmt.Sprintf("it stopped in %s", time.Since(began).Round(10*time.Millisecond))
+		time.Sleep(n.ttl())
 		f.Heal = time.Now()
 		c.RestartNode(f.Target)
 	case "pause-master":

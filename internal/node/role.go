@@ -372,6 +372,17 @@ func (n *Node) Role(db string, id int) Role {
 	return e.role
 }
 
+// Confirmed is the newest SCN of partition db/id that its current master
+// has confirmed holding (Follow asks after every answer): once a former
+// master's replica is confirmed up to what it held when it stepped down,
+// its hand-over is complete and the writes it took survived it.
+func (n *Node) Confirmed(db string, id int) storage.SCN {
+	e := n.roles.entry(db, id)
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	return e.confirmed
+}
+
 // FenceAll makes every partition this node masters OFFLINE, at once: a
 // node that lost its lease no longer knows it is master, and must not
 // accept writes a new master's timeline will not contain.

@@ -10,6 +10,10 @@ import (
 type Node struct {
 	ID   string
 	Rack string // empty: a rack of its own
+	// Draining says the node is about to stop (a clean shutdown, a
+	// rolling restart): it keeps its replicas but masters nothing that
+	// another live replica can master.
+	Draining bool
 }
 
 // Assignment maps each partition to its replicas' node IDs; the first
@@ -33,7 +37,9 @@ type Input struct {
 //     the counts per node differ by at most one;
 //   - it moves as little as it can from Current: a replica on a live node
 //     stays unless its node holds more than its share, and a master stays
-//     master unless its node masters more than its share.
+//     master unless its node masters more than its share;
+//   - a draining node keeps its replicas but masters only partitions that
+//     have no replica elsewhere, and the others share its masters.
 //
 // It is deterministic: equal inputs give equal outputs.
 func IdealState(in Input) Assignment {
@@ -44,8 +50,9 @@ func IdealState(in Input) Assignment {
 		return out
 	}
 	r := min(max(in.Replicas, 1), len(nodes))
-	p := placer{nodes: nodes, rackOf: map[string]string{}, load: map[string]int{}, hosts: map[int]map[string]bool{}, prefs: map[int][]Node{}}
+	p := placer{nodes: nodes, draining: map[string]bool{}, rackOf: map[string]string{}, load: map[string]int{}, hosts: map[int]map[string]bool{}, prefs: map[int][]Node{}}
 	for _, n := range nodes {
+		p.draining[n.ID] = n.Draining
 		rack := n.Rack
 		if rack == "" {
 			rack = "node:" + n.ID
@@ -121,6 +128,7 @@ func IdealState(in Input) Assignment {
 
 type placer struct {
 	nodes       []Node
+	draining    map[string]bool
 	rackOf      map[string]string
 	load        map[string]int
 	hosts       map[int]map[string]bool
@@ -274,7 +282,12 @@ func (p *placer) balanceMasters(replicas [][]string, partitions int) []string {
 	for part := range partitions {
 		current[replicas[part][0]]++
 	}
-	ranked := slices.Clone(p.nodes)
+	// Draining nodes have no share; a partition only they hold keeps its
+	// master there, past the share (it has nowhere else to go).
+	ranked := slices.DeleteFunc(slices.Clone(p.nodes), func(n Node) bool { return n.Draining })
+	if len(ranked) == 0 {
+		ranked = slices.Clone(p.nodes)
+	}
 	slices.SortStableFunc(ranked, func(a, b Node) int {
 		return cmp.Or(cmp.Compare(p.load[b.ID], p.load[a.ID]), cmp.Compare(current[b.ID], current[a.ID]))
 	})
@@ -299,7 +312,8 @@ func (p *placer) balanceMasters(replicas [][]string, partitions int) []string {
 		}
 		best := ""
 		for _, id := range replicas[part] {
-			if best == "" || share[id]-count[id] > share[best]-count[best] {
+			if best == "" || p.draining[best] && !p.draining[id] ||
+				p.draining[best] == p.draining[id] && share[id]-count[id] > share[best]-count[best] {
 				best = id
 			}
 		}
@@ -316,7 +330,7 @@ func (p *placer) balanceMasters(replicas [][]string, partitions int) []string {
 				continue
 			}
 			for _, id := range replicas[part] {
-				if id != m && count[id] < share[id] {
+				if id != m && count[id] < share[id] && !p.draining[id] {
 					masters[part] = id
 					count[m]--
 					count[id]++

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -186,3 +187,52 @@ var (
 	trials = flag.Int("placement-trials", 300, "random clusters TestPlacementProperties tries")
 	seed   = flag.Uint64("placement-seed", 11, "seed of TestPlacementProperties")
 )
+
+// TestPlacementDraining: a draining node keeps every replica it held and
+// masters only partitions no other node replicates; the other nodes'
+// masters stay balanced, and when it stops draining it gets its share of
+// masters back without any replica moving.
+func TestPlacementDraining(t *testing.T) {
+	rng := rand.New(rand.NewPCG(*seed, 13))
+	for trial := range *trials {
+		n := 2 + rng.IntN(8)
+		in := Input{Nodes: cluster(n, 0), Partitions: 1 + rng.IntN(512), Replicas: 1 + rng.IntN(3)}
+		t.Run(fmt.Sprintf("%d/n=%d,p=%d,r=%d", trial, n, in.Partitions, in.Replicas), func(t *testing.T) {
+			a := IdealState(in)
+			drain := Input{Nodes: slices.Clone(in.Nodes), Partitions: in.Partitions, Replicas: in.Replicas, Current: a}
+			victim := rng.IntN(n)
+			drain.Nodes[victim].Draining = true
+			id := drain.Nodes[victim].ID
+			b := IdealState(drain)
+			if m := moved(a, b); m != 0 {
+				t.Fatalf("draining %s moved %d replicas", id, m)
+			}
+			masters := map[string]int{}
+			for part, rs := range b {
+				if rs[0] == id && len(rs) > 1 {
+					t.Fatalf("partition %d: the draining node masters it though %v replicate it", part, rs[1:])
+				}
+				if rs[0] != id {
+					masters[rs[0]]++
+				}
+			}
+			if in.Replicas > 1 {
+				lo, hi := 1<<30, -1
+				for _, nd := range drain.Nodes {
+					if !nd.Draining {
+						lo, hi = min(lo, masters[nd.ID]), max(hi, masters[nd.ID])
+					}
+				}
+				if hi-lo > 1 {
+					t.Fatalf("masters of the others spread %d..%d: %v", lo, hi, masters)
+				}
+			}
+			back := Input{Nodes: in.Nodes, Partitions: in.Partitions, Replicas: in.Replicas, Current: b}
+			c := IdealState(back)
+			checkInvariants(t, back, c)
+			if m := moved(b, c); m != 0 {
+				t.Fatalf("ending the drain moved %d replicas", m)
+			}
+		})
+	}
+}

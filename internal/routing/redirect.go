@@ -15,11 +15,20 @@ import (
 //   - A request the node refuses as a slave naming a master of a newer
 //     generation than the table's (node.NotMasterError) is sent once to
 //     that master, if the table knows it at the same URL.
+//
 //   - A request that never reached the node (node.ErrNotDelivered), sent
 //     while the router's registration in etcd has lapsed (it is cut off,
 //     so its table may be stale), is sent to the table's slaves in turn
 //     instead: one that has become master does it, one that follows a
 //     newer master names it as above.
+//
+//   - A request the master refuses as not (yet) master while its table
+//     says it is taking the partition over from a live master (a planned
+//     hand-over: a node stopping cleanly, a node given its partitions
+//     back) is asked again, every handOverPoll for up to HandOverWait,
+//     of the master the newest table names: the new master takes over
+//     once it has drained the old one, and the caller sees a short wait,
+//     not a 503.
 //
 // Each refusal and each undelivered request did nothing, so no request is
 // done twice; whichever node gets it decides for itself whether it is the
@@ -44,9 +53,47 @@ func (s redirecting) named(err error) node.Service {
 	return s.v.service(s.t, nm.Hint.ID, nm.Hint.URL)
 }
 
+// HandOverWait bounds how long a request waits for a planned hand-over
+// to complete (redirecting); handOverPoll is how often it asks again.
+const (
+	HandOverWait = 2 * time.Second
+	handOverPoll = 10 * time.Millisecond
+)
+
 // redirect makes call, which the table's master answered with res and
-// err, to another node as redirecting says.
-func redirect[R any](s redirecting, res R, err error, call func(node.Service) (R, error)) (R, error) {
+// err, to another node as redirecting says, and waits out a planned
+// hand-over.
+func redirect[R any](ctx context.Context, s redirecting, res R, err error, call func(node.Service) (R, error)) (R, error) {
+	res, err = redirectOnce(s, res, err, call)
+	deadline := time.Now().Add(HandOverWait)
+	for errors.Is(err, node.ErrNotMaster) && time.Now().Before(deadline) {
+		t := s.v.Table(s.t.DB)
+		if t == nil || s.part >= len(t.Partitions) || t.Partitions[s.part].From == "" {
+			break // no planned hand-over under way
+		}
+		id, url := t.Master(s.part)
+		if url == "" {
+			break
+		}
+		tm := time.NewTimer(handOverPoll)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return res, err
+		case <-tm.C:
+		}
+		next := redirecting{Service: s.v.service(t, id, url), v: s.v, t: t, part: s.part}
+		res, err = call(next.Service)
+		if err != nil {
+			res, err = redirectOnce(next, res, err, call)
+		}
+	}
+	return res, err
+}
+
+// redirectOnce makes call, which the table's master answered with res
+// and err, to another node as redirecting says.
+func redirectOnce[R any](s redirecting, res R, err error, call func(node.Service) (R, error)) (R, error) {
 	if m := s.named(err); m != nil {
 		return call(m)
 	}
@@ -75,7 +122,7 @@ func (s redirecting) Get(ctx context.Context, req node.GetRequest) (*node.Item, 
 	if err == nil {
 		return res, nil
 	}
-	return redirect(s, res, err, func(n node.Service) (*node.Item, error) { return n.Get(ctx, req) })
+	return redirect(ctx, s, res, err, func(n node.Service) (*node.Item, error) { return n.Get(ctx, req) })
 }
 
 func (s redirecting) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
@@ -83,7 +130,7 @@ func (s redirecting) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]
 	if err == nil {
 		return res, nil
 	}
-	return redirect(s, res, err, func(n node.Service) ([]*node.Item, error) { return n.MultiGet(ctx, req) })
+	return redirect(ctx, s, res, err, func(n node.Service) ([]*node.Item, error) { return n.MultiGet(ctx, req) })
 }
 
 func (s redirecting) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {
@@ -91,7 +138,7 @@ func (s redirecting) Scan(ctx context.Context, req node.ScanRequest) (*node.Scan
 	if err == nil {
 		return res, nil
 	}
-	return redirect(s, res, err, func(n node.Service) (*node.ScanResult, error) { return n.Scan(ctx, req) })
+	return redirect(ctx, s, res, err, func(n node.Service) (*node.ScanResult, error) { return n.Scan(ctx, req) })
 }
 
 func (s redirecting) Write(ctx context.Context, req node.WriteRequest) (*node.WriteResult, error) {
@@ -99,7 +146,7 @@ func (s redirecting) Write(ctx context.Context, req node.WriteRequest) (*node.Wr
 	if err == nil {
 		return res, nil
 	}
-	return redirect(s, res, err, func(n node.Service) (*node.WriteResult, error) { return n.Write(ctx, req) })
+	return redirect(ctx, s, res, err, func(n node.Service) (*node.WriteResult, error) { return n.Write(ctx, req) })
 }
 
 // Addr, InProcess and Quiet are the table's master's (see reporting).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortado-db/cortado/internal/agent"
 	"github.com/cortado-db/cortado/internal/controller"
@@ -33,6 +36,9 @@ type member struct {
 	member *topo.Member
 	cancel context.CancelFunc
 	done   chan struct{}
+	// drainFor is how long a clean stop waits for the node's masterships
+	// to move (drain); zero: it does not wait.
+	drainFor time.Duration
 }
 
 // startMember opens a storage node in dir, registers it as id at url
@@ -111,6 +117,96 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		}
 	}()
 	return m, nil
+}
+
+// DefaultDrainTimeout is Options.DrainTimeout's default: less than the
+// 30 s most supervisors (systemd, Kubernetes) give a stopping process
+// before they kill it.
+const DefaultDrainTimeout = 15 * time.Second
+
+// drain hands the partitions the node masters to other replicas before a
+// clean stop, as a rolling restart needs: it marks the node's
+// registration draining, so the controller makes a caught-up replica of
+// each such partition master by a planned hand-over (the new master
+// drains this one; writes in flight are kept), and waits until each new
+// master has confirmed holding everything this replica held, or for
+// drainFor. A partition with no other live replica stays; after the
+// wait, leave fails over whatever did not move.
+func (m *member) drain(cli *clientv3.Client, prefix string, log *slog.Logger) {
+	if m.drainFor <= 0 || m.member == nil || m.engine.Failed() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.drainFor)
+	defer cancel()
+	log = log.With("node", m.id)
+	if err := m.member.Drain(ctx); err != nil {
+		log.Warn("drain: mark the node draining", "err", err)
+		return
+	}
+	type part struct {
+		db string
+		id int
+	}
+	held := map[part]storage.SCN{} // zero while the node still masters it
+	st, _ := m.node.Status(ctx, node.StatusRequest{})
+	for _, p := range st {
+		if p.Role == node.Master {
+			held[part{p.DB, p.Partition}] = storage.SCN{}
+		}
+	}
+	log.Info("draining: handing masterships to other replicas", "partitions", len(held))
+	start := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for len(held) > 0 {
+		tables := map[string]*topo.RoutingTable{}
+		st, _ := m.node.Status(ctx, node.StatusRequest{})
+		for _, p := range st {
+			k := part{p.DB, p.Partition}
+			at, ok := held[k]
+			switch {
+			case !ok:
+			case p.Role == node.Master:
+				if _, loaded := tables[k.db]; !loaded {
+					tables[k.db], _ = topo.LoadRoutingTable(ctx, cli, prefix, k.db)
+				}
+				if t := tables[k.db]; t != nil && !elsewhere(t, k.id, m.id) {
+					delete(held, k) // nowhere to go: it stays until leave
+				}
+			case at.IsZero():
+				held[k] = p.SCN // stepped down holding this
+				if !m.node.Confirmed(k.db, k.id).Less(p.SCN) {
+					delete(held, k)
+				}
+			case !m.node.Confirmed(k.db, k.id).Less(at):
+				delete(held, k) // the new master holds it all
+			}
+		}
+		if len(held) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			log.Warn("drain: time is up; leaving, the rest fails over", "partitions", len(held), "after", m.drainFor)
+			return
+		case <-tick.C:
+		}
+	}
+	log.Info("drained: every partition another replica can master has a new master", "took", time.Since(start).Round(time.Millisecond))
+}
+
+// elsewhere reports whether partition p has a live replica other than
+// node id, to which its mastership can go.
+func elsewhere(t *topo.RoutingTable, p int, id string) bool {
+	if p >= len(t.Partitions) {
+		return false
+	}
+	for _, r := range t.Partitions[p].Replicas {
+		if _, live := t.Nodes[r]; live && r != id {
+			return true
+		}
+	}
+	return false
 }
 
 // leave fences every partition and leaves the cluster at once (a clean

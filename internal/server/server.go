@@ -92,6 +92,11 @@ type Options struct {
 	// MaxTransitions bounds the partitions changing role at once on a
 	// storage node (default 16).
 	MaxTransitions int
+	// DrainTimeout bounds how long a storage node (`cortado storage`)
+	// stopping cleanly waits for its masterships to be handed to other
+	// replicas before it leaves the cluster (default DefaultDrainTimeout;
+	// negative: it leaves at once, and its partitions fail over).
+	DrainTimeout time.Duration
 	// ControllerID names a controller (default: host and process ID).
 	ControllerID string
 	// StreamBytes bounds what one change stream holds in memory
@@ -275,6 +280,9 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.CheckInterval == 0 {
 		opts.CheckInterval = controller.DefaultCheckInterval
 	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
+	}
 	if opts.ProtocolVersion == 0 {
 		opts.ProtocolVersion = wire.Version
 	}
@@ -347,6 +355,10 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		if err != nil {
 			return nil, err
 		}
+		// Alone in its process, the node hands its masterships over
+		// before it stops: the controller and the other replicas run on.
+		// (In `serve`, every role stops together.)
+		m.drainFor = opts.DrainTimeout
 		s.rpc, _ = s.nodeRPC(m)
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
@@ -586,6 +598,7 @@ func (s *Server) close() error {
 	// replication long-poll reads the engine), then stop the agents and
 	// close the engines: never an engine closed under a running handler.
 	for _, m := range s.members {
+		m.drain(s.cli, s.opts.Prefix, s.opts.Logger)
 		errs = append(errs, m.leave())
 	}
 	s.mu.Lock()

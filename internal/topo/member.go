@@ -153,6 +153,19 @@ func (m *Member) Incarnation() int64 {
 	return int64(m.lease)
 }
 
+// Drain republishes the node's registration, under the same lease, as
+// draining (NodeInfo.Draining): the controller moves its masterships to
+// other replicas. It stays draining if it must rejoin.
+func (m *Member) Drain(ctx context.Context) error {
+	m.mu.Lock()
+	m.info.Draining = true
+	info, lease := m.info, m.lease
+	m.mu.Unlock()
+	val, _ := json.Marshal(info)
+	_, err := m.cli.Put(ctx, NodeKey(m.prefix, info.ID), string(val), clientv3.WithLease(lease))
+	return err
+}
+
 // Leave revokes the lease: the node is gone at once. From the moment
 // Leave is called Held reports the lease lost, so that nothing begun under
 // it is acknowledged once the controller may have moved on.

@@ -18,6 +18,10 @@ type NodeInfo struct {
 	// restarts or rejoins after losing its lease, and a master that comes
 	// back as a new incarnation gets a new generation.
 	Incarnation int64 `json:"incarnation"`
+	// Draining says the node is stopping cleanly: the controller hands
+	// its masterships to other replicas (planned, nothing lost) before
+	// it leaves.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // PartitionRoute is one partition's replicas (the first is master) and the
