@@ -36,19 +36,21 @@ var (
 		"?limit=-1", "?limit=99999", "?limit=2&next=!!", "?next=" + strings.Repeat("A", 3000), "?query=a:b",
 		"?query=from:bob", "?query=hello%20AND%20isInbox:true&sort=-createdOn", "?query=%22big%20news%22&limit=2&next=AAAAAAAAAAAAAAAAAA",
 		"?query=createdOn:[1%20TO%20*]&sort=subject", "?query=" + strings.Repeat("(", 40) + "a", "?query=" + strings.Repeat("a%20OR%20", 200) + "b",
-		"?query=labels:%FF", "?query=NOT%20NOT%20-x", "?query=createdOn:>=99999999999999999999", "?query=%22unterminated", "?query=&sort=-"}
+		"?query=labels:%FF", "?query=NOT%20NOT%20-x", "?query=createdOn:>=99999999999999999999", "?query=%22unterminated", "?query=&sort=-",
+		"?qeury=a", "?limit=1&limit=2", "?a;b", "?%zz", "?fields=a&fields=b", "?sort=-createdOn"}
 	// Change-stream parameters (a stream that starts is left at once).
 	hostileChangeQueries = []string{"", "?since=now", "?since=beginning", "?since=AQAAAAA", "?since=" + strings.Repeat("A", 200000), "?since=!!",
 		"?tables=Profile,Nope", "?partitions=0,64", "?partitions=-1", "?fields=lastName", "?fields=nosuch", "?version=99", "?before=maybe",
-		"?transactions=true&heartbeat=1ns", "?heartbeat=10h", "?bogus=1", "?tables=" + strings.Repeat("T,", 1000)}
+		"?transactions=true&heartbeat=1ns", "?heartbeat=10h", "?bogus=1", "?tables=" + strings.Repeat("T,", 1000), "?since=now&since=beginning", "?tables=Profile&tables=Message"}
 	hostileHeaders = map[string][]string{
 		"If-Match":          {"", "*", `"x"`, `W/"x"`, "garbage", `"a", b`, strings.Repeat(`"x",`, 500)},
 		"If-None-Match":     {"", "*", `"x"`, "garbage"},
 		"Accept":            {"application/json", "avro/binary; version=0", "avro/binary; version=1", "avro/binary; version=99", "avro/binary; version=-1", "text/html", "*/*", ";;;", "application/x-ndjson", "application/x-ndjson, application/json"},
-		"Content-Type":      {"application/json", "avro/binary; version=1", "avro/binary; version=0", "avro/binary", "text/plain", "application/json; charset=latin1"},
+		"Content-Type":      {"application/json", "avro/binary; version=1", "avro/binary; version=0", "avro/binary", "text/plain", "application/json; charset=latin1", "application/json; charset=UTF-8"},
 		"Cache-Control":     {"max-stale", "max-stale=abc", "no-cache", "max-stale=-1"},
 		"If-Modified-Since": {"yesterday", "Mon, 01 Jan 3000 00:00:00 GMT"},
-		"Request-Timeout":   {"1", "0.001", "0", "-5", "1e9", "5ms", "never", "NaN"},
+		"Request-Timeout":   {"1", "0.001", "0", "-5", "1e9", "5ms", "never", "NaN", "1e-10"},
+		"Content-Encoding":  {"gzip", "identity", "br, gzip", ""},
 		"Prefer":            {"partial-ok", "partial-ok, x", "garbage"},
 		"X-Cortado-Client":  {"", "app", strings.Repeat("c", 300), "\x7f"},
 		"Last-Event-ID":     {"", "now", "AQAAAAA", "garbage", strings.Repeat("A", 100000)},
