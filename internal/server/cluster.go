@@ -161,8 +161,10 @@ func (m *member) drain(cli *clientv3.Client, prefix string, log *slog.Logger) {
 	for len(held) > 0 {
 		tables := map[string]*topo.RoutingTable{}
 		st, _ := m.node.Status(ctx, node.StatusRequest{})
+		hosted := map[part]bool{}
 		for _, p := range st {
 			k := part{p.DB, p.Partition}
+			hosted[k] = true
 			at, ok := held[k]
 			switch {
 			case !ok:
@@ -180,6 +182,11 @@ func (m *member) drain(cli *clientv3.Client, prefix string, log *slog.Logger) {
 				}
 			case !m.node.Confirmed(k.db, k.id).Less(at):
 				delete(held, k) // the new master holds it all
+			}
+		}
+		for k := range held {
+			if !hosted[k] {
+				delete(held, k) // its database was dropped
 			}
 		}
 		if len(held) == 0 {
