@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -31,7 +32,7 @@ func runCluster(args []string) error {
 	if args[0] == "check" {
 		method, path = http.MethodPost, "/_cluster/check"
 		if *db != "" {
-			path += "?db=" + *db
+			path += "?db=" + url.QueryEscape(*db)
 		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(*c.url, "/")+path, nil)

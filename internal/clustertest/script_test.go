@@ -179,6 +179,17 @@ func TestServeNodes(t *testing.T) {
 	if out, err := exec.Command(Binary(t), "cluster", "check", "--url", s.URL).CombinedOutput(); err != nil {
 		t.Fatalf("cluster check: %v\n%s", err, out)
 	}
+	// A check of a database that does not exist fails: it does not pass
+	// having checked nothing. A parameter it does not take is refused,
+	// not read as "every database".
+	if out, err := exec.Command(Binary(t), "cluster", "check", "--url", s.URL, "--db", "nosuch").CombinedOutput(); err == nil || !strings.Contains(string(out), "404") {
+		t.Fatalf("cluster check --db nosuch: %v\n%s", err, out)
+	}
+	if resp, err := http.Post(s.URL+"/_cluster/check?database=demo", "", nil); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("a check with ?database=: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	// Each node's engine is in the metrics, and each has written the
 	// commits it holds.
 	resp, err = http.Get(s.URL + "/metrics")

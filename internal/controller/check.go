@@ -48,6 +48,10 @@ type ReplicaCheck struct {
 	Tables []string `json:"tables,omitempty"`
 }
 
+// ErrNoDatabase is Check's error for a database that has no routing
+// table (it does not exist, or no controller has placed it yet).
+var ErrNoDatabase = errors.New("no such database")
+
 // Check compares every partition's slaves with its master (of database
 // db, or of all with db ""): the master checksums its rows now, at SCN s;
 // each slave checksums its rows when it reaches exactly s (the slaves
@@ -64,13 +68,19 @@ func Check(ctx context.Context, cli *clientv3.Client, prefix, db string) ([]Part
 		p int
 	}
 	var jobs []job
+	found := false
 	for _, t := range tables {
 		if db != "" && t.DB != db {
 			continue
 		}
+		found = true
 		for p := range t.Partitions {
 			jobs = append(jobs, job{t, p})
 		}
+	}
+	if db != "" && !found {
+		// Not an empty result: a misspelt name would pass the check.
+		return nil, fmt.Errorf("database %q: %w", db, ErrNoDatabase)
 	}
 	out := make([]PartitionCheck, len(jobs))
 	sem := make(chan struct{}, 8)

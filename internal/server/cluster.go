@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -368,7 +369,23 @@ func (s *Server) serveClusterStatus(w http.ResponseWriter, r *http.Request) {
 // serveClusterCheck answers POST /_cluster/check[?db=name]: it runs the
 // consistency check now.
 func (s *Server) serveClusterCheck(w http.ResponseWriter, r *http.Request) {
-	res, err := controller.Check(r.Context(), s.cli, s.opts.Prefix, r.URL.Query().Get("db"))
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	for name, v := range q {
+		if err == nil && (name != "db" || len(v) > 1) {
+			err = fmt.Errorf("the check takes db, once, not %q", name)
+		}
+	}
+	if err != nil {
+		// Not ignored: ?database=x would check every database, and an
+		// operator read the answer as x's.
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed check request", err.Error()))
+		return
+	}
+	res, err := controller.Check(r.Context(), s.cli, s.opts.Prefix, q.Get("db"))
+	if errors.Is(err, controller.ErrNoDatabase) {
+		problem.Write(w, problem.New(http.StatusNotFound, problem.TypeNoDatabase, "No such database", err.Error()))
+		return
+	}
 	if err != nil {
 		unavailable(w, fmt.Sprintf("consistency check: %v", err))
 		return
