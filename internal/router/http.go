@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -188,9 +189,10 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			r.fail(w, Problem(err))
 			return
 		}
-		var q url.Values
-		if req.URL.RawQuery != "" { // most reads have none: no map to make
-			q = req.URL.Query()
+		q, bad := parseQuery(req)
+		if bad != nil {
+			r.fail(w, bad)
+			return
 		}
 		// A query may leave out the partition key: all partitions.
 		tg, err := r.resolve(db, table, key, q.Has("query"))
@@ -198,14 +200,13 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			r.fail(w, Problem(err))
 			return
 		}
-		var bad *problem.Problem
 		switch {
 		case r.full(tg):
-			bad = params(req, "a document read", "fields")
+			bad = checkParams(q, "a document read", "fields")
 		case q.Has("query"):
-			bad = params(req, "a query", "fields", "limit", "next", "query", "sort")
+			bad = checkParams(q, "a query", "fields", "limit", "next", "query", "sort")
 		default:
-			bad = params(req, "a collection read", "fields", "limit", "next")
+			bad = checkParams(q, "a collection read", "fields", "limit", "next")
 		}
 		if bad != nil {
 			r.fail(w, bad)
@@ -453,21 +454,40 @@ func unescapeAll(raw []string) ([]string, error) {
 	return out, nil
 }
 
-// params checks a request's query parameters: only those it takes
+// params checks a request's query parameters (checkParams).
+func params(req *http.Request, what string, allowed ...string) *problem.Problem {
+	q, bad := parseQuery(req)
+	if bad == nil {
+		bad = checkParams(q, what, allowed...)
+	}
+	return bad
+}
+
+// parseQuery parses a request's query string (nil without one, as most
+// requests have), refusing a malformed one (a ";" separator, a bad
+// escape), which req.URL.Query would silently cut short.
+func parseQuery(req *http.Request) (url.Values, *problem.Problem) {
+	if req.URL.RawQuery == "" {
+		return nil, nil
+	}
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil {
+		return nil, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed query string", err.Error())
+	}
+	return q, nil
+}
+
+// checkParams checks query parameters q: only those the request takes
 // (allowed), each at most once. A parameter it does not take is refused,
 // not ignored: DELETE /db/T/k?query=from:bob would otherwise delete the
 // whole collection its caller meant to filter, and ?feilds= would read
 // every field.
-func params(req *http.Request, what string, allowed ...string) *problem.Problem {
-	if req.URL.RawQuery == "" { // most requests have none
+func checkParams(q url.Values, what string, allowed ...string) *problem.Problem {
+	if len(q) == 0 {
 		return nil
 	}
 	bad := func(title, detail string) *problem.Problem {
 		return problem.New(http.StatusBadRequest, problem.TypeMalformed, title, detail)
-	}
-	q, err := url.ParseQuery(req.URL.RawQuery)
-	if err != nil {
-		return bad("Malformed query string", err.Error())
 	}
 	takes := "none"
 	if n := len(allowed); n > 0 {
@@ -476,11 +496,7 @@ func params(req *http.Request, what string, allowed ...string) *problem.Problem 
 			takes = strings.Join(allowed[:n-1], ", ") + " and " + takes
 		}
 	}
-	names := make([]string, 0, len(q))
-	for name := range q {
-		names = append(names, name)
-	}
-	slices.Sort(names) // the same answer for the same request
+	names := slices.Sorted(maps.Keys(q)) // the same answer for the same request
 	for _, name := range names {
 		if !slices.Contains(allowed, name) {
 			return bad("Unknown query parameter", fmt.Sprintf("%q is not a parameter of %s, which takes %s", name, what, takes))
