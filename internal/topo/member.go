@@ -61,8 +61,7 @@ func (m *Member) register(ctx context.Context) error {
 	m.info.Incarnation = int64(g.ID)
 	info := m.info
 	m.mu.Unlock()
-	val, _ := json.Marshal(info)
-	if _, err := m.cli.Put(ctx, NodeKey(m.prefix, info.ID), string(val), clientv3.WithLease(g.ID)); err != nil {
+	if err := m.publish(ctx, info, g.ID); err != nil {
 		m.cli.Revoke(context.Background(), g.ID)
 		return fmt.Errorf("node %s: register: %w", info.ID, err)
 	}
@@ -161,6 +160,11 @@ func (m *Member) Drain(ctx context.Context) error {
 	m.info.Draining = true
 	info, lease := m.info, m.lease
 	m.mu.Unlock()
+	return m.publish(ctx, info, lease)
+}
+
+// publish puts the node's registration, info, under lease.
+func (m *Member) publish(ctx context.Context, info NodeInfo, lease clientv3.LeaseID) error {
 	val, _ := json.Marshal(info)
 	_, err := m.cli.Put(ctx, NodeKey(m.prefix, info.ID), string(val), clientv3.WithLease(lease))
 	return err
