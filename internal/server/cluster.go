@@ -159,9 +159,8 @@ func (m *member) drain(cli *clientv3.Client, prefix string, log *slog.Logger) {
 	start := time.Now()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for len(held) > 0 {
+	for ; len(held) > 0; st, _ = m.node.Status(ctx, node.StatusRequest{}) {
 		tables := map[string]*topo.RoutingTable{}
-		st, _ := m.node.Status(ctx, node.StatusRequest{})
 		hosted := map[part]bool{}
 		for _, p := range st {
 			k := part{p.DB, p.Partition}

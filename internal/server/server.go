@@ -594,7 +594,8 @@ func (s *Server) close() error {
 	for _, stop := range s.stop {
 		stop()
 	}
-	// Leave the cluster first, then let every HTTP handler finish (a
+	// Hand the node's masterships over (a storage process: drain) and
+	// leave the cluster first, then let every HTTP handler finish (a
 	// replication long-poll reads the engine), then stop the agents and
 	// close the engines: never an engine closed under a running handler.
 	for _, m := range s.members {
