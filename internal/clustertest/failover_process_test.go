@@ -181,14 +181,7 @@ func (c *procCluster) busiestMaster() string { return busiestMaster(c.table()) }
 // awaitMastersOff waits until no partition is mastered by victim.
 func (c *procCluster) awaitMastersOff(victim string) {
 	c.t.Helper()
-	await(c.t, 30*time.Second, "masters off "+victim, func() bool {
-		for _, r := range c.table().Partitions {
-			if r.Replicas[0] == victim {
-				return false
-			}
-		}
-		return true
-	})
+	await(c.t, 30*time.Second, "masters off "+victim, func() bool { return mastersOf(c.table())[victim] == 0 })
 }
 
 // awaitHosting waits until some partition has a replica on id again.
@@ -505,7 +498,7 @@ func TestRollingRestart(t *testing.T) {
 	w.countRefusals()
 	c.storage[victim].Restart()
 	c.awaitHosting(victim)
-	await(t, 30*time.Second, victim+" to master partitions again", func() bool { return masters(c.table(), victim) > 0 })
+	await(t, 30*time.Second, victim+" to master partitions again", func() bool { return mastersOf(c.table())[victim] > 0 })
 	awaitWrites(t, w, 50)
 	acked := w.finish(t)
 	if r := w.refusals(); len(r) > 0 {
@@ -513,17 +506,6 @@ func TestRollingRestart(t *testing.T) {
 	}
 	t.Logf("%d writes acknowledged", len(acked))
 	c.verify(acked)
-}
-
-// masters counts the partitions t gives node id to master.
-func masters(t *topo.RoutingTable, id string) int {
-	n := 0
-	for _, r := range t.Partitions {
-		if len(r.Replicas) > 0 && r.Replicas[0] == id {
-			n++
-		}
-	}
-	return n
 }
 
 // TestFailoverPausedMaster pauses (SIGSTOP) the busiest master past its
