@@ -96,7 +96,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	if raw[0] == "_schemata" {
-		if err := params(req, "a schema request"); err != nil {
+		if err := Params(req, "a schema request"); err != nil {
 			r.fail(w, err)
 			return
 		}
@@ -108,7 +108,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if len(raw) >= 2 && raw[1] == "_txn" {
-		if err := params(req, "a transaction"); err != nil {
+		if err := Params(req, "a transaction"); err != nil {
 			r.fail(w, err)
 			return
 		}
@@ -131,7 +131,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			methodNotAllowed(w, "GET, HEAD")
 			return
 		}
-		if err := params(req, "a multi-get", "fields"); err != nil {
+		if err := Params(req, "a multi-get", "fields"); err != nil {
 			r.fail(w, err)
 			return
 		}
@@ -174,7 +174,7 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 	}
 	switch req.Method {
 	case http.MethodPut, http.MethodPost, http.MethodPatch, http.MethodDelete:
-		if bad := params(req, "a write"); bad != nil {
+		if bad := Params(req, "a write"); bad != nil {
 			r.fail(w, bad)
 			return
 		}
@@ -454,8 +454,11 @@ func unescapeAll(raw []string) ([]string, error) {
 	return out, nil
 }
 
-// params checks a request's query parameters (checkParams).
-func params(req *http.Request, what string, allowed ...string) *problem.Problem {
+// Params checks a request's query parameters (checkParams): only those
+// it takes (allowed), each once, in a well-formed query string; what
+// names the request in the refusal. Other HTTP endpoints of the process
+// use it too.
+func Params(req *http.Request, what string, allowed ...string) *problem.Problem {
 	q, bad := parseQuery(req)
 	if bad == nil {
 		bad = checkParams(q, what, allowed...)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/relay"
+	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
@@ -368,19 +368,13 @@ func (s *Server) serveClusterStatus(w http.ResponseWriter, r *http.Request) {
 // serveClusterCheck answers POST /_cluster/check[?db=name]: it runs the
 // consistency check now.
 func (s *Server) serveClusterCheck(w http.ResponseWriter, r *http.Request) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	for name, v := range q {
-		if err == nil && (name != "db" || len(v) > 1) {
-			err = fmt.Errorf("the check takes db, once, not %q", name)
-		}
-	}
-	if err != nil {
-		// Not ignored: ?database=x would check every database, and an
-		// operator read the answer as x's.
-		problem.Write(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed check request", err.Error()))
+	// Not ignored: ?database=x would check every database, and an
+	// operator read the answer as x's.
+	if bad := router.Params(r, "the consistency check", "db"); bad != nil {
+		problem.Write(w, bad)
 		return
 	}
-	res, err := controller.Check(r.Context(), s.cli, s.opts.Prefix, q.Get("db"))
+	res, err := controller.Check(r.Context(), s.cli, s.opts.Prefix, r.URL.Query().Get("db"))
 	if errors.Is(err, controller.ErrNoDatabase) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.TypeNoDatabase, "No such database", err.Error()))
 		return
