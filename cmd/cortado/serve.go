@@ -155,7 +155,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 	case "serve":
 		f.etcdClient = fs.String("etcd-client-url", coord.DefaultClientURL, "embedded etcd client URL (when --etcd-endpoints is empty)")
 		f.etcdPeer = fs.String("etcd-peer-url", coord.DefaultPeerURL, "embedded etcd peer URL")
-		f.demo = fs.Bool("demo", false, "create the demo database of the README")
+		f.demo = fs.Bool("demo", false, "create the demo database of the README, and those of its tables that do not exist (what exists is left as it is)")
 		f.nodes = fs.Int("nodes", 1, "storage nodes to run in this process (2 or more adds a controller and replication)")
 		f.localCalls = fs.Bool("local-calls", true, "with --nodes 2 or more, the router calls this process's storage nodes, its change streams read its relay, and its slaves and relay read their masters' logs, directly (false: over the internal protocol, as other processes')")
 	case "storage":

@@ -88,3 +88,34 @@ func argStrings(d *datadriven.TestData) []string {
 	}
 	return out
 }
+
+// TestDemoDatabaseLeavesUsersSchemas: once the demo database exists it is
+// the user's. Creating it again (a restart with --demo) must neither fail
+// on a table whose schema the user evolved nor register the demo's first
+// version on top of the user's latest.
+func TestDemoDatabaseLeavesUsersSchemas(t *testing.T) {
+	s := openServer(t)
+	ctx := context.Background()
+	if err := s.DemoDatabase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Version 2 adds a field (FULL-compatible) and promotes one: the demo's
+	// version 1 text, registered again, would be a compatible version 3
+	// without the field, or a refused one.
+	v2 := `{"schema":{"type":"record","name":"MailboxStats","namespace":"demo","fields":[
+		{"name":"total","type":"long","default":0},{"name":"unread","type":"double","default":0},
+		{"name":"flag","type":["null","string"],"default":null}]}}`
+	if _, _, err := s.Router.RegisterSchema(ctx, "demo", "MailboxStats", []byte(v2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DemoDatabase(ctx); err != nil {
+		t.Fatalf("the demo database again, after the user evolved a table: %v", err)
+	}
+	info, err := s.Router.TableInfo("demo", "MailboxStats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(info), `"latest":2,`) {
+		t.Fatalf("MailboxStats after the demo database again: %s, want latest version 2 (the user's)", info)
+	}
+}

@@ -636,14 +636,24 @@ func (s *Server) close() error {
 	return errors.Join(errs...)
 }
 
-// DemoDatabase creates the demo database the README's examples use. It is
-// idempotent.
+// DemoDatabase creates the demo database the README's examples use, and
+// those of its tables that do not exist. What exists is the user's and is
+// left as it is: a restart with --demo after the user evolved a demo
+// table's schema, or with another --nodes, neither fails nor registers
+// the demo's first version again on top of the user's latest.
 func (s *Server) DemoDatabase(ctx context.Context) error {
-	replicas := min(max(s.opts.Nodes, 1), 3)
-	if _, _, err := s.Router.CreateDatabase(ctx, "demo", fmt.Appendf(nil, `{"partitions":64,"replicas":%d}`, replicas)); err != nil {
+	if _, err := s.reg.Database("demo"); errors.Is(err, registry.ErrNoDatabase) {
+		replicas := min(max(s.opts.Nodes, 1), 3)
+		if _, _, err := s.Router.CreateDatabase(ctx, "demo", fmt.Appendf(nil, `{"partitions":64,"replicas":%d}`, replicas)); err != nil {
+			return fmt.Errorf("demo database: %w", err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("demo database: %w", err)
 	}
 	for _, t := range demoTables {
+		if _, err := s.reg.Table("demo", t.name); !errors.Is(err, registry.ErrNoTable) {
+			continue // it exists (or the lookup failed for another reason, which registering would meet too)
+		}
 		if _, _, err := s.Router.RegisterSchema(ctx, "demo", t.name, []byte(t.def)); err != nil {
 			return fmt.Errorf("demo table %s: %w", t.name, err)
 		}
