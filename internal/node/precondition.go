@@ -21,14 +21,14 @@ func (c Preconditions) Check(d *storage.Doc, exists, read bool) error {
 		modified = d.Modified.Truncate(time.Second)
 	}
 	if len(c.IfMatch) > 0 {
-		if !exists || !matches(c.IfMatch, etag) {
+		if !exists || !matches(c.IfMatch, etag, true) {
 			return ErrPreconditionFailed
 		}
 	} else if !c.IfUnmodifiedSince.IsZero() && exists && modified.After(c.IfUnmodifiedSince) {
 		return ErrPreconditionFailed
 	}
 	if len(c.IfNoneMatch) > 0 {
-		if exists && matches(c.IfNoneMatch, etag) {
+		if exists && matches(c.IfNoneMatch, etag, false) {
 			if read {
 				return ErrNotModified
 			}
@@ -40,14 +40,20 @@ func (c Preconditions) Check(d *storage.Doc, exists, read bool) error {
 	return nil
 }
 
-// matches compares entity tags weakly (W/ prefixes ignored), "*" matching
-// any existing document.
-func matches(tags []string, etag string) bool {
+// matches reports whether one of tags names etag (a document's, which
+// is strong), "*" matching any existing document. If-None-Match compares
+// weakly (a W/ prefix ignored); If-Match strongly, as RFC 9110 §13.1.1
+// requires: a weak tag never matches, since the writer asks that nothing
+// at all changed.
+func matches(tags []string, etag string, strong bool) bool {
 	return slices.ContainsFunc(tags, func(t string) bool {
 		if t == "*" {
 			return true
 		}
 		if len(t) > 2 && t[:2] == "W/" {
+			if strong {
+				return false
+			}
 			t = t[2:]
 		}
 		return t == etag

@@ -22,7 +22,8 @@ func TestPreconditionsFollowRFC9110Order(t *testing.T) {
 	}{
 		{"none", Preconditions{}, true, true, nil},
 		{"if-match hit", Preconditions{IfMatch: []string{etag}}, true, false, nil},
-		{"if-match weak hit", Preconditions{IfMatch: []string{"W/" + etag}}, true, false, nil},
+		{"if-match compares strongly: a weak tag never matches", Preconditions{IfMatch: []string{"W/" + etag}}, true, false, ErrPreconditionFailed},
+		{"if-match weak tag beside the strong one", Preconditions{IfMatch: []string{"W/" + etag, etag}}, true, false, nil},
 		{"if-match miss", Preconditions{IfMatch: []string{`"1"`}}, true, false, ErrPreconditionFailed},
 		{"if-match star on missing", Preconditions{IfMatch: []string{"*"}}, false, false, ErrPreconditionFailed},
 		{"if-match wins over if-unmodified-since", Preconditions{IfMatch: []string{etag}, IfUnmodifiedSince: before}, true, false, nil},
@@ -31,6 +32,8 @@ func TestPreconditionsFollowRFC9110Order(t *testing.T) {
 		{"if-none-match star on existing write", Preconditions{IfNoneMatch: []string{"*"}}, true, false, ErrPreconditionFailed},
 		{"if-none-match star on missing write", Preconditions{IfNoneMatch: []string{"*"}}, false, false, nil},
 		{"if-none-match hit on read", Preconditions{IfNoneMatch: []string{`"x"`, etag}}, true, true, ErrNotModified},
+		{"if-none-match compares weakly", Preconditions{IfNoneMatch: []string{"W/" + etag}}, true, true, ErrNotModified},
+		{"if-none-match weak hit on write", Preconditions{IfNoneMatch: []string{"W/" + etag}}, true, false, ErrPreconditionFailed},
 		{"if-none-match miss on read", Preconditions{IfNoneMatch: []string{`"x"`}}, true, true, nil},
 		{"if-modified-since not modified", Preconditions{IfModifiedSince: after}, true, true, ErrNotModified},
 		{"if-modified-since same second", Preconditions{IfModifiedSince: mod.Truncate(time.Second)}, true, true, ErrNotModified},
