@@ -91,7 +91,8 @@ type ChangeEvent struct {
 }
 
 // ChangeTransaction places a change in its transaction (Debezium's
-// transaction block): ID is the commit's SCN.
+// transaction block): ID is "partition/SCN" (46/1:2), unique in the
+// database, as the SCN alone is only in its partition.
 type ChangeTransaction struct {
 	ID                  string `json:"id"`
 	TotalOrder          int    `json:"total_order"`

@@ -651,7 +651,7 @@ func (r *reader) change(c *storage.Commit, e *storage.Event, total, perTable int
 	}
 	b = appendTS(b, time.Now())
 	b = append(b, `,"transaction":{"id":"`...)
-	b = c.SCN.Append(b)
+	b = r.transactionID(b, c.SCN)
 	b = append(b, `","total_order":`...)
 	b = strconv.AppendInt(b, int64(total), 10)
 	b = append(b, `,"data_collection_order":`...)
@@ -713,6 +713,17 @@ func (r *reader) position(b []byte, scn storage.SCN) []byte {
 	return strconv.AppendUint(b, scn.Seq, 10)
 }
 
+// transactionID appends a transaction's id, "partition/SCN": unique in
+// the database, as Debezium's transaction ids are in their source, where
+// an SCN alone is not (each partition has its own sequence), so that a
+// consumer gathering a transaction's events by id never merges two of
+// different partitions.
+func (r *reader) transactionID(b []byte, scn storage.SCN) []byte {
+	b = strconv.AppendInt(b, int64(r.part), 10)
+	b = append(b, '/')
+	return scn.Append(b)
+}
+
 func appendTS(b []byte, t time.Time) []byte {
 	b = append(b, `,"ts_ms":`...)
 	return strconv.AppendInt(b, t.UnixMilli(), 10)
@@ -763,7 +774,7 @@ func (r *reader) boundary(c *storage.Commit, status string, counts map[string]in
 	b := append(r.control("transaction", c.SCN), `,"status":"`...)
 	b = append(b, status...)
 	b = append(b, `","id":"`...)
-	b = c.SCN.Append(b)
+	b = r.transactionID(b, c.SCN)
 	b = append(b, '"')
 	if counts == nil {
 		return append(b, `,"event_count":null,"data_collections":null`...)

@@ -83,7 +83,7 @@ func TestChangeStream(t *testing.T) {
 	if string(all[1].Before) != `{"total":1,"unread":1}` || string(all[1].After) != `{"total":2,"unread":1}` || string(all[5].After) != "" && string(all[5].After) != "null" {
 		t.Fatalf("images: %s → %s; delete after %s", all[1].Before, all[1].After, all[5].After)
 	}
-	if all[3].Source.SCN != all[4].Source.SCN || all[3].Transaction.TotalOrder != 1 || all[4].Transaction.TotalOrder != 2 || all[3].Transaction.ID != all[3].Source.SCN {
+	if all[3].Source.SCN != all[4].Source.SCN || all[3].Transaction.TotalOrder != 1 || all[4].Transaction.TotalOrder != 2 || all[3].Transaction.ID != fmt.Sprintf("%d/%s", all[3].Source.Partition, all[3].Source.SCN) {
 		t.Fatalf("transaction: %+v %+v / %+v %+v", all[3].Source, all[3].Transaction, all[4].Source, all[4].Transaction)
 	}
 	for i := 1; i < len(all); i++ {
@@ -111,6 +111,9 @@ func TestChangeStream(t *testing.T) {
 			kinds = append(kinds, "change")
 		} else if e.Type == "transaction" {
 			kinds = append(kinds, e.Status)
+			if want := fmt.Sprintf("%d/%s", e.Source.Partition, e.Source.SCN); e.ID != want {
+				t.Fatalf("transaction id %q, want %q (unique in the database): %s", e.ID, want, e.Raw)
+			}
 			if e.Status == "END" && (e.EventCount == nil || *e.EventCount != 1) {
 				t.Fatalf("END of a one-event (after filtering) transaction: %s", e.Raw)
 			}
