@@ -31,7 +31,7 @@ var (
 	hostileDBs     = []string{"demo", "demo", "demo", "sentinel", "nodb", "_txn", "%ZZ", "a%00b", strings.Repeat("d", 300)}
 	hostileTables  = []string{"Profile", "Message", "MailboxStats", "T", "Nope", "_txn", ""}
 	hostileKeys    = []string{"1", "2", "-5", "+1", "01", "0", "99999999999999999999", "%FF", "%2E%2E", "a%2Fb", "alice",
-		"(1,2,3)", "(", "((1))", "(1,,2)", "%E2%80%A8", "%ED%A0%80", strings.Repeat("k", 2000), "x y", "1e3"}
+		"(1,2,3)", "(", "((1))", "(1,,2)", "%E2%80%A8", "%ED%A0%80", strings.Repeat("k", 2000), "x y", "1e3", "", "%2E"}
 	hostileQueries = []string{"", "", "?fields=lastName", "?fields=positions.title,nosuch", "?fields=" + strings.Repeat("a.", 500),
 		"?limit=-1", "?limit=99999", "?limit=2&next=!!", "?next=" + strings.Repeat("A", 3000), "?query=a:b",
 		"?query=from:bob", "?query=hello%20AND%20isInbox:true&sort=-createdOn", "?query=%22big%20news%22&limit=2&next=AAAAAAAAAAAAAAAAAA",
@@ -101,7 +101,7 @@ func nextHostile(rng *rand.Rand) hostileRequest {
 	case 1:
 		r.path = "/" + pick(rng, hostileDBs) + "/_txn/" + pick(rng, hostileKeys)
 	case 2:
-		r.path = pick(rng, []string{"/", "//", "/demo//Profile/1", "/demo/./Profile/1", "/demo/Profile/../Message/a/1", "/healthz", "/metrics", "/_cluster", "/demo", "/_cluster/check?db=nosuch", "/_cluster/check?database=demo&db=a&db=b"})
+		r.path = pick(rng, []string{"/", "//", "/demo//Profile/1", "/demo/./Profile/1", "/demo/Profile/../Message/a/1", "/sentinel/T/1/", "/sentinel/T/%2E%2E/", "/demo/Message/alice/", "/healthz", "/metrics", "/_cluster", "/demo", "/_cluster/check?db=nosuch", "/_cluster/check?database=demo&db=a&db=b"})
 	case 3:
 		r.path = "/" + pick(rng, hostileDBs) + "/_changes" + pick(rng, hostileChangeQueries)
 		r.header.Set("Accept", pick(rng, []string{"text/event-stream", "application/x-ndjson", "*/*"}))

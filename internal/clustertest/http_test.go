@@ -195,6 +195,9 @@ func TestHTTPAPI(t *testing.T) {
 		// (the write would be taken for a conditional one).
 		{"conditional insert", "POST", "/demo/Message/alice", `{"from":"a","subject":"s"}`, map[string]string{"If-Match": `"x"`}, 400, "urn:cortado:problem:malformed-request", ""},
 		{"conditional header on a transaction", "POST", "/demo/_txn/7", `{"ops":[{"op":"delete","table":"Profile","key":[7]}]}`, map[string]string{"If-Match": `"x"`}, 400, "urn:cortado:problem:malformed-request", ""},
+		// A trailing "/" is an empty key part, not nothing: trimmed, it
+		// deleted the document (and /demo/Message/alice/ a collection).
+		{"trailing slash", "DELETE", "/demo/Profile/7/", "", nil, 400, "urn:cortado:problem:malformed-request", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

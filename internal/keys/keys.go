@@ -90,6 +90,13 @@ func Parse(t Type, s string) (Part, error) {
 		}
 		return I(v), nil
 	case String, "":
+		if s == "" {
+			// A URL path cannot carry it (an empty segment is refused,
+			// and no escape spells nothing): a document under an empty
+			// key part could be written in a transaction but never read
+			// or deleted by its key.
+			return Part{}, fmt.Errorf("a string key part may not be empty")
+		}
 		if !utf8.ValidString(s) {
 			return Part{}, fmt.Errorf("a string key part must be valid UTF-8")
 		}

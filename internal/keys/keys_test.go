@@ -127,6 +127,11 @@ func TestParse(t *testing.T) {
 			t.Fatalf("Parse(Long, %q): %v", s, err)
 		}
 	}
+	// An empty string part could be written (a transaction's key) but
+	// never named in a URL path, so it is refused as input.
+	if p, err := Parse(String, ""); err == nil {
+		t.Fatalf("Parse(String, \"\") = %v, want an error", p)
+	}
 	if n := testing.AllocsPerRun(100, func() { Parse(Long, "-9223372036854775808") }); n != 0 {
 		t.Fatalf("Parse of a long allocated %v times", n)
 	}

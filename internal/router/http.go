@@ -81,17 +81,23 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		deadline = d.Add(r.opts.WriteTimeout)
 	}
 	http.NewResponseController(w).SetWriteDeadline(deadline)
-	raw := strings.Split(strings.Trim(req.URL.EscapedPath(), "/"), "/")
-	if len(raw) == 0 || raw[0] == "" {
+	raw := strings.Split(strings.TrimPrefix(req.URL.EscapedPath(), "/"), "/")
+	if len(raw) == 1 && raw[0] == "" {
 		r.fail(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "paths are /{db}/{table}/{key…} or /_schemata/{db}[/{table}]"))
 		return
 	}
 	// Paths are taken as sent, never cleaned or redirected: a segment
 	// that is empty, "." or ".." names nothing (escape a key that is:
-	// %2E%2E).
+	// %2E%2E). A trailing "/" is an empty segment too: trimmed, DELETE
+	// /demo/Message/alice/ (a document's key with an empty last part, as
+	// a client joining parts would send) would delete the collection.
 	for _, seg := range raw {
-		if seg == "" || seg == "." || seg == ".." {
-			r.fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed path", `path segments may not be empty, "." or ".." (percent-encode such a key part)`))
+		switch seg {
+		case "":
+			r.fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed path", `a path segment is empty (a "//" or a trailing "/"): key parts may not be empty`))
+			return
+		case ".", "..":
+			r.fail(w, problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed path", `a path segment is "." or "..": percent-encode such a key part (%2E)`))
 			return
 		}
 	}
