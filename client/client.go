@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"net/url"
 	"strconv"
 	"time"
@@ -44,7 +45,14 @@ func (k Key) texts() []string {
 		case json.Number:
 			out[i] = v.String()
 		case float64: // from encoding/json
-			out[i] = strconv.FormatInt(int64(v), 10)
+			if v == math.Trunc(v) && math.Abs(v) < 1<<63 {
+				out[i] = strconv.FormatInt(int64(v), 10)
+			} else {
+				// Not an integer: sent as it is, for the server to
+				// refuse as an integer key part, never truncated to
+				// another key.
+				out[i] = strconv.FormatFloat(v, 'g', -1, 64)
+			}
 		default:
 			out[i] = fmt.Sprint(v)
 		}

@@ -101,9 +101,22 @@ func docPath(db, table string, key []string) string {
 	var b strings.Builder
 	b.WriteString("/" + url.PathEscape(db) + "/" + url.PathEscape(table))
 	for _, k := range key {
-		b.WriteString("/" + url.PathEscape(k))
+		b.WriteString("/" + segment(k))
 	}
 	return b.String()
+}
+
+// segment escapes a key part as one path segment. A part that is "." or
+// ".." is percent-encoded whole, as the server asks: url.PathEscape leaves
+// dots alone, and a path segment "." or ".." is refused.
+func segment(k string) string {
+	switch k {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(k)
 }
 
 type response struct {
@@ -321,7 +334,7 @@ func multiGetPath(db, table string, keys [][]string) (string, error) {
 		if len(k) != len(keys[0]) || strings.Join(k[:len(k)-1], "\x00") != strings.Join(lead, "\x00") {
 			return "", fmt.Errorf("cortado: multi-get keys must share every part but the last")
 		}
-		lasts[i] = strings.ReplaceAll(url.PathEscape(k[len(k)-1]), ",", "%2C")
+		lasts[i] = strings.ReplaceAll(segment(k[len(k)-1]), ",", "%2C")
 	}
 	return docPath(db, table, lead) + "/(" + strings.Join(lasts, ",") + ")", nil
 }
@@ -383,7 +396,7 @@ func (t *httpTransport) Delete(ctx context.Context, db, table string, key []stri
 }
 
 func (t *httpTransport) Txn(ctx context.Context, db, partitionKey string, body []byte) ([]byte, error) {
-	r, err := t.do(ctx, http.MethodPost, "/"+url.PathEscape(db)+"/_txn/"+url.PathEscape(partitionKey), nil, nil, body)
+	r, err := t.do(ctx, http.MethodPost, "/"+url.PathEscape(db)+"/_txn/"+segment(partitionKey), nil, nil, body)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,89 @@
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/cortado-db/cortado/client"
+)
+
+// TestClientKeysRoundTrip: every key part the client is given names that
+// key and no other — parts that are not plain path segments ("." and
+// "..", "/", ",", parentheses, "%") are written, read, multi-read and
+// deleted under themselves — and a part no URL can carry (an empty
+// string) or an integer part that is not an integer is refused with
+// nothing done, never sent as another key.
+func TestClientKeysRoundTrip(t *testing.T) {
+	s := openServer(t)
+	ctx := context.Background()
+	if err := s.DemoDatabase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	c := client.New(ts.URL)
+	defer c.Close()
+
+	type stats struct {
+		Total int64 `json:"total"`
+	}
+	odd := []string{".", "..", "a/b", "(x)", "a,b", "%41", "ü", "a b", "?q=1", "#f"}
+	var all []client.Key
+	for i, k := range odd {
+		key := client.Key{k}
+		if _, err := c.Put(ctx, "demo", "MailboxStats", key, stats{Total: int64(i)}, nil); err != nil {
+			t.Fatalf("put %q: %v", k, err)
+		}
+		var got stats
+		d, err := c.Get(ctx, "demo", "MailboxStats", key, nil)
+		if err != nil || d.Decode(&got) != nil || got.Total != int64(i) {
+			t.Fatalf("get %q: %v %+v", k, err, got)
+		}
+		all = append(all, key)
+	}
+	p, err := c.MultiGet(ctx, "demo", "MailboxStats", all, nil)
+	if err != nil || len(p.Documents) != len(odd) || len(p.Missing) != 0 {
+		t.Fatalf("multi-get of %q: %v, %d documents, missing %v", odd, err, len(p.Documents), p.Missing)
+	}
+	for i, d := range p.Documents {
+		var got stats
+		if d.Decode(&got) != nil || d.Key[0] != odd[got.Total] {
+			t.Fatalf("multi-get document %d: key %v holds %+v", i, d.Key, got)
+		}
+	}
+	for _, k := range odd {
+		if _, err := c.Delete(ctx, "demo", "MailboxStats", client.Key{k}, nil); err != nil {
+			t.Fatalf("delete %q: %v", k, err)
+		}
+	}
+
+	// A collection and a document beside the refused keys must survive.
+	if _, err := c.Insert(ctx, "demo", "Message", client.Key{"box"}, map[string]any{"from": "a", "subject": "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "demo", "Profile", client.Key{4}, map[string]any{"firstName": map[string]string{}, "lastName": "L"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"delete of an empty last part": func() error { _, err := c.Delete(ctx, "demo", "Message", client.Key{"box", ""}, nil); return err },
+		"put of an empty key part":     func() error { _, err := c.Put(ctx, "demo", "MailboxStats", client.Key{""}, stats{}, nil); return err },
+		"transaction on an empty key": func() error {
+			_, err := c.Txn(ctx, "demo", "box", []client.TxnOp{{Op: "delete", Table: "Message", Key: client.Key{"box", ""}}})
+			return err
+		},
+		"a fraction as an integer part": func() error { _, err := c.Delete(ctx, "demo", "Profile", client.Key{4.5}, nil); return err },
+	} {
+		var ce *client.Error
+		if err := call(); !errors.As(err, &ce) || ce.Status != 400 {
+			t.Fatalf("%s: %v, want a 400", name, err)
+		}
+	}
+	if p, err := c.Collection(ctx, "demo", "Message", client.Key{"box"}, 10, "", nil); err != nil || len(p.Documents) != 1 {
+		t.Fatalf("the collection after the refused requests: %v, %+v", err, p)
+	}
+	if _, err := c.Get(ctx, "demo", "Profile", client.Key{4.0}, nil); err != nil {
+		t.Fatalf("Profile 4 after the refused requests, read with the key 4.0: %v", err)
+	}
+}
