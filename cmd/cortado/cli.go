@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,7 +61,13 @@ func parsePath(fs *flag.FlagSet, minParts int) (db, table string, key client.Key
 	if fs.NArg() != 1 {
 		return "", "", nil, fmt.Errorf("want one path argument db/table[/key…]")
 	}
-	parts := strings.Split(strings.Trim(fs.Arg(0), "/"), "/")
+	// Empty parts are refused, never dropped: `delete "demo/Message/$box/$id"`
+	// with $id empty names a document, and trimmed to demo/Message/box it
+	// would delete the collection.
+	parts := strings.Split(strings.TrimPrefix(fs.Arg(0), "/"), "/")
+	if slices.Contains(parts, "") {
+		return "", "", nil, fmt.Errorf("path %q has an empty part (a doubled or trailing \"/\", or an empty variable): key parts may not be empty", fs.Arg(0))
+	}
 	if len(parts) < minParts {
 		return "", "", nil, fmt.Errorf("path %q needs at least %d parts", fs.Arg(0), minParts)
 	}

@@ -71,6 +71,14 @@ func TestCLI(t *testing.T) {
 	if tbl := jsonOf(run("schema", "show", "demo/Message")); tbl["latest"].(float64) != 1 {
 		t.Fatalf("schema show %v", tbl)
 	}
+	// A path with an empty part ("demo/Message/box/$id" with $id empty)
+	// is refused: trimmed, it named the collection and deleted it.
+	for _, path := range []string{"demo/Message/box/", "demo//Message/box", "demo/Message/box//"} {
+		out, err := exec.Command(Binary(t), "delete", "--url", s.URL, path).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "empty part") {
+			t.Fatalf("delete %s: %v %s", path, err, out)
+		}
+	}
 	if del := jsonOf(run("delete", "demo/Message/box")); del["deleted"] != float64(5) {
 		t.Fatalf("delete printed %v", del)
 	}
