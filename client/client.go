@@ -30,7 +30,7 @@ import (
 // or an integer.
 type Key []any
 
-func (k Key) texts() []string {
+func (k Key) texts() ([]string, error) {
 	out := make([]string, len(k))
 	for i, p := range k {
 		switch v := p.(type) {
@@ -42,6 +42,20 @@ func (k Key) texts() []string {
 			out[i] = strconv.FormatInt(v, 10)
 		case int32:
 			out[i] = strconv.FormatInt(int64(v), 10)
+		case int16:
+			out[i] = strconv.FormatInt(int64(v), 10)
+		case int8:
+			out[i] = strconv.FormatInt(int64(v), 10)
+		case uint:
+			out[i] = strconv.FormatUint(uint64(v), 10)
+		case uint64:
+			out[i] = strconv.FormatUint(v, 10)
+		case uint32:
+			out[i] = strconv.FormatUint(uint64(v), 10)
+		case uint16:
+			out[i] = strconv.FormatUint(uint64(v), 10)
+		case uint8:
+			out[i] = strconv.FormatUint(uint64(v), 10)
 		case json.Number:
 			out[i] = v.String()
 		case float64: // from encoding/json
@@ -54,10 +68,11 @@ func (k Key) texts() []string {
 				out[i] = strconv.FormatFloat(v, 'g', -1, 64)
 			}
 		default:
-			out[i] = fmt.Sprint(v)
+			// Never its fmt form: a nil part would name the key "<nil>".
+			return nil, fmt.Errorf("cortado: key part %d is a %T: key parts are strings or integers", i, p)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // Database is a database definition; zero fields take server defaults.
@@ -348,7 +363,11 @@ func (c *Client) Schema(ctx context.Context, db, table string, version int) (jso
 
 // Get reads one document as JSON.
 func (c *Client) Get(ctx context.Context, db, table string, key Key, o *ReadOptions) (*Document, error) {
-	return withKey(c.t.Get(ctx, db, table, key.texts(), o, false))(key)
+	texts, err := key.texts()
+	if err != nil {
+		return nil, err
+	}
+	return withKey(c.t.Get(ctx, db, table, texts, o, false))(key)
 }
 
 // withKey sets the key of a read to the caller's.
@@ -385,14 +404,21 @@ func (k Key) normalize() Key {
 // GetAvro reads one document as Avro binary of o.Version (0: as written;
 // the version is in Document.SchemaVersion).
 func (c *Client) GetAvro(ctx context.Context, db, table string, key Key, o *ReadOptions) (*Document, error) {
-	return withKey(c.t.Get(ctx, db, table, key.texts(), o, true))(key)
+	texts, err := key.texts()
+	if err != nil {
+		return nil, err
+	}
+	return withKey(c.t.Get(ctx, db, table, texts, o, true))(key)
 }
 
 // Collection reads a page of the documents under a key prefix, in key
 // order; pass the previous page's Next to continue.
 func (c *Client) Collection(ctx context.Context, db, table string, prefix Key, limit int, next string, o *ReadOptions) (*Page, error) {
-	p, err := page(c.t.Collection(ctx, db, table, prefix.texts(), limit, next, o))
-	return p, err
+	texts, err := prefix.texts()
+	if err != nil {
+		return nil, err
+	}
+	return page(c.t.Collection(ctx, db, table, texts, limit, next, o))
 }
 
 // Query selects documents of a document group by their indexed fields
@@ -412,17 +438,23 @@ type Query struct {
 // Query reads a page of the documents of a document group (prefix: at
 // least the partition key) that match q.
 func (c *Client) Query(ctx context.Context, db, table string, prefix Key, q Query, o *ReadOptions) (*Page, error) {
-	return page(c.t.Query(ctx, db, table, prefix.texts(), &q, o))
+	texts, err := prefix.texts()
+	if err != nil {
+		return nil, err
+	}
+	return page(c.t.Query(ctx, db, table, texts, &q, o))
 }
 
 // MultiGet reads documents by full keys; missing keys are in Page.Missing.
 func (c *Client) MultiGet(ctx context.Context, db, table string, keys []Key, o *ReadOptions) (*Page, error) {
 	texts := make([][]string, len(keys))
 	for i, k := range keys {
-		texts[i] = k.texts()
+		var err error
+		if texts[i], err = k.texts(); err != nil {
+			return nil, err
+		}
 	}
-	p, err := page(c.t.MultiGet(ctx, db, table, texts, o))
-	return p, err
+	return page(c.t.MultiGet(ctx, db, table, texts, o))
 }
 
 // MultiGetStream reads documents by full keys as MultiGet does, but
@@ -439,7 +471,11 @@ func (c *Client) MultiGetStream(ctx context.Context, db, table string, keys []Ke
 	return func(yield func(*Document, error) bool) {
 		texts := make([][]string, len(keys))
 		for i, k := range keys {
-			texts[i] = k.texts()
+			var err error
+			if texts[i], err = k.texts(); err != nil {
+				yield(nil, err)
+				return
+			}
 		}
 		stopped := errors.New("stopped")
 		ended := false
@@ -515,7 +551,11 @@ func (c *Client) Put(ctx context.Context, db, table string, key Key, doc any, co
 	if err != nil {
 		return nil, err
 	}
-	return writeKey(c.t.Put(ctx, db, table, key.texts(), body, cond))(key)
+	texts, err := key.texts()
+	if err != nil {
+		return nil, err
+	}
+	return writeKey(c.t.Put(ctx, db, table, texts, body, cond))(key)
 }
 
 // Insert adds a document under a collection with the next auto-increment
@@ -525,7 +565,11 @@ func (c *Client) Insert(ctx context.Context, db, table string, prefix Key, doc a
 	if err != nil {
 		return nil, err
 	}
-	w, err := c.t.Insert(ctx, db, table, prefix.texts(), body)
+	texts, err := prefix.texts()
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.t.Insert(ctx, db, table, texts, body)
 	if w != nil {
 		w.Key = w.Key.normalize()
 	}
@@ -538,12 +582,20 @@ func (c *Client) Patch(ctx context.Context, db, table string, key Key, p Patch, 
 	if err != nil {
 		return nil, err
 	}
-	return writeKey(c.t.Patch(ctx, db, table, key.texts(), body, cond))(key)
+	texts, err := key.texts()
+	if err != nil {
+		return nil, err
+	}
+	return writeKey(c.t.Patch(ctx, db, table, texts, body, cond))(key)
 }
 
 // Delete removes a document (full key) or a collection (partial key).
 func (c *Client) Delete(ctx context.Context, db, table string, key Key, cond *Conditions) (*WriteResult, error) {
-	return writeKey(c.t.Delete(ctx, db, table, key.texts(), cond))(key)
+	texts, err := key.texts()
+	if err != nil {
+		return nil, err
+	}
+	return writeKey(c.t.Delete(ctx, db, table, texts, cond))(key)
 }
 
 // Txn applies ops to one document group atomically.
@@ -552,7 +604,11 @@ func (c *Client) Txn(ctx context.Context, db string, partitionKey any, ops []Txn
 	if err != nil {
 		return nil, err
 	}
-	b, err := c.t.Txn(ctx, db, Key{partitionKey}.texts()[0], body)
+	pk, err := Key{partitionKey}.texts()
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.t.Txn(ctx, db, pk[0], body)
 	if err != nil {
 		return nil, err
 	}

@@ -80,6 +80,21 @@ func TestClientKeysRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %v, want a 400", name, err)
 		}
 	}
+	// Parts of other types are refused before anything is sent (their
+	// fmt form named the keys "<nil>" and "true").
+	for _, part := range []any{nil, true, struct{}{}} {
+		if _, err := c.Put(ctx, "demo", "MailboxStats", client.Key{part}, stats{}, nil); err == nil {
+			t.Fatalf("put under the key part %#v: no error", part)
+		}
+		if _, err := c.Delete(ctx, "demo", "Message", client.Key{"box", part}, nil); err == nil {
+			t.Fatalf("delete under the key part %#v: no error", part)
+		}
+	}
+	for _, k := range []string{"<nil>", "true", "{}"} {
+		if _, err := c.Get(ctx, "demo", "MailboxStats", client.Key{k}, nil); !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("document %q after the refused puts: %v", k, err)
+		}
+	}
 	if p, err := c.Collection(ctx, "demo", "Message", client.Key{"box"}, 10, "", nil); err != nil || len(p.Documents) != 1 {
 		t.Fatalf("the collection after the refused requests: %v, %+v", err, p)
 	}
