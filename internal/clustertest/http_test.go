@@ -254,6 +254,13 @@ func TestHTTPAPI(t *testing.T) {
 		t.Fatalf("collection page: %s", r.body)
 	}
 	h.want(h.do("GET", "/demo/Message/box?limit=2&fields=subject", map[string]string{"If-None-Match": r.header.Get("ETag")}, ""), 304)
+	// A page's token continues its own collection only: in another, it
+	// read from that one's start ("a" sorts before "box") or read
+	// nothing ("c" after), as if at its end.
+	for _, other := range []string{"a", "c"} {
+		h.want(h.do("POST", "/demo/Message/"+other, nil, `{"from":"a","subject":"1"}`), 201)
+		h.problem(h.do("GET", "/demo/Message/"+other+"?limit=2&next="+page.Next, nil, ""), 400, "urn:cortado:problem:invalid-key")
+	}
 	r = h.want(h.do("GET", "/demo/Message/box?limit=2&next="+page.Next, nil, ""), 200)
 	page.Next = ""
 	json.Unmarshal(r.body, &page)

@@ -495,6 +495,37 @@ func TestQueryErrors(t *testing.T) {
 		if _, err := c.Query(ctx, "e", "M", client.Key{"b"}, client.Query{Where: "hi", Next: "AAAA"}, nil); err == nil {
 			t.Fatal("a made-up continuation token was accepted")
 		}
+		// A page's token resumes its own query only: in another group,
+		// order or query it resumed at a place of another order (pages
+		// skipped or repeated, or an empty page taken for the end).
+		for i, k := range []client.Key{{"b", 2}, {"b", 3}, {"c", 1}, {"c", 2}} {
+			if _, err := c.Put(ctx, "e", "M", k, map[string]any{"subject": "hi", "n": i, "tags": []string{}}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first, err := c.Query(ctx, "e", "M", client.Key{"b"}, client.Query{Where: "n:>=0", Sort: "n", Limit: 1}, nil)
+		if err != nil || first.Next == "" {
+			t.Fatalf("a first page: %v %+v", err, first)
+		}
+		for _, other := range []struct {
+			group client.Key
+			q     client.Query
+		}{
+			{client.Key{"c"}, client.Query{Where: "n:>=0", Sort: "n"}},
+			{client.Key{"b"}, client.Query{Where: "n:>=0", Sort: "-n"}},
+			{client.Key{"b"}, client.Query{Where: "n:>=1", Sort: "n"}},
+			{nil, client.Query{Where: "n:>=0", Sort: "n"}},
+		} {
+			other.q.Next, other.q.Limit = first.Next, 1
+			var ce *client.Error
+			if _, err := c.Query(ctx, "e", "M", other.group, other.q, nil); !errors.As(err, &ce) || ce.Status != 400 {
+				t.Fatalf("the token of group b's n:>=0 by n, resuming %v %q by %q: %v, want a 400", other.group, other.q.Where, other.q.Sort, err)
+			}
+		}
+		second, err := c.Query(ctx, "e", "M", client.Key{"b"}, client.Query{Where: "n:>=0", Sort: "n", Limit: 1, Next: first.Next}, nil)
+		if err != nil || len(second.Documents) != 1 || fmt.Sprint(second.Documents[0].Key) == fmt.Sprint(first.Documents[0].Key) {
+			t.Fatalf("the second page of the same query: %v %+v", err, second)
+		}
 	}
 }
 

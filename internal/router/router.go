@@ -1,10 +1,13 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -379,12 +382,16 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 	if err != nil {
 		return nil, err
 	}
-	req, err := r.scanRequest(tg, f, limit, token)
+	req, err := r.scanRequest(tg, f, limit, token, nil)
 	if err != nil {
 		return nil, err
 	}
 	if parts, err := keys.Decode(req.After); req.After != nil && (err != nil || len(parts) != len(tg.table.Key)) {
 		return nil, &keyError{fmt.Errorf("bad continuation token")}
+	} else if req.After != nil && !keys.Equal(parts[:len(tg.key)], tg.key) {
+		// Another collection's token would start this one over, or
+		// end it at once, as if it were read to its end.
+		return nil, &keyError{fmt.Errorf("bad continuation token: it continues another collection")}
 	}
 	n, err := r.nodeFor(tg)
 	if err != nil {
@@ -394,13 +401,16 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 	if err != nil {
 		return nil, err
 	}
-	return r.scanPage(tg, res, nil, f)
+	return r.scanPage(tg, res, nil, f, nil)
 }
 
 // scanRequest is the node request of one page of a collection or query:
 // the read format, the page size within the router's bounds, and the
 // previous page's token (base64 of the position it ended at).
-func (r *Router) scanRequest(tg *target, f Format, limit int, token string) (node.ScanRequest, error) {
+//
+// A query's token is bound to its query (queryBinding): it begins with
+// bind, which is checked and taken off here.
+func (r *Router) scanRequest(tg *target, f Format, limit int, token string, bind []byte) (node.ScanRequest, error) {
 	if f.Avro {
 		return node.ScanRequest{}, errAvroMulti
 	}
@@ -419,6 +429,15 @@ func (r *Router) scanRequest(tg *target, f Format, limit int, token string) (nod
 		if after, err = base64.RawURLEncoding.DecodeString(token); err != nil {
 			return node.ScanRequest{}, &keyError{fmt.Errorf("bad continuation token")}
 		}
+		if bind != nil {
+			if !bytes.HasPrefix(after, bind) {
+				// Another query's position would resume this one at a
+				// place of another order or group: a page skipped or
+				// read again, or an empty one taken for the end.
+				return node.ScanRequest{}, &keyError{fmt.Errorf("bad continuation token: it continues another query (the table, key prefix, query and sort must be the same)")}
+			}
+			after = after[len(bind):]
+		}
 	}
 	// A node's answer stops at half the page's bound in Avro bytes (the
 	// JSON of text is about as large, with field names larger), with a
@@ -431,10 +450,10 @@ func (r *Router) scanRequest(tg *target, f Format, limit int, token string) (nod
 
 // scanPage renders a page of scan results, with its token and, for a
 // partial answer, the partitions it lacks.
-func (r *Router) scanPage(tg *target, res *node.ScanResult, missing []int, f Format) (*Page, error) {
+func (r *Router) scanPage(tg *target, res *node.ScanResult, missing []int, f Format, bind []byte) (*Page, error) {
 	next := ""
 	if res.Next != nil {
-		next = base64.RawURLEncoding.EncodeToString(res.Next)
+		next = base64.RawURLEncoding.EncodeToString(append(bind[:len(bind):len(bind)], res.Next...))
 	}
 	page, err := r.renderPage(tg.table, res.Items, nil, next, f)
 	if err != nil {
@@ -465,7 +484,8 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	if err != nil {
 		return nil, err
 	}
-	req, err := r.scanRequest(tg, f, limit, token)
+	bind := queryBinding(tg, query, sort)
+	req, err := r.scanRequest(tg, f, limit, token, bind)
 	if err != nil {
 		return nil, err
 	}
@@ -483,7 +503,22 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	if err != nil {
 		return nil, err
 	}
-	return r.scanPage(tg, res, missing, f)
+	return r.scanPage(tg, res, missing, f, bind)
+}
+
+// queryBinding is what a query's page tokens begin with: four bytes of a
+// checksum of the table, the key prefix, the query and the sort, so that
+// a token resumes only the query that gave it.
+func queryBinding(tg *target, query, sort string) []byte {
+	h := crc32.NewIEEE()
+	h.Write([]byte(tg.table.Name))
+	h.Write([]byte{0})
+	h.Write(keys.Encode(tg.key))
+	h.Write([]byte{0})
+	h.Write([]byte(query))
+	h.Write([]byte{0})
+	h.Write([]byte(sort))
+	return binary.BigEndian.AppendUint32(make([]byte, 0, 4), h.Sum32())
 }
 
 // fanOut calls fn for each partition of db in parts, in parallel, with
