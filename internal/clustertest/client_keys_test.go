@@ -2,7 +2,10 @@ package clustertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/http/httptest"
 	"testing"
 
@@ -100,5 +103,61 @@ func TestClientKeysRoundTrip(t *testing.T) {
 	}
 	if _, err := c.Get(ctx, "demo", "Profile", client.Key{4.0}, nil); err != nil {
 		t.Fatalf("Profile 4 after the refused requests, read with the key 4.0: %v", err)
+	}
+}
+
+// TestAutoIncrementExhausted: an insert past the largest value of the
+// auto-increment key part's type is refused (409) with nothing written.
+// It wrapped a long to -9223372036854775808, and wrote an int key of
+// 2147483648, which no path could name again (an int part must fit).
+func TestAutoIncrementExhausted(t *testing.T) {
+	s := openServer(t)
+	ctx := context.Background()
+	if err := s.DemoDatabase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	c := client.New(ts.URL)
+	defer c.Close()
+	if err := c.CreateDatabase(ctx, "ai", client.Database{Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RegisterSchema(ctx, "ai", "T", client.TableSchema{Key: []client.KeyPart{{Name: "box"}, {Name: "n", Type: "int", AutoIncrement: true}},
+		Schema: json.RawMessage(`{"type":"record","name":"T","fields":[{"name":"v","type":"long"}]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	msg := map[string]any{"from": "a", "subject": "s"}
+	for _, tc := range []struct {
+		db, table string
+		doc       any
+		last      int64 // the largest value of the part's type
+	}{
+		{"demo", "Message", msg, math.MaxInt64},
+		{"ai", "T", map[string]any{"v": 1}, math.MaxInt32},
+	} {
+		// One below the largest: the insert takes the largest.
+		if _, err := c.Put(ctx, tc.db, tc.table, client.Key{"near", tc.last - 1}, tc.doc, nil); err != nil {
+			t.Fatal(err)
+		}
+		w, err := c.Insert(ctx, tc.db, tc.table, client.Key{"near"}, tc.doc)
+		if err != nil || fmt.Sprint(w.Key) != fmt.Sprint(client.Key{"near", tc.last}) {
+			t.Fatalf("%s: the insert below the largest key: %v %v", tc.table, err, w)
+		}
+		for _, box := range []string{"near", "full"} {
+			if box == "full" {
+				if _, err := c.Put(ctx, tc.db, tc.table, client.Key{"full", tc.last}, tc.doc, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ce *client.Error
+			if _, err := c.Insert(ctx, tc.db, tc.table, client.Key{box}, tc.doc); !errors.As(err, &ce) || ce.Status != 409 {
+				t.Fatalf("%s: an insert past the largest key in %s: %v, want a 409", tc.table, box, err)
+			}
+			p, err := c.Collection(ctx, tc.db, tc.table, client.Key{box}, 10, "", nil)
+			if err != nil || len(p.Documents) != map[string]int{"near": 2, "full": 1}[box] {
+				t.Fatalf("%s: collection %s after the refused insert: %v, %d documents", tc.table, box, err, len(p.Documents))
+			}
+		}
 	}
 }

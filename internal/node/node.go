@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/index"
@@ -429,7 +430,11 @@ func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) 
 	}
 	switch op.Kind {
 	case OpInsert:
-		next, err := tx.NextAutoIncrement(op.Table, op.Key)
+		most := int64(math.MaxInt64)
+		if t.Key[len(t.Key)-1].Type == keys.Int {
+			most = math.MaxInt32
+		}
+		next, err := tx.NextAutoIncrement(op.Table, op.Key, most)
 		if err != nil {
 			return OpResult{}, err
 		}

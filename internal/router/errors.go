@@ -161,6 +161,8 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusNotFound, problem.TypeNotFound, "Document not found", "no document has this key (it was never written, or was deleted)")
 	case errors.Is(err, node.ErrPreconditionFailed):
 		return problem.New(http.StatusPreconditionFailed, problem.TypePrecondition, "Precondition failed", "the document's ETag or Last-Modified does not satisfy the request's conditional headers")
+	case errors.Is(err, storage.ErrKeysExhausted):
+		return problem.New(http.StatusConflict, problem.TypeConflict, "Auto-increment keys exhausted", err.Error()+": nothing was written; insert with an explicit key (PUT)")
 	case errors.Is(err, registry.ErrLimit):
 		return problem.New(http.StatusConflict, problem.TypeLimitExceeded, "Registry limit reached", err.Error())
 	case errors.Is(err, registry.ErrDatabaseExists), errors.Is(err, registry.ErrKeyChanged), errors.Is(err, registry.ErrContention):

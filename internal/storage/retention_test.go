@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func TestSnapshotInstall(t *testing.T) {
 	m, s := pair(t, 1)
 	twoGenerations(t, m)
 	if _, err := m.Update(func(tx *Tx) error {
-		n, err := tx.NextAutoIncrement("A", nil)
+		n, err := tx.NextAutoIncrement("A", nil, math.MaxInt64)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -141,7 +142,7 @@ func TestAutoIncrementNeverReuses(t *testing.T) {
 	var ids []int64
 	for range 3 {
 		p.Update(func(tx *Tx) error {
-			n, err := tx.NextAutoIncrement("M", box)
+			n, err := tx.NextAutoIncrement("M", box, math.MaxInt64)
 			ids = append(ids, n)
 			tx.Put("M", append(box, keys.I(n)), 1, nil)
 			return err
@@ -149,7 +150,7 @@ func TestAutoIncrementNeverReuses(t *testing.T) {
 	}
 	p.Update(func(tx *Tx) error { _, err := tx.Delete("M", append(box, keys.I(3))); return err })
 	p.Update(func(tx *Tx) error {
-		n, err := tx.NextAutoIncrement("M", box)
+		n, err := tx.NextAutoIncrement("M", box, math.MaxInt64)
 		ids = append(ids, n)
 		return err
 	})

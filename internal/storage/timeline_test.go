@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -278,7 +279,7 @@ func TestAutoIncrementIsReplicated(t *testing.T) {
 		var n int64
 		if _, err := p.Update(func(tx *Tx) error {
 			var err error
-			if n, err = tx.NextAutoIncrement("M", []keys.Part{keys.S("box")}); err != nil {
+			if n, err = tx.NextAutoIncrement("M", []keys.Part{keys.S("box")}, math.MaxInt64); err != nil {
 				return err
 			}
 			_, err = tx.Put("M", []keys.Part{keys.S("box"), keys.I(n)}, 1, []byte("x"))

@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"time"
 
@@ -135,11 +136,17 @@ func (tx *Tx) DeleteCollection(table string, prefix []keys.Part) (int, error) {
 	return len(doomed), nil
 }
 
+// ErrKeysExhausted is an insert into a collection whose auto-increment
+// key part has reached the largest value of its type: the next would
+// wrap to the smallest, or not fit the type.
+var ErrKeysExhausted = errors.New("storage: auto-increment keys exhausted")
+
 // NextAutoIncrement returns the next value of the auto-increment last key
 // part under collection prefix: one more than both the largest value ever
 // handed out there and the largest key present, so deleted keys are never
-// reused.
-func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part) (int64, error) {
+// reused. Past most (the largest value of the part's type) it is
+// ErrKeysExhausted, and nothing is recorded.
+func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part, most int64) (int64, error) {
 	metaKey := autoIncrementKey(tx.p.DB, tx.p.ID, table, keys.AppendParts(nil, prefix))
 	var last int64
 	var prev []byte
@@ -167,6 +174,9 @@ func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part) (int64, error)
 	}
 	if err := it.Close(); err != nil {
 		return 0, err
+	}
+	if last >= most {
+		return 0, fmt.Errorf("%w: the largest key here is %d, the most its type holds", ErrKeysExhausted, last)
 	}
 	next := last + 1
 	value := binary.BigEndian.AppendUint64(nil, uint64(next))
