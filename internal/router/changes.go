@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -37,8 +36,8 @@ func (r *Router) serveChanges(w http.ResponseWriter, req *http.Request, db strin
 		return
 	}
 	sse := false
-	for _, a := range strings.Split(req.Header.Get("Accept"), ",") {
-		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(a)); err == nil && mt == MediaSSE {
+	for _, a := range acceptRanges(req.Header.Get("Accept")) {
+		if a.q > 0 && a.mt == MediaSSE {
 			sse = true
 		}
 	}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -532,16 +533,28 @@ func readFormat(req *http.Request) (Format, error) {
 	case "", "application/json", "*/*": // the common ones, without parsing
 		return f, nil
 	}
-	for _, part := range strings.Split(accept, ",") {
-		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil {
-			continue
+	ranges := acceptRanges(accept)
+	for _, a := range ranges {
+		if a.q == 0 {
+			break // the rest are refused too
+		}
+		mt := a.mt
+		if mt == "application/*" || mt == "*/*" {
+			// A wildcard means JSON, unless JSON itself was refused
+			// (q=0): then there is nothing it could mean here.
+			if refused(ranges, "application/json") {
+				continue
+			}
+			mt = "application/json"
 		}
 		switch mt {
-		case "application/json", "application/*", "*/*", MediaAvro, MediaNDJSON:
+		case "application/json", MediaAvro, MediaNDJSON:
+			if cs, ok := a.params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+				continue // JSON is UTF-8 only
+			}
 			f.Avro = mt == MediaAvro
 			f.Lines = mt == MediaNDJSON
-			if v := params["version"]; v != "" {
+			if v := a.params["version"]; v != "" {
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 0 {
 					return f, fmt.Errorf("%w: version parameter %q must be a non-negative integer", ErrNotAcceptable, v)
@@ -552,6 +565,43 @@ func readFormat(req *http.Request) (Format, error) {
 		}
 	}
 	return f, fmt.Errorf("%w: %q (use application/json, avro/binary; version=N, or for multi-gets application/x-ndjson)", ErrNotAcceptable, accept)
+}
+
+// acceptRange is one media range of an Accept header.
+type acceptRange struct {
+	mt     string
+	params map[string]string // without q
+	q      float64
+}
+
+// acceptRanges parses an Accept header (RFC 9110 §12.5.1) into its media
+// ranges, most preferred first (by q; ties in the header's order). Ranges
+// with q=0 are kept, at the end, so that refused can find them; a range
+// that does not parse, or whose q is malformed, is left out.
+func acceptRanges(accept string) []acceptRange {
+	var out []acceptRange
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		q := 1.0
+		if v, ok := params["q"]; ok {
+			if q, err = strconv.ParseFloat(v, 64); err != nil || q < 0 || q > 1 {
+				continue
+			}
+			delete(params, "q")
+		}
+		out = append(out, acceptRange{mt, params, q})
+	}
+	slices.SortStableFunc(out, func(a, b acceptRange) int { return cmp.Compare(b.q, a.q) })
+	return out
+}
+
+// refused reports whether the ranges name media type mt with q=0: "not
+// acceptable".
+func refused(ranges []acceptRange, mt string) bool {
+	return slices.ContainsFunc(ranges, func(a acceptRange) bool { return a.q == 0 && a.mt == mt })
 }
 
 // bodyFormat reads Content-Type: 0 for JSON, N for avro/binary; version=N.

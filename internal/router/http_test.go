@@ -3,6 +3,7 @@ package router
 import (
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -53,6 +54,54 @@ func TestChangesRequestParameters(t *testing.T) {
 			t.Errorf("%s: error %v, want one saying %s", query, err, wantErr)
 		case query == "partitions=1&partitions=2" && !slices.Equal(req.Partitions, []int{1, 2}):
 			t.Errorf("%s: partitions %v, want both", query, req.Partitions)
+		}
+	}
+}
+
+// TestAcceptNegotiation: a read answers the most preferred representation
+// the caller accepts (RFC 9110 §12.5.1), never one it refused (q=0) nor
+// JSON in a charset it did not ask for.
+func TestAcceptNegotiation(t *testing.T) {
+	const json, avro, lines, none = "json", "avro", "lines", "406"
+	for _, tc := range []struct {
+		accept, want string
+		version      int
+	}{
+		{"", json, 0},
+		{"*/*", json, 0},
+		{"application/json", json, 0},
+		{"application/json; version=2", json, 2},
+		{"avro/binary; version=1", avro, 1},
+		{"application/x-ndjson", lines, 0},
+		{"application/json;q=0", none, 0},
+		{"avro/binary;version=1;q=0, application/json", json, 0},
+		{"*/*;q=0.1, avro/binary;version=1", avro, 1},
+		{"application/json;q=0.5, avro/binary;version=3;q=0.9", avro, 3},
+		{"text/html, application/json;q=0.5", json, 0},
+		{"*/*, application/json;q=0", none, 0},
+		{"application/*", json, 0},
+		{"application/json; charset=latin1", none, 0},
+		{"application/json; charset=latin1, avro/binary; version=2", avro, 2},
+		{"application/json; charset=UTF-8", json, 0},
+		{"application/json;q=2", none, 0}, // a malformed q: the range is left out
+		{"text/html", none, 0},
+	} {
+		req := httptest.NewRequest("GET", "/demo/Profile/1", nil)
+		if tc.accept != "" {
+			req.Header.Set("Accept", tc.accept)
+		}
+		f, err := readFormat(req)
+		got := json
+		switch {
+		case err != nil:
+			got = none
+		case f.Avro:
+			got = avro
+		case f.Lines:
+			got = lines
+		}
+		if got != tc.want || err == nil && f.Version != tc.version {
+			t.Errorf("Accept %q: %s version %d (%v), want %s version %d", tc.accept, got, f.Version, err, tc.want, tc.version)
 		}
 	}
 }
