@@ -51,11 +51,16 @@ func Open(ctx context.Context, dir string, opts *Options) (*client.Client, error
 		}
 		s, err := server.Open(ctx, server.Options{DataDir: dir, EtcdClientURL: clientURL, EtcdPeerURL: peerURL, Logger: o.Logger,
 			HeapFloor: -1, ProcsPerCPU: -1})
-		if err != nil && fresh && attempt < 5 && coord.IsAddrInUse(err) {
-			// The ports were free when picked but another process took
-			// them; a new directory can pick again.
+		if err != nil && attempt < 5 && coord.IsAddrInUse(err) {
+			// Another process took a port: since it was found free, for
+			// a new directory, or since the last open, for one opened
+			// before (ports are reused). Pick again. A single-member
+			// etcd starts on new ports with its data: the peer URL its
+			// member recorded is never dialled.
 			os.Remove(filepath.Join(dir, "etcd-urls"))
-			os.RemoveAll(filepath.Join(dir, "etcd"))
+			if fresh {
+				os.RemoveAll(filepath.Join(dir, "etcd"))
+			}
 			continue
 		}
 		if err != nil {
@@ -66,8 +71,8 @@ func Open(ctx context.Context, dir string, opts *Options) (*client.Client, error
 }
 
 // embeddedURLs picks loopback ports for the embedded etcd the first time a
-// directory is opened and remembers them, since etcd records its peer URL
-// in its data.
+// directory is opened and remembers them for the next opens, until one is
+// found taken (Open).
 func embeddedURLs(dir string) (clientURL, peerURL string, fresh bool, err error) {
 	file := filepath.Join(dir, "etcd-urls")
 	if b, err := os.ReadFile(file); err == nil {

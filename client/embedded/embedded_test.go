@@ -1,0 +1,61 @@
+package embedded
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cortado-db/cortado/client"
+)
+
+// TestReopenWhenPortsTaken: a directory opened before opens again, with
+// its data, when another process has since taken the loopback ports its
+// etcd listened on (ephemeral ports are reused). It failed with "address
+// already in use" until the ports were free again.
+func TestReopenWhenPortsTaken(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	c, err := Open(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateDatabase(ctx, "d", client.Database{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RegisterSchema(ctx, "d", "T", client.TableSchema{Key: []client.KeyPart{{Name: "k"}},
+		Schema: []byte(`{"type":"record","name":"T","fields":[{"name":"v","type":"long"}]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "d", "T", client.Key{"a"}, map[string]int{"v": 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "etcd-urls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range strings.Fields(string(b)) {
+		l, err := net.Listen("tcp", strings.TrimPrefix(u, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	c, err = Open(ctx, dir, nil)
+	if err != nil {
+		t.Fatalf("reopen with its ports taken: %v", err)
+	}
+	defer c.Close()
+	var got struct{ V int }
+	if d, err := c.Get(ctx, "d", "T", client.Key{"a"}, nil); err != nil || d.Decode(&got) != nil || got.V != 7 {
+		t.Fatalf("the document after reopening on new ports: %v %+v", err, got)
+	}
+	if _, err := c.Put(ctx, "d", "T", client.Key{"b"}, map[string]int{"v": 8}, nil); err != nil {
+		t.Fatalf("a write after reopening on new ports: %v", err)
+	}
+}
