@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cortado-db/cortado/client"
 )
@@ -57,5 +58,35 @@ func TestReopenWhenPortsTaken(t *testing.T) {
 	}
 	if _, err := c.Put(ctx, "d", "T", client.Key{"b"}, map[string]int{"v": 8}, nil); err != nil {
 		t.Fatalf("a write after reopening on new ports: %v", err)
+	}
+}
+
+// TestOpenTwiceFails: a directory already open is refused at once, naming
+// it. With the ports of a directory found taken it is opened on new ones
+// (above), and a second open of a directory in use then waited on etcd's
+// lock on its data for good.
+func TestOpenTwiceFails(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	c, err := Open(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		c2, err := Open(ctx, dir, nil)
+		if err == nil {
+			c2.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "in use") {
+			t.Fatalf("a second open of a directory in use: %v, want it refused as in use", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a second open of a directory in use has not returned in 20 s")
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -170,6 +172,7 @@ type Server struct {
 	Metrics *metrics.Metrics
 
 	opts    Options
+	dirLock io.Closer // the data directory's, held until Close ends
 	etcd    *coord.Embedded
 	cli     *clientv3.Client
 	reg     *registry.Registry
@@ -321,6 +324,11 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	}()
 	s.tuneHeap(opts.HeapFloor)
 	s.tuneProcs(opts.ProcsPerCPU)
+	if r == roleAll || r == roleStorage || len(opts.EtcdEndpoints) == 0 {
+		if s.dirLock, err = lockDataDir(opts.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	endpoints := opts.EtcdEndpoints
 	if len(endpoints) == 0 {
 		s.etcd, err = coord.StartEmbedded(coord.EmbeddedOptions{
@@ -633,7 +641,29 @@ func (s *Server) close() error {
 	if s.etcd != nil {
 		s.etcd.Close()
 	}
+	if s.dirLock != nil {
+		errs = append(errs, s.dirLock.Close())
+	}
 	return errors.Join(errs...)
+}
+
+// lockDataDir takes the data directory for this process: a second
+// process (or a second server in this one) opening it fails at once,
+// where it would otherwise wait on etcd's and Pebble's own locks, or
+// fail later on some port of the first.
+func lockDataDir(dir string) (io.Closer, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	name, err := filepath.Abs(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		return nil, err
+	}
+	l, err := vfs.Default.Lock(name)
+	if err != nil {
+		return nil, fmt.Errorf("data directory %s is in use by another process or server (%s: %v)", dir, name, err)
+	}
+	return l, nil
 }
 
 // DemoDatabase creates the demo database the README's examples use, and
