@@ -84,6 +84,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	if o.LogLevel == "" {
 		o.LogLevel = "warn"
+		c.opts.LogLevel = o.LogLevel
 	}
 	ttl := fmt.Sprint(o.LeaseTTL)
 	client, peer := freeURL(t), freeURL(t)
@@ -132,11 +133,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 				c.StallNode, c.StallDir = id, data
 			}
 		}
-		args := slices.Concat([]string{"storage", "--node-id", id, "--rack", "r" + fmt.Sprint(i), "--data-dir", data, "--lease-ttl", ttl}, inbound(id), common(id))
-		if o.Retention != "" {
-			args = append(args, "--retention-interval", "1s")
-		}
-		c.Storage[id] = c.start(id, args...)
+		c.Storage[id] = c.startStorage(id, "r"+fmt.Sprint(i), data)
 	}
 	for i := 1; i <= 2; i++ {
 		id := fmt.Sprintf("c%d", i)
@@ -165,6 +162,40 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 		}
 	}
 	return c
+}
+
+// startStorage starts storage node id in rack with its data in data,
+// behind links of its own to etcd and from its callers.
+func (c *Cluster) startStorage(id, rack, data string) *clustertest.Serve {
+	c.EtcdLink[id] = c.link(id+"-etcd", strings.TrimPrefix(c.etcdURL, "http://"))
+	listen := hostPort(c.t)
+	c.InLink[id] = c.link(id+"-in", listen)
+	args := []string{"storage", "--node-id", id, "--rack", rack, "--data-dir", data, "--lease-ttl", fmt.Sprint(c.opts.LeaseTTL),
+		"--listen", listen, "--advertise-url", "http://" + c.InLink[id].Listen,
+		"--etcd-endpoints", "http://" + c.EtcdLink[id].Listen, "--log-level", c.opts.LogLevel}
+	if c.opts.Retention != "" {
+		args = append(args, "--retention-interval", "1s")
+	}
+	return c.start(id, args...)
+}
+
+// AddNode starts a storage node that was not in the cluster (a fresh
+// data directory, a rack of its own): the controller gives it replicas
+// and masters.
+func (c *Cluster) AddNode(id string) {
+	c.Storage[id] = c.startStorage(id, "r-"+id, c.sub(id+"-data"))
+}
+
+// RemoveNode stops storage node id cleanly (SIGTERM: it hands its masters
+// over first) for good: the controller places its replicas on the other
+// nodes, which rebuild them from snapshots.
+func (c *Cluster) RemoveNode(id string) {
+	c.Storage[id].Stop()
+	c.InLink[id].Stop()
+	c.EtcdLink[id].Stop()
+	delete(c.Storage, id)
+	delete(c.InLink, id)
+	delete(c.EtcdLink, id)
 }
 
 // link starts a proxy to upstream (host:port) for the network faults.

@@ -52,6 +52,7 @@ var Faults = []string{
 	"restart-etcd",    // kill -9 etcd, restart it
 	"disk-full",       // fill a storage node's disk, free it, restart the node
 	"stall-disk",      // freeze a storage node's file system past its disk stall timeout, thaw it, restart the node
+	"join-node",       // a fourth storage node joins and takes replicas and masters (online expansion), then stops cleanly for good and its replicas are rebuilt on the others
 }
 
 // Nemesis injects faults into a cluster.
@@ -94,6 +95,24 @@ func (n *Nemesis) Run(kind string) error {
 		time.Sleep(n.ttl())
 		f.Heal = time.Now()
 		c.RestartNode(f.Target)
+	case "join-node":
+		// Expansion and contraction under load: the new node's replicas
+		// are bootstrapped from their masters' snapshots and masters are
+		// handed to it; when it leaves, its masters are handed back and
+		// its replicas rebuilt elsewhere. Nothing acknowledged may be lost
+		// on the way, and every replica must end equal.
+		f.Target = "s4"
+		began := time.Now()
+		c.AddNode(f.Target)
+		share := n.c.opts.Partitions / 4
+		rt := n.awaitTable(3*time.Minute, func(rt *topo.RoutingTable) bool { return mastersOf(rt, f.Target) >= share-1 })
+		f.Note = fmt.Sprintf("it mastered %d partitions (a share: %d) after %s", mastersOf(rt, f.Target), share, time.Since(began).Round(100*time.Millisecond))
+		time.Sleep(n.ttl())
+		f.Heal = time.Now()
+		c.RemoveNode(f.Target)
+		began = time.Now()
+		rt = n.awaitTable(2*time.Minute, func(rt *topo.RoutingTable) bool { return replicasOf(rt, f.Target) == 0 })
+		f.Note += fmt.Sprintf("; its replicas were placed elsewhere %s after it stopped (%d left on it)", time.Since(began).Round(100*time.Millisecond), replicasOf(rt, f.Target))
 	case "pause-master":
 		f.Target = n.busiestMaster()
 		c.Storage[f.Target].Pause()
@@ -350,6 +369,55 @@ func (n *Nemesis) busiestMaster() string {
 		}
 	}
 	return best
+}
+
+// awaitTable polls the database's routing table until ok holds of it or
+// within has passed, and returns the last table read (nil if none).
+func (n *Nemesis) awaitTable(within time.Duration, ok func(*topo.RoutingTable) bool) *topo.RoutingTable {
+	deadline := time.Now().Add(within)
+	var last *topo.RoutingTable
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rt, err := topo.LoadRoutingTable(ctx, n.c.cli, prefix, "d")
+		cancel()
+		if err == nil && rt != nil {
+			if last = rt; ok(rt) {
+				return rt
+			}
+		}
+		if time.Now().After(deadline) {
+			return last
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// mastersOf counts the partitions node id masters in rt, replicasOf those
+// it holds a replica of.
+func mastersOf(rt *topo.RoutingTable, id string) int {
+	k := 0
+	if rt == nil {
+		return 0
+	}
+	for _, r := range rt.Partitions {
+		if len(r.Replicas) > 0 && r.Replicas[0] == id {
+			k++
+		}
+	}
+	return k
+}
+
+func replicasOf(rt *topo.RoutingTable, id string) int {
+	k := 0
+	if rt == nil {
+		return -1 // unknown
+	}
+	for _, r := range rt.Partitions {
+		if slices.Contains(r.Replicas, id) {
+			k++
+		}
+	}
+	return k
 }
 
 func (n *Nemesis) leadingController() string {
