@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -290,8 +291,52 @@ func runController(args []string) error {
 	return runRole("controller", f, server.OpenController)
 }
 
+// positiveFlags must be above zero and nonNegativeFlags at least zero
+// (0 disables): a value outside would stop a role later, or oddly (a
+// lease TTL of -3 seconds panicked in a ticker; a body limit of -1 refused
+// every body). Flags whose help gives -1 a meaning are not listed.
+var (
+	positiveFlags = []string{"nodes", "lease-ttl", "max-transitions", "max-body-bytes", "max-response-bytes", "max-streams", "stream-bytes",
+		"max-partitions", "max-tables", "max-versions", "max-schema-text-bytes", "buffer", "buffer-bytes", "snapshot-rate",
+		"idle-timeout", "body-timeout", "write-timeout", "queue-timeout", "standing-timeout", "stall-after", "disk-stall-timeout"}
+	nonNegativeFlags = []string{"retention-interval", "check-interval", "quota-rate", "quota-burst"}
+)
+
+// checkFlags refuses a flag of this role's set outside its range.
+func checkFlags(fs *flag.FlagSet) error {
+	for _, set := range []struct {
+		names    []string
+		positive bool
+	}{{positiveFlags, true}, {nonNegativeFlags, false}} {
+		for _, name := range set.names {
+			fl := fs.Lookup(name)
+			if fl == nil {
+				continue // not a flag of this role
+			}
+			v, err := strconv.ParseFloat(fl.Value.String(), 64)
+			if err != nil {
+				d, derr := time.ParseDuration(fl.Value.String())
+				if derr != nil {
+					return fmt.Errorf("--%s: %q is not a number or a duration", name, fl.Value)
+				}
+				v = float64(d)
+			}
+			switch {
+			case set.positive && v <= 0:
+				return fmt.Errorf("--%s must be above zero, got %s", name, fl.Value)
+			case v < 0:
+				return fmt.Errorf("--%s must be zero or more (0 disables), got %s", name, fl.Value)
+			}
+		}
+	}
+	return nil
+}
+
 // runRole starts a role, serves HTTP until SIGINT/SIGTERM, and shuts down.
 func runRole(name string, f *roleFlags, open func(context.Context, server.Options) (*server.Server, error)) error {
+	if err := checkFlags(f.fs); err != nil {
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -100,5 +101,32 @@ func TestCLI(t *testing.T) {
 	out, err := exec.Command(Binary(t), "get", "--url", s.URL, "demo/Profile/99").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "404 Document not found") {
 		t.Fatalf("get of a missing document: %v %s", err, out)
+	}
+}
+
+// TestRolesRefuseFlagsOutOfRange: a flag outside its range stops a role
+// at once, naming it, before anything is opened (a lease TTL of -3
+// panicked in a ticker once the cluster ran; a body limit of -1 refused
+// every body).
+func TestRolesRefuseFlagsOutOfRange(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"serve", "--lease-ttl", "-3"},
+		{"serve", "--nodes", "0"},
+		{"serve", "--max-body-bytes", "-1"},
+		{"serve", "--idle-timeout", "0s"},
+		{"serve", "--check-interval", "-1s"},
+		{"storage", "--etcd-endpoints", "http://127.0.0.1:1", "--max-transitions", "0"},
+		{"relay", "--etcd-endpoints", "http://127.0.0.1:1", "--buffer", "-5"},
+	} {
+		cmd := exec.Command(Binary(t), append(args, "--listen", "127.0.0.1:0")...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--"+strings.TrimPrefix(args[len(args)-2], "--")+" must be") {
+			t.Fatalf("cortado %v: %v\n%s", args, err, out)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused start left %d entries in its directory", len(entries))
 	}
 }
