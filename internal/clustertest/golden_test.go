@@ -119,3 +119,43 @@ func TestDemoDatabaseLeavesUsersSchemas(t *testing.T) {
 		t.Fatalf("MailboxStats after the demo database again: %s, want latest version 2 (the user's)", info)
 	}
 }
+
+// TestServeKeepsItsLayout: a data directory is served only with the
+// storage nodes it holds (or more). Started with fewer, serve opened empty
+// engines beside the data: a document acknowledged before answered 404.
+func TestServeKeepsItsLayout(t *testing.T) {
+	open := func(dir string, nodes int) (*server.Server, error) {
+		cu, _ := coord.FreeLoopbackURL()
+		pu, _ := coord.FreeLoopbackURL()
+		return server.Open(context.Background(), server.Options{DataDir: dir, Nodes: nodes, EtcdClientURL: cu, EtcdPeerURL: pu,
+			Logger: slog.New(slog.DiscardHandler)})
+	}
+	for _, tc := range []struct {
+		first int
+		then  []int // refused
+	}{{3, []int{1, 2}}, {1, []int{2, 3}}} {
+		dir := t.TempDir()
+		s, err := open(dir, tc.first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range tc.then {
+			s, err := open(dir, n)
+			if err == nil {
+				s.Close()
+				t.Fatalf("a directory of %d node(s) opened with %d", tc.first, n)
+			}
+			if !strings.Contains(err.Error(), "holds the storage of") {
+				t.Fatalf("a directory of %d node(s) opened with %d: %v", tc.first, n, err)
+			}
+		}
+		s, err = open(dir, tc.first)
+		if err != nil {
+			t.Fatalf("the directory of %d node(s) again: %v", tc.first, err)
+		}
+		s.Close()
+	}
+}

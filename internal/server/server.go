@@ -329,6 +329,11 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if r == roleAll {
+		if err := checkLayout(opts.DataDir, opts.Nodes); err != nil {
+			return nil, err
+		}
+	}
 	endpoints := opts.EtcdEndpoints
 	if len(endpoints) == 0 {
 		s.etcd, err = coord.StartEmbedded(coord.EmbeddedOptions{
@@ -645,6 +650,33 @@ func (s *Server) close() error {
 		errs = append(errs, s.dirLock.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// checkLayout refuses to serve a data directory with another number of
+// storage nodes than it holds: one node keeps its engine in storage/,
+// `serve --nodes N` in node0/ … nodeN-1/. Started otherwise, serve would
+// open empty engines beside the data and answer 404 for what it had
+// acknowledged. More nodes than the directory holds is growth (the new
+// ones start empty and are given partitions); fewer would drop nodes and,
+// for partitions with one replica, their data.
+func checkLayout(dir string, nodes int) error {
+	held := 0
+	for ; ; held++ {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("node%d", held))); err != nil {
+			break
+		}
+	}
+	_, err := os.Stat(filepath.Join(dir, "storage"))
+	single := err == nil
+	switch {
+	case nodes <= 1 && held > 0:
+		return fmt.Errorf("data directory %s holds the storage of `serve --nodes %d` (node0 … node%d): start it with --nodes %d or more", dir, held, held-1, held)
+	case nodes > 1 && single:
+		return fmt.Errorf("data directory %s holds the storage of a single node (storage/): start it without --nodes", dir)
+	case nodes > 1 && held > nodes:
+		return fmt.Errorf("data directory %s holds the storage of `serve --nodes %d` (node0 … node%d): start it with --nodes %d or more", dir, held, held-1, held)
+	}
+	return nil
 }
 
 // lockDataDir takes the data directory for this process: a second
