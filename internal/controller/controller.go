@@ -97,7 +97,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.Log.Info("controller elected", "id", c.ID)
 			c.lead(ctx, s, e)
 		}
-		s.Close()
+		coord.EndSession(c.Client, s)
 	}
 	return nil
 }

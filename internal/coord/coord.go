@@ -18,6 +18,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -157,4 +158,18 @@ func FreeLoopbackURL() (string, error) {
 	}
 	defer l.Close()
 	return "http://" + l.Addr().String(), nil
+}
+
+// EndSession ends a session and revokes its lease at once, so that the
+// keys under it (a registration, a controller's leadership) go with it.
+// Session.Close revokes under the context the session was made with,
+// which at shutdown is the caller's, already ended: the revoke failed and
+// the keys stayed for the lease's TTL (a restarted serve waited that long
+// for a controller, and routers and slaves kept using a stopped relay).
+func EndSession(cli *clientv3.Client, s *concurrency.Session) error {
+	s.Orphan()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := cli.Revoke(ctx, s.Lease())
+	return err
 }

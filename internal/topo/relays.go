@@ -57,7 +57,7 @@ func PutLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttl
 			return nil, err
 		}
 		if _, err := cli.Put(ctx, key, value, clientv3.WithLease(s.Lease())); err != nil {
-			s.Close()
+			coord.EndSession(cli, s)
 			return nil, err
 		}
 		return s, nil
@@ -72,12 +72,12 @@ func PutLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttl
 		for {
 			select {
 			case <-ctx.Done():
-				s.Close()
+				coord.EndSession(cli, s)
 				return
 			case <-s.Done(): // the lease lapsed: register again
 			}
 			reg.setLapsed(time.Now())
-			s.Close()
+			coord.EndSession(cli, s)
 			for {
 				if s, err = register(); err == nil {
 					reg.setLapsed(time.Time{})

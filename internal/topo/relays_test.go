@@ -46,3 +46,24 @@ func TestLeasedRegistrationSurvivesLeaseLoss(t *testing.T) {
 	}
 	cancel()
 }
+
+// TestLeasedRegistrationEndsWithItsContext: a registration whose context
+// ends (a relay or router stopping cleanly) is gone at once, not after
+// its lease's TTL: slaves and routers stop asking a stopped relay.
+func TestLeasedRegistrationEndsWithItsContext(t *testing.T) {
+	cli := coordtest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	reg, err := RegisterRelay(ctx, cli, "/t", "r1", "http://relay", 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-reg.Done()
+	resp, err := cli.Get(context.Background(), RelaysPrefix("/t")+"r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Fatal("the relay is still registered after its registration's context ended (its lease's TTL is 60 s)")
+	}
+}
