@@ -496,7 +496,7 @@ func TestRelayBuffer(t *testing.T) {
 // busiestMaster is the node mastering the most partitions in t (of those
 // tied, the first by name).
 func busiestMaster(t *topo.RoutingTable) string {
-	count := mastersOf(t)
+	count := t.Masters()
 	best := ""
 	for _, id := range slices.Sorted(maps.Keys(count)) {
 		if best == "" || count[id] > count[best] {
@@ -504,17 +504,6 @@ func busiestMaster(t *topo.RoutingTable) string {
 		}
 	}
 	return best
-}
-
-// mastersOf counts the partitions t gives each node to master.
-func mastersOf(t *topo.RoutingTable) map[string]int {
-	count := map[string]int{}
-	for _, r := range t.Partitions {
-		if len(r.Replicas) > 0 {
-			count[r.Replicas[0]]++
-		}
-	}
-	return count
 }
 
 // TestLogAnswerBytes: a log answer holds commits up to the first that

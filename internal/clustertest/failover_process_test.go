@@ -181,7 +181,7 @@ func (c *procCluster) busiestMaster() string { return busiestMaster(c.table()) }
 // awaitMastersOff waits until no partition is mastered by victim.
 func (c *procCluster) awaitMastersOff(victim string) {
 	c.t.Helper()
-	await(c.t, 30*time.Second, "masters off "+victim, func() bool { return mastersOf(c.table())[victim] == 0 })
+	await(c.t, 30*time.Second, "masters off "+victim, func() bool { return c.table().Masters()[victim] == 0 })
 }
 
 // awaitHosting waits until some partition has a replica on id again.
@@ -498,7 +498,7 @@ func TestRollingRestart(t *testing.T) {
 	w.countRefusals()
 	c.storage[victim].Restart()
 	c.awaitHosting(victim)
-	await(t, 30*time.Second, victim+" to master partitions again", func() bool { return mastersOf(c.table())[victim] > 0 })
+	await(t, 30*time.Second, victim+" to master partitions again", func() bool { return c.table().Masters()[victim] > 0 })
 	awaitWrites(t, w, 50)
 	acked := w.finish(t)
 	if r := w.refusals(); len(r) > 0 {

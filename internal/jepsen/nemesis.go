@@ -105,8 +105,8 @@ func (n *Nemesis) Run(kind string) error {
 		began := time.Now()
 		c.AddNode(f.Target)
 		share := n.c.opts.Partitions / 4
-		rt := n.awaitTable(3*time.Minute, func(rt *topo.RoutingTable) bool { return mastersOf(rt, f.Target) >= share-1 })
-		f.Note = fmt.Sprintf("it mastered %d partitions (a share: %d) after %s", mastersOf(rt, f.Target), share, time.Since(began).Round(100*time.Millisecond))
+		rt := n.awaitTable(3*time.Minute, func(rt *topo.RoutingTable) bool { return rt.Masters()[f.Target] >= share-1 })
+		f.Note = fmt.Sprintf("it mastered %d partitions (a share: %d) after %s", rt.Masters()[f.Target], share, time.Since(began).Round(100*time.Millisecond))
 		time.Sleep(n.ttl())
 		f.Heal = time.Now()
 		c.RemoveNode(f.Target)
@@ -356,14 +356,12 @@ func (n *Nemesis) busiestMaster() string {
 	if err != nil || rt == nil {
 		return "s1"
 	}
-	count := map[string]int{}
-	for _, r := range rt.Partitions {
-		if len(r.Replicas) > 0 && n.c.Storage[r.Replicas[0]] != nil {
-			count[r.Replicas[0]]++
-		}
-	}
+	count := rt.Masters()
 	best := "s1"
 	for id, k := range count {
+		if n.c.Storage[id] == nil {
+			continue // a node that left
+		}
 		if k > count[best] || k == count[best] && id < best {
 			best = id
 		}
@@ -392,21 +390,8 @@ func (n *Nemesis) awaitTable(within time.Duration, ok func(*topo.RoutingTable) b
 	}
 }
 
-// mastersOf counts the partitions node id masters in rt, replicasOf those
-// it holds a replica of.
-func mastersOf(rt *topo.RoutingTable, id string) int {
-	k := 0
-	if rt == nil {
-		return 0
-	}
-	for _, r := range rt.Partitions {
-		if len(r.Replicas) > 0 && r.Replicas[0] == id {
-			k++
-		}
-	}
-	return k
-}
-
+// replicasOf counts the partitions node id holds a replica of in rt (-1:
+// no table).
 func replicasOf(rt *topo.RoutingTable, id string) int {
 	k := 0
 	if rt == nil {

@@ -75,6 +75,21 @@ func (t *RoutingTable) Master(part int) (id, url string) {
 	return id, t.Nodes[id]
 }
 
+// Masters counts the partitions the table gives each node to master
+// (none for a nil table).
+func (t *RoutingTable) Masters() map[string]int {
+	count := map[string]int{}
+	if t == nil {
+		return count
+	}
+	for _, r := range t.Partitions {
+		if len(r.Replicas) > 0 {
+			count[r.Replicas[0]]++
+		}
+	}
+	return count
+}
+
 // Keys of the cluster state in etcd, under a prefix such as /cortado.
 func NodesPrefix(prefix string) string        { return prefix + "/nodes/" }
 func RoutingPrefix(prefix string) string      { return prefix + "/routing/" }
