@@ -36,26 +36,8 @@ func (k Key) texts() ([]string, error) {
 		switch v := p.(type) {
 		case string:
 			out[i] = v
-		case int:
-			out[i] = strconv.Itoa(v)
-		case int64:
-			out[i] = strconv.FormatInt(v, 10)
-		case int32:
-			out[i] = strconv.FormatInt(int64(v), 10)
-		case int16:
-			out[i] = strconv.FormatInt(int64(v), 10)
-		case int8:
-			out[i] = strconv.FormatInt(int64(v), 10)
-		case uint:
-			out[i] = strconv.FormatUint(uint64(v), 10)
-		case uint64:
-			out[i] = strconv.FormatUint(v, 10)
-		case uint32:
-			out[i] = strconv.FormatUint(uint64(v), 10)
-		case uint16:
-			out[i] = strconv.FormatUint(uint64(v), 10)
-		case uint8:
-			out[i] = strconv.FormatUint(uint64(v), 10)
+		case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+			out[i] = fmt.Sprint(v) // canonical decimal
 		case json.Number:
 			out[i] = v.String()
 		case float64: // from encoding/json

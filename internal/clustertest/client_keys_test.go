@@ -12,6 +12,20 @@ import (
 	"github.com/cortado-db/cortado/client"
 )
 
+// demoClient is an HTTP client of a server in this process with the demo
+// database.
+func demoClient(t *testing.T) *client.Client {
+	s := openServer(t)
+	if err := s.DemoDatabase(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	c := client.New(ts.URL)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestClientKeysRoundTrip: every key part the client is given names that
 // key and no other — parts that are not plain path segments ("." and
 // "..", "/", ",", parentheses, "%") are written, read, multi-read and
@@ -19,15 +33,8 @@ import (
 // string) or an integer part that is not an integer is refused with
 // nothing done, never sent as another key.
 func TestClientKeysRoundTrip(t *testing.T) {
-	s := openServer(t)
+	c := demoClient(t)
 	ctx := context.Background()
-	if err := s.DemoDatabase(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
-	c := client.New(ts.URL)
-	defer c.Close()
 
 	type stats struct {
 		Total int64 `json:"total"`
@@ -111,15 +118,8 @@ func TestClientKeysRoundTrip(t *testing.T) {
 // It wrapped a long to -9223372036854775808, and wrote an int key of
 // 2147483648, which no path could name again (an int part must fit).
 func TestAutoIncrementExhausted(t *testing.T) {
-	s := openServer(t)
+	c := demoClient(t)
 	ctx := context.Background()
-	if err := s.DemoDatabase(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
-	c := client.New(ts.URL)
-	defer c.Close()
 	if err := c.CreateDatabase(ctx, "ai", client.Database{Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
