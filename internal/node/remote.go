@@ -45,7 +45,7 @@ var wireKinds = []struct {
 	{"no-version", registry.ErrNoVersion, codes.NotFound},
 	{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},
 	{"passed", storage.ErrPassed, codes.OutOfRange},
-	{"keys-exhausted", storage.ErrKeysExhausted, codes.ResourceExhausted},
+	{"keys-exhausted", storage.ErrKeysExhausted, codes.FailedPrecondition},
 	{"unavailable", ErrUnavailable, codes.Unavailable},
 	{"invalid-query", ErrInvalidQuery, codes.InvalidArgument},
 	{"index-building", ErrIndexBuilding, codes.FailedPrecondition},

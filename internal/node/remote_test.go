@@ -111,3 +111,18 @@ func TestNotMasterNamesTheMaster(t *testing.T) {
 		t.Fatalf("%v, want not-master naming no one", err)
 	}
 }
+
+// TestWireErrorsRoundTrip: every error a node sends across the wire comes
+// out on the router's side matching the same sentinel, wrapped or not, so
+// a remote node's error maps to the status a local one's does.
+func TestWireErrorsRoundTrip(t *testing.T) {
+	r := NewRemote("http://127.0.0.1:1")
+	defer r.Close()
+	for _, k := range wireKinds {
+		for _, sent := range []error{k.err, &OpError{Index: 2, Err: errors.Join(errors.New("context"), k.err)}} {
+			if err := r.fail(context.Background(), toStatus(sent, &Item{})); !errors.Is(err, k.err) {
+				t.Errorf("%s: sent %v, got %v", k.kind, sent, err)
+			}
+		}
+	}
+}
