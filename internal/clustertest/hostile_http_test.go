@@ -71,7 +71,7 @@ var (
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"L","fields":[{"name":"m","type":{"type":"map","values":"string"},"index":"attribute","stopWords":"yes"}]}}`,
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"B","fields":[{"name":"n","type":"int","default":99999999999}]}}`,
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"F","fields":[{"name":"f","type":{"type":"fixed","name":"X","size":2147483647}}]}}`,
-		`{"partitions":0}`, `{"replicas":5}`, `{"compatibility":"NONE"}`,
+		`{"partitions":0}`, `{"retention":{"maxBytes":0}}`, `{"replicas":5}`, `{"compatibility":"NONE"}`,
 		`{"lastName":"L","lastName":"M","firstName":{}}`,
 		"{\"lastName\":\"\xff\",\"firstName\":{}}",
 		`{"lastName":"\ud800","firstName":{}}`,

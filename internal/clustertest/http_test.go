@@ -376,6 +376,7 @@ func TestHTTPHostileTransport(t *testing.T) {
 	}
 	h.problem(h.do("PUT", "/_schemata/zero", nil, `{"partitions":0}`), 400, "urn:cortado:problem:invalid-schema")
 	h.problem(h.do("PUT", "/_schemata/zero", nil, `{"replicas":0}`), 400, "urn:cortado:problem:invalid-schema")
+	h.problem(h.do("PUT", "/_schemata/zero", nil, `{"retention":{"maxBytes":0}}`), 400, "urn:cortado:problem:invalid-schema")
 	h.problem(h.do("PUT", "/_schemata/many", nil, `{"replicas":2}`), 400, "urn:cortado:problem:invalid-schema")
 	h.want(h.do("GET", "/_schemata/zero", nil, ""), 404)
 	fields := make([]string, 6000)

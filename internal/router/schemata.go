@@ -33,6 +33,14 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 				return nil, false, &registry.InvalidError{Err: fmt.Errorf("%s must be at least 1 (leave it out for the default)", f)}
 			}
 		}
+		// So is a size limit of 0 bytes, which would read as "keep
+		// nothing" and was taken for the default of 1 GiB.
+		var retention map[string]json.RawMessage
+		if json.Unmarshal(explicit["retention"], &retention) == nil {
+			if v, ok := retention["maxBytes"]; ok && string(bytes.TrimSpace(v)) == "0" {
+				return nil, false, &registry.InvalidError{Err: fmt.Errorf("retention.maxBytes must be -1 (no limit) or at least 1024 (leave it out for the default)")}
+			}
+		}
 	}
 	if c, ok := r.backend.(nodeCounter); ok {
 		want := max(d.Replicas, 1)
