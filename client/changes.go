@@ -120,8 +120,9 @@ type ChangeSource struct {
 // Changes iterates over a database's change stream until ctx ends or the
 // caller stops. When the connection breaks it reconnects, resuming after
 // the last event's token, with a growing pause (up to 5 s); an error the
-// server states (a bad request, an unknown database) ends the iteration
-// with that error, as does the end of ctx. A deadline of ctx goes to the
+// server states (a bad request, an unknown database, or mid-stream a
+// change it cannot render in the asked version: an "error" event) ends
+// the iteration with that error, as does the end of ctx. A deadline of ctx goes to the
 // server too (Request-Timeout), which ends the stream then.
 func (c *Client) Changes(ctx context.Context, db string, o *ChangeOptions) iter.Seq2[*ChangeEvent, error] {
 	return func(yield func(*ChangeEvent, error) bool) {
@@ -129,10 +130,17 @@ func (c *Client) Changes(ctx context.Context, db string, o *ChangeOptions) iter.
 		pause := 100 * time.Millisecond
 		stopped := errors.New("stopped")
 		for {
+			var failed *Error
 			err := c.t.Changes(ctx, db, q, func(line []byte) error {
 				e, err := decodeEvent(line)
 				if err != nil {
 					return err
+				}
+				if e.Type == "error" {
+					// The stream met a change it cannot render as asked:
+					// reconnecting would meet it again.
+					failed = changeError(line)
+					return stopped
 				}
 				if e.Token != "" {
 					q.Set("since", e.Token)
@@ -143,6 +151,10 @@ func (c *Client) Changes(ctx context.Context, db string, o *ChangeOptions) iter.
 				}
 				return nil
 			})
+			if failed != nil {
+				yield(nil, failed)
+				return
+			}
 			if errors.Is(err, stopped) {
 				return
 			}
@@ -165,4 +177,15 @@ func (c *Client) Changes(ctx context.Context, db string, o *ChangeOptions) iter.
 			pause = min(2*pause, 5*time.Second)
 		}
 	}
+}
+
+// changeError is the problem an "error" event of the stream carries.
+func changeError(line []byte) *Error {
+	var v struct {
+		Error *Error `json:"error"`
+	}
+	if json.Unmarshal(line, &v) != nil || v.Error == nil {
+		return &Error{Status: 500, Type: "urn:cortado:problem:internal", Title: "Change stream failed", Detail: string(line[:min(len(line), 512)])}
+	}
+	return v.Error
 }

@@ -2,6 +2,7 @@ package changes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -298,6 +299,12 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 		if err != nil {
 			return err
 		}
+		if it.kind == "error" {
+			if err := flush(); err != nil {
+				return err
+			}
+			return ErrUnrenderable
+		}
 		if len(out) == 0 {
 			if err := flush(); err != nil {
 				return err
@@ -336,6 +343,13 @@ func (s *Stream) follow(ctx context.Context, part int, pos Position, known bool,
 			continue
 		}
 		if ctx.Err() != nil {
+			return
+		}
+		var u *unrenderable
+		if errors.As(err, &u) {
+			// Read again, it would fail again: the stream ends with an
+			// error event naming the change, whose token resumes at it.
+			r.send(item{kind: "error", body: r.failure(u), pos: u.at})
 			return
 		}
 		s.f.Logger.Debug("changes: partition stream", "db", s.db.Name, "partition", part, "err", err)
@@ -533,6 +547,10 @@ func (r *reader) commit(c *storage.Commit) error {
 		body, err := r.change(c, e, n+1, counts[e.Table])
 		if err != nil {
 			r.s.held.release(est)
+			var u *unrenderable
+			if errors.As(err, &u) {
+				u.at = Position{SCN: prev, Skip: i} // resume at it
+			}
 			return err
 		}
 		r.s.held.adjust(len(body) - est)
@@ -553,6 +571,52 @@ func (r *reader) commit(c *storage.Commit) error {
 	return nil
 }
 
+// ErrUnrenderable ends a stream that met a change it cannot render as
+// asked (Run's error, after the stream's "error" event).
+var ErrUnrenderable = errors.New("changes: a change cannot be rendered as the stream asks")
+
+// unrenderable is a change (or snapshot row) the stream cannot render in
+// the version it asks for: a value that version cannot hold (a promoted
+// double read back as a long), or a document the version cannot read (a
+// table evolved with compatibility NONE or FORWARD). Read again, it fails
+// again; the stream ends with an "error" event instead of retrying it
+// forever, which left the partition silent.
+type unrenderable struct {
+	table   string
+	key     []byte
+	scn     storage.SCN
+	version int      // the document's
+	at      Position // where a consumer resumes to meet it again
+	err     error
+}
+
+func (u *unrenderable) Error() string { return u.err.Error() }
+func (u *unrenderable) Unwrap() error { return u.err }
+
+// failure renders the "error" event of an unrenderable change: a problem
+// (RFC 9457, as the API's errors) and the change's source.
+func (r *reader) failure(u *unrenderable) []byte {
+	target := r.s.req.Version
+	version := "the latest schema version"
+	if target > 0 {
+		version = "schema version " + strconv.Itoa(target)
+	}
+	detail := fmt.Sprintf("the change at SCN %s of table %s (a document of schema version %d) cannot be rendered in %s: %v; "+
+		"follow the stream in another version (version=N) from this event's token", u.scn, u.table, u.version, version, u.err)
+	p := map[string]any{"type": "urn:cortado:problem:invalid-document", "title": "Change cannot be rendered", "status": 400, "detail": detail}
+	var fe *schema.FieldError
+	if errors.As(u.err, &fe) && fe.Path != "" {
+		p["field"] = fe.Path
+	}
+	pj, _ := json.Marshal(p)
+	b := append(make([]byte, 0, 256+len(pj)), `{"type":"error","error":`...)
+	b = append(b, pj...)
+	if src, err := r.source(b, u.table, u.key, u.scn, u.version, "false", time.Now()); err == nil {
+		b = src
+	}
+	return appendTS(b, time.Now())
+}
+
 // snapshot streams a snapshot of the partition as "r" events, then moves
 // the position to the snapshot's SCN. Until its last row the events carry
 // the position before it: a consumer cut off midway gets the snapshot
@@ -568,6 +632,10 @@ func (r *reader) snapshot() error {
 	flush := func(flag string, pos Position) error {
 		body, err := r.snapshotRow(first.SCN, pending, flag)
 		if err != nil {
+			var u *unrenderable
+			if errors.As(err, &u) {
+				u.at = r.pos // before the snapshot, as its rows' tokens
+			}
 			return err
 		}
 		if !r.send(item{kind: "change", body: body, pos: pos}) {
@@ -629,7 +697,7 @@ func (r *reader) change(c *storage.Commit, e *storage.Event, total, perTable int
 	b = append(b, `","before":`...)
 	if r.s.req.Before && e.Op != storage.OpInsert {
 		if b, err = r.render(b, t, e.PrevVersion, e.PrevValue); err != nil {
-			return nil, err
+			return nil, &unrenderable{table: e.Table, key: e.Key, scn: c.SCN, version: e.PrevVersion, err: err}
 		}
 	} else {
 		b = append(b, "null"...)
@@ -637,7 +705,7 @@ func (r *reader) change(c *storage.Commit, e *storage.Event, total, perTable int
 	b = append(b, `,"after":`...)
 	if e.Op != storage.OpDelete {
 		if b, err = r.render(b, t, e.Version, e.Value); err != nil {
-			return nil, err
+			return nil, &unrenderable{table: e.Table, key: e.Key, scn: c.SCN, version: e.Version, err: err}
 		}
 	} else {
 		b = append(b, "null"...)
@@ -672,7 +740,7 @@ func (r *reader) snapshotRow(scn storage.SCN, row *storage.Row, flag string) ([]
 	}
 	b := append(make([]byte, 0, 256+len(d.Value)*2), `{"type":"change","op":"r","before":null,"after":`...)
 	if b, err = r.render(b, t, d.Version, d.Value); err != nil {
-		return nil, err
+		return nil, &unrenderable{table: row.Table, key: row.Key, scn: scn, version: d.Version, err: err}
 	}
 	if b, err = r.source(b, row.Table, row.Key, scn, d.Version, flag, d.Modified); err != nil {
 		return nil, err

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"slices"
 	"strings"
@@ -182,5 +185,66 @@ func TestChangeStream(t *testing.T) {
 	}
 	if !slices.Equal(events, wantSSE) {
 		t.Fatalf("curl with Last-Event-ID: %v, want %v", events, wantSSE)
+	}
+}
+
+// TestChangeStreamUnrenderable: a change the stream cannot render in the
+// version it asks for (a double a promotion allowed, read back as the
+// long of the earlier version) ends the stream with an "error" event: a
+// problem naming the field and the change, and a token that resumes at
+// it. The partition's reader retried it forever, silently: the consumer
+// got neither the change nor an error.
+func TestChangeStreamUnrenderable(t *testing.T) {
+	s := openServer(t)
+	ctx := context.Background()
+	if err := s.DemoDatabase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	cl := client.New(ts.URL)
+	defer cl.Close()
+	v2 := `{"type":"record","name":"MailboxStats","namespace":"demo","fields":[{"name":"total","type":"long","default":0},{"name":"unread","type":"double","default":0}]}`
+	if _, err := cl.RegisterSchema(ctx, "demo", "MailboxStats", client.TableSchema{Schema: json.RawMessage(v2)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Put(ctx, "demo", "MailboxStats", client.Key{"half"}, map[string]any{"total": 1, "unread": 2.5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The Go client: the iteration ends with the problem.
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var last error
+	for _, err := range cl.Changes(cctx, "demo", &client.ChangeOptions{Tables: []string{"MailboxStats"}, Version: 1}) {
+		if err != nil {
+			last = err
+			break
+		}
+	}
+	var ce *client.Error
+	if !errors.As(last, &ce) || ce.Status != 400 || ce.Field != "unread" || !strings.Contains(ce.Detail, "SCN 1:1") {
+		t.Fatalf("a version-1 stream met a change it cannot render: %v, want a 400 naming unread and SCN 1:1", last)
+	}
+	// NDJSON: the error line ends the stream, and its token resumes at
+	// the change, which version 2 renders.
+	resp, err := http.Get(ts.URL + "/demo/_changes?tables=MailboxStats&version=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var e struct{ Type, Token string }
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Type == "error" {
+			token = e.Token
+		}
+	}
+	resp.Body.Close()
+	if token == "" {
+		t.Fatal("the version-1 stream ended without an error event")
+	}
+	got := collect(t, cl, "demo", &client.ChangeOptions{Since: token, Tables: []string{"MailboxStats"}, Version: 2}, 1, isChange)
+	if e := got[len(got)-1]; fmt.Sprint(e.Source.Key) != "[half]" || string(e.After) != `{"total":1,"unread":2.5}` {
+		t.Fatalf("resumed from the error's token in version 2: %s", e.Raw)
 	}
 }
