@@ -24,6 +24,7 @@ func runTail(args []string) error {
 	since := fs.String("since", "beginning", "a token from an earlier event, now, or beginning")
 	before := fs.Bool("before", false, "add pre-images to updates and deletes")
 	txns := fs.Bool("transactions", false, "add BEGIN and END events around transactions")
+	version := fs.Int("version", 0, "render documents in this schema version (default: each table's latest); a change it cannot render ends the stream with an error")
 	format := fs.String("format", "ndjson", "ndjson: every event as sent (with its token); debezium: the change events' Debezium envelopes only")
 	parseArgs(fs, args)
 	if fs.NArg() != 1 || strings.Contains(fs.Arg(0), "/") {
@@ -38,7 +39,7 @@ func runTail(args []string) error {
 	defer cl.Close()
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
-	o := &client.ChangeOptions{Tables: fieldsOf(*tables), Fields: fieldsOf(*fields), Since: *since, Before: *before, Transactions: *txns}
+	o := &client.ChangeOptions{Tables: fieldsOf(*tables), Fields: fieldsOf(*fields), Since: *since, Before: *before, Transactions: *txns, Version: *version}
 	for e, err := range cl.Changes(ctx, fs.Arg(0), o) {
 		if err != nil {
 			if ctx.Err() != nil {

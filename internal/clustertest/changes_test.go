@@ -225,6 +225,11 @@ func TestChangeStreamUnrenderable(t *testing.T) {
 	if !errors.As(last, &ce) || ce.Status != 400 || ce.Field != "unread" || !strings.Contains(ce.Detail, "SCN 1:1") {
 		t.Fatalf("a version-1 stream met a change it cannot render: %v, want a 400 naming unread and SCN 1:1", last)
 	}
+	// The CLI stops with the problem, and a non-zero exit.
+	out, err := exec.Command(Binary(t), "tail", "demo", "--url", ts.URL, "--tables", "MailboxStats", "--version", "1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "400 Change cannot be rendered") {
+		t.Fatalf("cortado tail --version 1: %v\n%s", err, out)
+	}
 	// NDJSON: the error line ends the stream, and its token resumes at
 	// the change, which version 2 renders.
 	resp, err := http.Get(ts.URL + "/demo/_changes?tables=MailboxStats&version=1")
