@@ -96,19 +96,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	}
 	t.Cleanup(func() { cli.Close() })
 	c.cli = cli
-	// common are every process's flags: etcd through a link of its own.
-	common := func(id string) []string {
-		c.EtcdLink[id] = c.link(id+"-etcd", strings.TrimPrefix(client, "http://"))
-		return []string{"--etcd-endpoints", "http://" + c.EtcdLink[id].Listen, "--log-level", o.LogLevel}
-	}
-	// inbound is a storage node's or the relay's port, and the link in
-	// front of it that it advertises.
-	inbound := func(id string) []string {
-		listen := hostPort(t)
-		c.InLink[id] = c.link(id+"-in", listen)
-		return []string{"--listen", listen, "--advertise-url", "http://" + c.InLink[id].Listen}
-	}
-	relayArgs := slices.Concat([]string{"relay", "--relay-id", "relay1", "--lease-ttl", ttl}, inbound("relay"), common("relay"))
+	relayArgs := slices.Concat([]string{"relay", "--relay-id", "relay1", "--lease-ttl", ttl}, c.inbound("relay"), c.common("relay"))
 	if o.Retention != "" {
 		// A small buffer, so that a node coming back is behind the
 		// relay's buffer too, and behind its master's log: rebuilt.
@@ -138,11 +126,11 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	for i := 1; i <= 2; i++ {
 		id := fmt.Sprintf("c%d", i)
 		c.Controllers = append(c.Controllers, c.start(id, append([]string{"controller", "--controller-id", id,
-			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0"}, common(id)...)...))
+			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0"}, c.common(id)...)...))
 	}
 	for i := 1; i <= 2; i++ {
 		id := fmt.Sprintf("router%d", i)
-		c.Routers = append(c.Routers, c.start(id, append([]string{"router", "--listen", hostPort(t)}, common(id)...)...))
+		c.Routers = append(c.Routers, c.start(id, append([]string{"router", "--listen", hostPort(t)}, c.common(id)...)...))
 	}
 	h := newHTTP(c.Routers[0].URL)
 	retention := ""
@@ -164,15 +152,25 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	return c
 }
 
+// common are every process's flags: etcd through a link of its own.
+func (c *Cluster) common(id string) []string {
+	c.EtcdLink[id] = c.link(id+"-etcd", strings.TrimPrefix(c.etcdURL, "http://"))
+	return []string{"--etcd-endpoints", "http://" + c.EtcdLink[id].Listen, "--log-level", c.opts.LogLevel}
+}
+
+// inbound is a storage node's or the relay's port, and the link in front
+// of it that it advertises.
+func (c *Cluster) inbound(id string) []string {
+	listen := hostPort(c.t)
+	c.InLink[id] = c.link(id+"-in", listen)
+	return []string{"--listen", listen, "--advertise-url", "http://" + c.InLink[id].Listen}
+}
+
 // startStorage starts storage node id in rack with its data in data,
 // behind links of its own to etcd and from its callers.
 func (c *Cluster) startStorage(id, rack, data string) *clustertest.Serve {
-	c.EtcdLink[id] = c.link(id+"-etcd", strings.TrimPrefix(c.etcdURL, "http://"))
-	listen := hostPort(c.t)
-	c.InLink[id] = c.link(id+"-in", listen)
-	args := []string{"storage", "--node-id", id, "--rack", rack, "--data-dir", data, "--lease-ttl", fmt.Sprint(c.opts.LeaseTTL),
-		"--listen", listen, "--advertise-url", "http://" + c.InLink[id].Listen,
-		"--etcd-endpoints", "http://" + c.EtcdLink[id].Listen, "--log-level", c.opts.LogLevel}
+	args := slices.Concat([]string{"storage", "--node-id", id, "--rack", rack, "--data-dir", data, "--lease-ttl", fmt.Sprint(c.opts.LeaseTTL)},
+		c.inbound(id), c.common(id))
 	if c.opts.Retention != "" {
 		args = append(args, "--retention-interval", "1s")
 	}
