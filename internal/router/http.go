@@ -138,8 +138,12 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			methodNotAllowed(w, "GET, HEAD")
 			return
 		}
-		if err := Params(req, "a multi-get", "fields"); err != nil {
-			r.fail(w, err)
+		q, bad := parseQuery(req)
+		if bad == nil {
+			bad = checkParams(q, "a multi-get", "fields")
+		}
+		if bad != nil {
+			r.fail(w, bad)
 			return
 		}
 		elems := strings.Split(raw[n-1][1:len(raw[n-1])-1], ",")
@@ -152,7 +156,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			}
 			keyTexts[i] = append(append([]string(nil), key[:len(key)-1]...), v)
 		}
-		f, err := readFormat(req)
+		f, err := readFormat(req, q)
 		if err != nil {
 			r.fail(w, Problem(err))
 			return
@@ -188,7 +192,8 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 	}
 	switch req.Method {
 	case http.MethodGet, http.MethodHead:
-		f, err := readFormat(req)
+		q, bad := parseQuery(req)
+		f, err := readFormat(req, q)
 		if err == nil && f.Lines {
 			err = errLinesMulti
 		}
@@ -196,7 +201,6 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			r.fail(w, Problem(err))
 			return
 		}
-		q, bad := parseQuery(req)
 		if bad != nil {
 			r.fail(w, bad)
 			return
@@ -518,11 +522,12 @@ func checkParams(q url.Values, what string, allowed ...string) *problem.Problem 
 	return nil
 }
 
-// readFormat reads Accept and ?fields=.
-func readFormat(req *http.Request) (Format, error) {
+// readFormat reads Accept and ?fields= (of q, the request's query
+// parameters, parsed once by its caller).
+func readFormat(req *http.Request, q url.Values) (Format, error) {
 	f := Format{MaxStale: maxStale(req), PartialOK: preferPartial(req)}
-	if req.URL.RawQuery != "" { // most reads have none: no map to make
-		for _, p := range strings.Split(req.URL.Query().Get("fields"), ",") {
+	if fields := q.Get("fields"); fields != "" { // most reads have none
+		for _, p := range strings.Split(fields, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				f.Fields = append(f.Fields, p)
 			}

@@ -90,7 +90,7 @@ func TestAcceptNegotiation(t *testing.T) {
 		if tc.accept != "" {
 			req.Header.Set("Accept", tc.accept)
 		}
-		f, err := readFormat(req)
+		f, err := readFormat(req, nil)
 		got := json
 		switch {
 		case err != nil:
