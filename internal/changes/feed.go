@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
@@ -603,10 +605,10 @@ func (r *reader) failure(u *unrenderable) []byte {
 	}
 	detail := fmt.Sprintf("the change at SCN %s of table %s (a document of schema version %d) cannot be rendered in %s: %v; "+
 		"follow the stream in another version (version=N) from this event's token", u.scn, u.table, u.version, version, u.err)
-	p := map[string]any{"type": "urn:cortado:problem:invalid-document", "title": "Change cannot be rendered", "status": 400, "detail": detail}
+	p := problem.New(http.StatusBadRequest, problem.TypeInvalidDocument, "Change cannot be rendered", detail)
 	var fe *schema.FieldError
-	if errors.As(u.err, &fe) && fe.Path != "" {
-		p["field"] = fe.Path
+	if errors.As(u.err, &fe) {
+		p.Field = fe.Path
 	}
 	pj, _ := json.Marshal(p)
 	b := append(make([]byte, 0, 256+len(pj)), `{"type":"error","error":`...)
