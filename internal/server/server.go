@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"io"
 	"log/slog"
 	"net"
@@ -28,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
@@ -669,11 +669,9 @@ func checkLayout(dir string, nodes int) error {
 	_, err := os.Stat(filepath.Join(dir, "storage"))
 	single := err == nil
 	switch {
-	case nodes <= 1 && held > 0:
-		return fmt.Errorf("data directory %s holds the storage of `serve --nodes %d` (node0 … node%d): start it with --nodes %d or more", dir, held, held-1, held)
 	case nodes > 1 && single:
 		return fmt.Errorf("data directory %s holds the storage of a single node (storage/): start it without --nodes", dir)
-	case nodes > 1 && held > nodes:
+	case held > 0 && (nodes <= 1 || held > nodes):
 		return fmt.Errorf("data directory %s holds the storage of `serve --nodes %d` (node0 … node%d): start it with --nodes %d or more", dir, held, held-1, held)
 	}
 	return nil
