@@ -71,6 +71,14 @@ func (p Part) String() string {
 	return p.Str
 }
 
+// Range is the smallest and largest value of an integer type's parts.
+func (t Type) Range() (lo, hi int64) {
+	if t == Int {
+		return math.MinInt32, math.MaxInt32
+	}
+	return math.MinInt64, math.MaxInt64
+}
+
 // Parse reads a part of type t from its text form.
 func Parse(t Type, s string) (Part, error) {
 	if len(s) > MaxPartBytes {
@@ -85,8 +93,8 @@ func Parse(t Type, s string) (Part, error) {
 		if err != nil || string(strconv.AppendInt(canonical[:0], v, 10)) != s {
 			return Part{}, fmt.Errorf("%s is not a %s in canonical decimal form", quoteShort(s), t)
 		}
-		if t == Int && (v < math.MinInt32 || v > math.MaxInt32) {
-			return Part{}, fmt.Errorf("%q is out of range for int", s)
+		if lo, hi := t.Range(); v < lo || v > hi {
+			return Part{}, fmt.Errorf("%q is out of range for %s", s, t)
 		}
 		return I(v), nil
 	case String, "":

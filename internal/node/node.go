@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/index"
@@ -430,10 +429,7 @@ func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) 
 	}
 	switch op.Kind {
 	case OpInsert:
-		most := int64(math.MaxInt64)
-		if t.Key[len(t.Key)-1].Type == keys.Int {
-			most = math.MaxInt32
-		}
+		_, most := t.Key[len(t.Key)-1].Type.Range()
 		next, err := tx.NextAutoIncrement(op.Table, op.Key, most)
 		if err != nil {
 			return OpResult{}, err
