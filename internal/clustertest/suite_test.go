@@ -347,7 +347,9 @@ func runSuite(t *testing.T, c *client.Client) {
 			t.Fatalf("If-Modified-Since on read: %v", err)
 		}
 		_, err = c.Put(ctx, "mail", "Stats", client.Key{"alice"}, map[string]any{"total": 0}, &client.Conditions{IfMatch: `"00000000"`})
-		wantErr(t, err, client.ErrPreconditionFailed)
+		if ce := wantErr(t, err, client.ErrPreconditionFailed); ce.Operation != nil {
+			t.Fatalf("a single write's problem names operation %d", *ce.Operation)
+		}
 		_, err = c.Put(ctx, "mail", "Stats", client.Key{"alice"}, map[string]any{"total": 0}, &client.Conditions{IfNoneMatch: "*"})
 		wantErr(t, err, client.ErrPreconditionFailed)
 		_, err = c.Delete(ctx, "mail", "Stats", client.Key{"alice"}, &client.Conditions{IfUnmodifiedSince: d.LastModified.Add(-time.Hour)})
@@ -375,6 +377,18 @@ func runSuite(t *testing.T, c *client.Client) {
 		ce := wantErr(t, err, client.ErrInvalidDocument)
 		if ce.Operation == nil || *ce.Operation != 2 {
 			t.Fatalf("failing op not named: %+v", ce)
+		}
+		// A transaction of one op names it too, whichever part refuses it.
+		for _, op := range []client.TxnOp{
+			{Op: "put", Table: "Stats", Key: client.Key{"alice"}, Document: map[string]any{}, IfMatch: `"00000000"`},
+			{Op: "patch", Table: "Stats", Key: client.Key{"alice", "x"}, Patch: &client.Patch{Increment: map[string]any{"total": 1}}},
+			{Op: "patch", Table: "Stats", Key: client.Key{"nobody"}, Patch: &client.Patch{Increment: map[string]any{"total": 1}}},
+		} {
+			_, err = c.Txn(ctx, "mail", op.Key[0].(string), []client.TxnOp{op})
+			var ce *client.Error
+			if !errors.As(err, &ce) || ce.Operation == nil || *ce.Operation != 0 {
+				t.Fatalf("one-op transaction %+v: the problem names no operation 0: %v", op, err)
+			}
 		}
 		after, _ := c.Get(ctx, "mail", "Stats", client.Key{"alice"}, nil)
 		if after.ETag != before.ETag || after.SCN != before.SCN {

@@ -399,9 +399,6 @@ func (n *Node) write(ctx context.Context, p *storage.Partition, req WriteRequest
 		for i := range req.Ops {
 			r, err := n.apply(tx, tables[i], &req.Ops[i])
 			if err != nil {
-				if len(req.Ops) == 1 {
-					return err
-				}
 				return &OpError{i, err}
 			}
 			res.Results[i] = r

@@ -58,7 +58,12 @@ func toStatus(err error, item *Item) error {
 	code := codes.Unknown
 	var oe *OpError
 	if errors.As(err, &oe) {
+		// The index travels beside the message, which fromWire wraps
+		// in an OpError again: the message does not repeat it.
 		w.HasOp, w.Op = true, int32(oe.Index)
+		if err == error(oe) {
+			w.Message = oe.Err.Error()
+		}
 	}
 	var fe *schema.FieldError
 	if errors.As(err, &fe) {

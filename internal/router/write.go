@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/cortado-db/cortado/internal/node"
@@ -57,6 +58,17 @@ func (r *Router) write(ctx context.Context, tg *target, ops []node.Op) (*node.Wr
 	return n.Write(ctx, node.WriteRequest{DB: tg.db.Name, Partition: tg.part, Ops: ops})
 }
 
+// writeOne writes one document outside a transaction. Its problem names
+// no operation: that is a transaction's, whose one op is still op 0.
+func (r *Router) writeOne(ctx context.Context, tg *target, op node.Op) (*node.WriteResult, error) {
+	res, err := r.write(ctx, tg, []node.Op{op})
+	var oe *node.OpError
+	if errors.As(err, &oe) {
+		return nil, oe.Err
+	}
+	return res, err
+}
+
 func single(res *node.WriteResult) *WriteResult {
 	o := res.Results[0]
 	return &WriteResult{SCN: res.SCN, Key: o.Key, Created: o.Created, ETag: o.ETag, Modified: o.Modified, Deleted: o.Deleted}
@@ -76,7 +88,7 @@ func (r *Router) Put(ctx context.Context, db, table string, key []string, body [
 	if err != nil {
 		return nil, err
 	}
-	res, err := r.write(ctx, tg, []node.Op{{Kind: node.OpPut, Table: table, Key: tg.key, Version: version, Value: value, Cond: cond}})
+	res, err := r.writeOne(ctx, tg, node.Op{Kind: node.OpPut, Table: table, Key: tg.key, Version: version, Value: value, Cond: cond})
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +112,7 @@ func (r *Router) Insert(ctx context.Context, db, table string, prefix []string, 
 	if err != nil {
 		return nil, err
 	}
-	res, err := r.write(ctx, tg, []node.Op{{Kind: node.OpInsert, Table: table, Key: tg.key, Version: version, Value: value}})
+	res, err := r.writeOne(ctx, tg, node.Op{Kind: node.OpInsert, Table: table, Key: tg.key, Version: version, Value: value})
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +134,7 @@ func (r *Router) Patch(ctx context.Context, db, table string, key []string, body
 	if err != nil {
 		return nil, err
 	}
-	res, err := r.write(ctx, tg, []node.Op{{Kind: node.OpPatch, Table: table, Key: tg.key, Patch: p, Cond: cond}})
+	res, err := r.writeOne(ctx, tg, node.Op{Kind: node.OpPatch, Table: table, Key: tg.key, Patch: p, Cond: cond})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +199,7 @@ func (r *Router) Delete(ctx context.Context, db, table string, key []string, con
 		}
 		kind = node.OpDeleteCollection
 	}
-	res, err := r.write(ctx, tg, []node.Op{{Kind: kind, Table: table, Key: tg.key, Cond: cond}})
+	res, err := r.writeOne(ctx, tg, node.Op{Kind: kind, Table: table, Key: tg.key, Cond: cond})
 	if err != nil {
 		return nil, err
 	}
