@@ -134,7 +134,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.nodeMaxCalls = fs.Int("node-max-calls", 0, "a router's reads and writes in flight to one storage node at most; more fail at once as overloaded, not delivered (0: half of --max-in-flight; -1: no bound)")
 		f.slowNodes = fs.Bool("report-slow-nodes", true, "report to the controller a storage node whose reads' median latency stays at least 250 ms and 10x the other nodes' for 10 s, as one that cannot be reached")
 		f.requestTimeout = fs.Duration("request-timeout", admission.DefaultRequestTimeout, "deadline of a document request that sends no Request-Timeout header (-1s: none)")
-		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body; larger is 413")
+		f.maxBody = fs.Int64("max-body-bytes", 2<<20, "largest request body, at most 16 MiB; larger is 413")
 		f.maxPartitions = fs.Int("max-partitions", registry.DefaultMaxPartitions, "partitions of all databases together; a database beyond them is refused (409 limit-exceeded)")
 		f.maxTables = fs.Int("max-tables", registry.DefaultMaxTables, "tables a database holds; a table beyond them is refused (409 limit-exceeded)")
 		f.maxVersions = fs.Int("max-versions", registry.DefaultMaxVersions, "schema versions a table holds; a version beyond them is refused (409 limit-exceeded)")
@@ -327,6 +327,11 @@ func checkFlags(fs *flag.FlagSet) error {
 			case v < 0:
 				return fmt.Errorf("--%s must be zero or more (0 disables), got %s", name, fl.Value)
 			}
+		}
+	}
+	if fl := fs.Lookup("max-body-bytes"); fl != nil {
+		if v, _ := strconv.ParseInt(fl.Value.String(), 10, 64); v > router.MaxBodyBytesLimit {
+			return fmt.Errorf("--max-body-bytes must be at most %d (a document that large replaced by another fills a commit), got %s", router.MaxBodyBytesLimit, fl.Value)
 		}
 	}
 	return nil

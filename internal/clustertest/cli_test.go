@@ -118,6 +118,7 @@ func TestRolesRefuseFlagsOutOfRange(t *testing.T) {
 		{"serve", "--check-interval", "-1s"},
 		{"storage", "--etcd-endpoints", "http://127.0.0.1:1", "--max-transitions", "0"},
 		{"relay", "--etcd-endpoints", "http://127.0.0.1:1", "--buffer", "-5"},
+		{"router", "--etcd-endpoints", "http://127.0.0.1:1", "--max-body-bytes", "16777217"},
 	} {
 		cmd := exec.Command(Binary(t), append(args, "--listen", "127.0.0.1:0")...)
 		cmd.Dir = dir

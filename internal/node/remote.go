@@ -46,6 +46,7 @@ var wireKinds = []struct {
 	{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},
 	{"passed", storage.ErrPassed, codes.OutOfRange},
 	{"keys-exhausted", storage.ErrKeysExhausted, codes.FailedPrecondition},
+	{"commit-too-large", storage.ErrCommitTooLarge, codes.FailedPrecondition},
 	{"unavailable", ErrUnavailable, codes.Unavailable},
 	{"invalid-query", ErrInvalidQuery, codes.InvalidArgument},
 	{"index-building", ErrIndexBuilding, codes.FailedPrecondition},

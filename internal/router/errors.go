@@ -163,6 +163,8 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusPreconditionFailed, problem.TypePrecondition, "Precondition failed", "the document's ETag or Last-Modified does not satisfy the request's conditional headers")
 	case errors.Is(err, storage.ErrKeysExhausted):
 		return problem.New(http.StatusConflict, problem.TypeConflict, "Auto-increment keys exhausted", err.Error()+": nothing was written; insert with an explicit key (PUT)")
+	case errors.Is(err, storage.ErrCommitTooLarge):
+		return problem.New(http.StatusConflict, problem.TypeLimitExceeded, "Transaction too large", err.Error()+": nothing was written")
 	case errors.Is(err, registry.ErrLimit):
 		return problem.New(http.StatusConflict, problem.TypeLimitExceeded, "Registry limit reached", err.Error())
 	case errors.Is(err, registry.ErrDatabaseExists), errors.Is(err, registry.ErrKeyChanged), errors.Is(err, registry.ErrContention):

@@ -27,9 +27,15 @@ import (
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
+// MaxBodyBytesLimit is the largest request body a router can be set to
+// take: a document that large replaced by another is a commit within
+// storage.MaxCommitBytes.
+const MaxBodyBytesLimit = 16 << 20
+
 // Options configures a Router. Zero values take the documented defaults.
 type Options struct {
-	// MaxBodyBytes caps request bodies (default 2 MiB); larger is 413.
+	// MaxBodyBytes caps request bodies (default 2 MiB, at most
+	// MaxBodyBytesLimit: more is taken as that); larger is 413.
 	MaxBodyBytes int64
 	// BodyTimeout is how long a request body may take to arrive
 	// (default 30s); a slower client is cut off with 408.
@@ -77,6 +83,7 @@ func (o *Options) fill() {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 2 << 20
 	}
+	o.MaxBodyBytes = min(o.MaxBodyBytes, MaxBodyBytesLimit)
 	if o.MaxResponseBytes == 0 {
 		o.MaxResponseBytes = 2 << 20
 	}

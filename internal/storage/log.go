@@ -79,12 +79,18 @@ type Commit struct {
 // Size is about how many bytes the commit takes: what bounds a batch of
 // them.
 func (c *Commit) Size() int {
-	n := 16
+	n := commitOverhead
 	for i := range c.Events {
-		e := &c.Events[i]
-		n += 32 + len(e.Table) + len(e.Key) + len(e.Value) + len(e.PrevValue)
+		n += eventSize(&c.Events[i])
 	}
 	return n
+}
+
+// commitOverhead and eventSize make up Commit.Size.
+const commitOverhead = 16
+
+func eventSize(e *Event) int {
+	return 32 + len(e.Table) + len(e.Key) + len(e.Value) + len(e.PrevValue)
 }
 
 var errCorruptLog = errors.New("storage: corrupt commit log entry")

@@ -257,3 +257,79 @@ func TestIdlePartitionFootprint(t *testing.T) {
 	}
 	t.Logf("an idle partition: %d bytes of heap", per)
 }
+
+// TestCommitBound: a transaction whose commit would be over
+// MaxCommitBytes fails before anything is written — a collection too
+// large to delete in one commit, a put whose document and pre-image are
+// too large together — and the partition goes on committing. A commit
+// over it would be durable on the master and never reach a slave.
+func TestCommitBound(t *testing.T) {
+	p := solo(t, 0)
+	doc := make([]byte, 4<<20)
+	n := MaxCommitBytes/len(doc) + 1
+	for i := range n {
+		if _, err := p.Update(func(tx *Tx) error {
+			_, err := tx.Put("T", []keys.Part{keys.S("big"), keys.I(int64(i))}, 1, doc)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := p.SCN()
+	var deleted int
+	_, err := p.Update(func(tx *Tx) (err error) {
+		deleted, err = tx.DeleteCollection("T", []keys.Part{keys.S("big")})
+		return err
+	})
+	if !errors.Is(err, ErrCommitTooLarge) || deleted != 0 {
+		t.Fatalf("deleting %d documents of %d bytes in one commit: %d deleted, %v", n, len(doc), deleted, err)
+	}
+	// A transaction of deletes of some of them at a time goes through.
+	_, err = p.Update(func(tx *Tx) error {
+		for i := range n / 2 {
+			if _, err := tx.Delete("T", []keys.Part{keys.S("big"), keys.I(int64(i))}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Puts: each document fits, all of them together do not.
+	_, err = p.Update(func(tx *Tx) error {
+		for i := range n {
+			if _, err := tx.Put("T", []keys.Part{keys.S("other"), keys.I(int64(i))}, 1, doc); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, ErrCommitTooLarge) {
+		t.Fatalf("a transaction putting %d documents of %d bytes: %v", n, len(doc), err)
+	}
+	if _, ok, _ := p.Get("T", []keys.Part{keys.S("other"), keys.I(0)}); ok {
+		t.Fatal("a refused transaction wrote a document")
+	}
+	// One document replaced by another as large as the bound allows.
+	half := make([]byte, MaxCommitBytes/2-1024)
+	for range 2 {
+		if _, err := p.Update(func(tx *Tx) error {
+			_, err := tx.Put("T", []keys.Part{keys.S("half")}, 1, half)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := (SCN{Gen: before.Gen, Seq: before.Seq + 3}); p.SCN() != want {
+		t.Fatalf("SCN %v after the refusals, want %v", p.SCN(), want)
+	}
+	var largest int
+	p.ReadLog(SCN{}, func(c Commit) bool {
+		largest = max(largest, c.Size())
+		return true
+	})
+	if largest > MaxCommitBytes {
+		t.Fatalf("a commit of %d bytes is in the log", largest)
+	}
+}

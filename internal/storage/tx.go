@@ -20,6 +20,7 @@ type Tx struct {
 	scn    SCN
 	now    time.Time
 	events []Event
+	size   int       // the events' Commit.Size so far
 	rows   rowWrites // the rows it writes, for the row cache
 	// read is the last document Get read, until anything is written: a
 	// write of the document just read (preconditions, then the write)
@@ -79,17 +80,47 @@ func (tx *Tx) Put(table string, key []keys.Part, version int, value []byte) (Doc
 		return Doc{}, err
 	}
 	tx.read.key = nil
+	e := Event{Op: OpInsert, Table: table, Key: keys.Encode(key), Version: version, Value: value}
+	if existed {
+		e.Op, e.PrevVersion, e.PrevValue, e.PrevSCN, e.PrevModified = OpUpdate, prev.Version, prev.Value, prev.SCN, prev.Modified
+	}
+	if err := tx.fits(&e); err != nil {
+		return Doc{}, err
+	}
 	d := Doc{Version: version, SCN: tx.scn, Modified: tx.now, CRC: crc32.ChecksumIEEE(value), Value: value}
 	if err := tx.b.Set(k, tx.p.encodeRow(&d), nil); err != nil {
 		return Doc{}, err
 	}
 	tx.rows.put(k, d)
-	e := Event{Op: OpInsert, Table: table, Key: keys.Encode(key), Version: version, Value: value}
-	if existed {
-		e.Op, e.PrevVersion, e.PrevValue, e.PrevSCN, e.PrevModified = OpUpdate, prev.Version, prev.Value, prev.SCN, prev.Modified
-	}
 	tx.events = append(tx.events, e)
 	return d, nil
+}
+
+// MaxCommitBytes bounds one commit (Commit.Size: its documents, their
+// pre-images and keys). Every replica applies a commit whole, the
+// relay and the change stream hold it whole, and a log answer carries
+// it in one message (64 MiB, wire.MaxMessageBytes, with up to 16 MiB of
+// commits before it, node.MaxLogBytes): a commit past that would be
+// durable on its master and never reach a slave, and every later write
+// of its partition would wait for it. A transaction that would grow past
+// it fails with ErrCommitTooLarge before anything is written. It holds
+// the replacement of a document of the largest request body a router
+// takes (16 MiB) by another.
+const MaxCommitBytes = 40 << 20
+
+// ErrCommitTooLarge is a transaction whose commit would be over
+// MaxCommitBytes.
+var ErrCommitTooLarge = errors.New("storage: commit too large")
+
+// fits counts e into the commit, or says it would take it over
+// MaxCommitBytes.
+func (tx *Tx) fits(e *Event) error {
+	n := eventSize(e)
+	if tx.size+n > MaxCommitBytes-commitOverhead {
+		return fmt.Errorf("%w: its documents, their previous versions and keys come to %d bytes or more, over the limit of %d", ErrCommitTooLarge, tx.size+n+commitOverhead, MaxCommitBytes)
+	}
+	tx.size += n
+	return nil
 }
 
 // Delete removes a document; it reports whether it existed.
@@ -100,12 +131,16 @@ func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 		return false, err
 	}
 	tx.read.key = nil
+	e := Event{Op: OpDelete, Table: table, Key: keys.Encode(key),
+		PrevVersion: prev.Version, PrevValue: prev.Value, PrevSCN: prev.SCN, PrevModified: prev.Modified}
+	if err := tx.fits(&e); err != nil {
+		return false, err
+	}
 	if err := tx.b.Delete(k, nil); err != nil {
 		return false, err
 	}
 	tx.rows.del(k)
-	tx.events = append(tx.events, Event{Op: OpDelete, Table: table, Key: keys.Encode(key),
-		PrevVersion: prev.Version, PrevValue: prev.Value, PrevSCN: prev.SCN, PrevModified: prev.Modified})
+	tx.events = append(tx.events, e)
 	return true, nil
 }
 
@@ -115,12 +150,23 @@ func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 // the collection's index entries go by range instead of one by one.
 func (tx *Tx) DeleteCollection(table string, prefix []keys.Part) (int, error) {
 	var doomed [][]keys.Part
-	err := tx.Scan(ScanOptions{Table: table, Prefix: prefix}, func(k []keys.Part, _ []byte, _ Doc) bool {
+	// The deletes' size is known from the scan: a collection too large
+	// to delete in one commit is refused before its keys are gathered.
+	size := tx.size + commitOverhead
+	err := tx.Scan(ScanOptions{Table: table, Prefix: prefix}, func(k []keys.Part, encoded []byte, d Doc) bool {
+		size += eventSize(&Event{Table: table, Key: encoded, PrevValue: d.Value})
+		if size > MaxCommitBytes {
+			return false
+		}
 		doomed = append(doomed, k)
 		return true
 	})
 	if err != nil {
 		return 0, err
+	}
+	if size > MaxCommitBytes {
+		return 0, fmt.Errorf("%w: the collection holds more than %d documents, whose deletes and previous versions come to %d bytes or more, over the limit of %d; delete it in parts (transactions deleting some of its documents each)",
+			ErrCommitTooLarge, len(doomed), size, MaxCommitBytes)
 	}
 	first := len(tx.events)
 	for _, k := range doomed {
@@ -185,7 +231,11 @@ func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part, most int64) (i
 	}
 	// The high-water mark travels in the commit, so a replica promoted
 	// later never hands out a key its master handed out before.
-	tx.events = append(tx.events, Event{Op: OpAutoIncrement, Table: table, Key: keys.AppendParts(nil, prefix), Value: value, PrevValue: prev})
+	e := Event{Op: OpAutoIncrement, Table: table, Key: keys.AppendParts(nil, prefix), Value: value, PrevValue: prev}
+	if err := tx.fits(&e); err != nil {
+		return 0, err
+	}
+	tx.events = append(tx.events, e)
 	return next, nil
 }
 
