@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
 )
@@ -106,35 +107,77 @@ func Entries(indexes []schema.Index, doc map[string]any) []storage.IndexEntry {
 // With stopWords, common English words are left out; the others keep
 // their positions, so a phrase query skips the same words.
 func textEntries(field string, vals []any, stopWords bool) []storage.IndexEntry {
-	positions := map[string][]uint32{}
-	var order []string
+	// One map lookup a word (its id), the positions gathered by id
+	// afterwards into one array, and every term and payload appended to
+	// one buffer: a document of 250,000 distinct words allocated and
+	// looked up a map several times a word before.
+	words := make([][]string, len(vals))
+	n := 0
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			words[i] = Words(s)
+			n += len(words[i])
+		}
+	}
+	ids := make(map[string]int32, n) // grown a word at a time, it was a third of the work
+	var order []string               // the distinct words, by id
+	occ := make([]int32, 0, n)       // the id of each word kept, in order
+	at := make([]uint32, 0, n)       // and its position
 	pos := uint32(0)
-	for _, v := range vals {
-		s, ok := v.(string)
-		if !ok {
+	for i, v := range vals {
+		if _, ok := v.(string); !ok {
 			continue
 		}
-		for _, w := range Words(s) {
+		for _, w := range words[i] {
 			if stopWords && IsStopWord(w) {
 				pos++
 				continue
 			}
-			if _, ok := positions[w]; !ok {
+			id, ok := ids[w]
+			if !ok {
+				id = int32(len(order))
+				ids[w] = id
 				order = append(order, w)
 			}
-			positions[w] = append(positions[w], pos)
+			occ = append(occ, id)
+			at = append(at, pos)
 			pos++
 		}
 		pos += 8
 	}
-	length := uint32(0)
-	for _, w := range order {
-		length += uint32(len(positions[w]))
+	if len(order) == 0 {
+		return nil
 	}
-	out := make([]storage.IndexEntry, 0, len(order))
+	length := uint32(len(occ))
+	// Counting sort of the positions by word: start[id] is where word
+	// id's positions begin in byWord, in document order.
+	start := make([]int32, len(order)+1)
+	for _, id := range occ {
+		start[id+1]++
+	}
+	for i := 1; i < len(start); i++ {
+		start[i] += start[i-1]
+	}
+	byWord := make([]uint32, len(occ))
+	next := append([]int32(nil), start[:len(order)]...)
+	for i, id := range occ {
+		byWord[next[id]] = at[i]
+		next[id]++
+	}
+	size := 0
 	for _, w := range order {
-		pl := binary.AppendUvarint(nil, uint64(length))
-		out = append(out, storage.IndexEntry{Field: field, Term: mustTerm(w), Payload: append(pl, encodePositions(positions[w])...), Length: length})
+		size += len(w) + 4 + 2*binary.MaxVarintLen32
+	}
+	buf := make([]byte, 0, size+len(occ)*binary.MaxVarintLen32)
+	out := make([]storage.IndexEntry, len(order))
+	for id, w := range order {
+		from := len(buf)
+		buf = keys.AppendPart(buf, keys.S(w))
+		term := buf[from:len(buf):len(buf)]
+		from = len(buf)
+		buf = binary.AppendUvarint(buf, uint64(length))
+		buf = appendPositions(buf, byWord[start[id]:start[id+1]])
+		out[id] = storage.IndexEntry{Field: field, Term: term, Payload: buf[from:len(buf):len(buf)], Length: length}
 	}
 	return out
 }
@@ -144,10 +187,10 @@ func mustTerm(w string) []byte {
 	return t
 }
 
-// encodePositions is the payload of a text posting: the count, then the
-// positions as deltas, all uvarints.
-func encodePositions(ps []uint32) []byte {
-	b := binary.AppendUvarint(nil, uint64(len(ps)))
+// appendPositions appends the payload of a text posting after the
+// field's length: the count, then the positions as deltas, all uvarints.
+func appendPositions(b []byte, ps []uint32) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ps)))
 	last := uint32(0)
 	for _, p := range ps {
 		b = binary.AppendUvarint(b, uint64(p-last))

@@ -216,32 +216,46 @@ func (p *Partition) indexEvent(b *pebble.Batch, e *Event, undo bool, prev *Event
 		}
 	}
 	// Postings: remove what the new image does not have, write what is
-	// new or changed.
-	type fieldTerm struct{ field, term string }
-	keep := make(map[fieldTerm][]byte, len(news))
-	for _, n := range news {
-		keep[fieldTerm{n.Field, string(n.Term)}] = n.Payload
+	// new or changed. The batch copies each key and value, so one
+	// buffer of each serves them all.
+	var kb, vb []byte
+	postings := newPostings(p.DB, p.ID, e.Table, e.Key)
+	set := func(n *IndexEntry) error {
+		kb = postings.key(kb[:0], n.Field, n.Term)
+		vb = append(binary.AppendUvarint(vb[:0], ord), n.Payload...)
+		return b.Set(kb, vb, nil)
 	}
-	for _, o := range olds {
-		pl, ok := keep[fieldTerm{o.Field, string(o.Term)}]
-		if ok && bytes.Equal(pl, o.Payload) {
-			delete(keep, fieldTerm{o.Field, string(o.Term)})
-			continue
-		}
-		if !ok {
-			if err := b.Delete(postingKey(p.DB, p.ID, e.Table, o.Field, o.Term, e.Key), nil); err != nil {
+	if len(olds) == 0 {
+		for i := range news {
+			if err := set(&news[i]); err != nil {
 				return err
 			}
 		}
-	}
-	for _, n := range news {
-		pl, ok := keep[fieldTerm{n.Field, string(n.Term)}]
-		if !ok {
-			continue
+	} else {
+		type fieldTerm struct{ field, term string }
+		keep := make(map[fieldTerm][]byte, len(news))
+		for _, n := range news {
+			keep[fieldTerm{n.Field, string(n.Term)}] = n.Payload
 		}
-		v := append(binary.AppendUvarint(nil, ord), pl...)
-		if err := b.Set(postingKey(p.DB, p.ID, e.Table, n.Field, n.Term, e.Key), v, nil); err != nil {
-			return err
+		for _, o := range olds {
+			pl, ok := keep[fieldTerm{o.Field, string(o.Term)}]
+			if ok && bytes.Equal(pl, o.Payload) {
+				delete(keep, fieldTerm{o.Field, string(o.Term)})
+				continue
+			}
+			if !ok {
+				kb = postings.key(kb[:0], o.Field, o.Term)
+				if err := b.Delete(kb, nil); err != nil {
+					return err
+				}
+			}
+		}
+		for i := range news {
+			if _, ok := keep[fieldTerm{news[i].Field, string(news[i].Term)}]; ok {
+				if err := set(&news[i]); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	// Text statistics: documents having the field and their total length.
@@ -327,13 +341,34 @@ func lengths(es []IndexEntry) map[string]uint32 {
 // postingKey is P|i|p|table|field|collection|term|rest; key is the whole
 // encoded key (collection, rest).
 func postingKey(db string, id int, table, field string, term, key []byte) []byte {
+	return newPostings(db, id, table, key).key(nil, field, term)
+}
+
+// postings makes the posting keys of one document.
+type postings struct {
+	db         string
+	id         int
+	table      string
+	coll, rest []byte // the document's key: its collection, the rest
+	field      string // the field prefix holds
+	prefix     []byte
+}
+
+func newPostings(db string, id int, table string, key []byte) *postings {
 	coll, err := collectionOf(key)
 	if err != nil {
 		coll = nil // not a key: never written, never found
 	}
-	b := append(PostingPrefix(db, id, table, field), coll...)
-	b = append(b, term...)
-	return append(b, key[len(coll):]...)
+	return &postings{db: db, id: id, table: table, coll: coll, rest: key[len(coll):]}
+}
+
+// key appends to b the posting key of term in field.
+func (ps *postings) key(b []byte, field string, term []byte) []byte {
+	if ps.prefix == nil || field != ps.field {
+		ps.field, ps.prefix = field, append(PostingPrefix(ps.db, ps.id, ps.table, field), ps.coll...)
+	}
+	b = append(append(b, ps.prefix...), term...)
+	return append(b, ps.rest...)
 }
 
 func ordinalKey(db string, id int, table string, coll []byte, ord uint64) []byte {
