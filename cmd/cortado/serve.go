@@ -60,6 +60,7 @@ type roleFlags struct {
 	relayBytes     *int
 	retainEvery    *time.Duration
 	snapshotRate   *int64
+	writeBytes     *int64
 	rowCache       *int64
 	diskStall      *time.Duration
 	diskMinFree    *int64
@@ -114,6 +115,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.diskStall = fs.Duration("disk-stall-timeout", storage.DefaultStallTimeout, "a storage node whose disk has not completed a probe write (a small file written and synced, every second) for this long takes its disk for failed: it fails its writes and leaves the cluster, and its partitions fail over")
 		f.diskMinFree = fs.Int64("disk-min-free", storage.DefaultMinFreeBytes, "bytes the data directory's file system must keep free: a storage node whose disk probe finds less takes its disk for full, as when a write fails on it (-1: no floor)")
 		f.snapshotRate = fs.Int64("snapshot-rate", node.DefaultSnapshotRate, "bytes per second a partition snapshot streams at, at most (bootstrap of consumers and replicas)")
+		f.writeBytes = fs.Int64("write-bytes", node.DefaultWriteBytes, "bytes of documents a storage node's writes carry at once; a write beyond waits (within its deadline) for those before it, one larger goes alone: what a write holds in memory grows with its documents, text-indexed ones most (-1: no bound)")
 	}
 	if name == "serve" || name == "storage" {
 		f.nodeMaxInFlight = fs.Int("node-max-in-flight", admission.DefaultMaxInFlight, "internal calls a storage node serves at once; more wait in its queue (-1: no limit)")
@@ -209,6 +211,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	if f.maxTransitions != nil {
 		o.MaxTransitions = *f.maxTransitions
 		o.RetentionInterval, o.SnapshotBytesPerSecond, o.IndexBuildRate = *f.retainEvery, *f.snapshotRate, *f.indexBuildRate
+		o.WriteBytes = *f.writeBytes
 		o.Storage.RowCacheBytes = *f.rowCache
 		o.Storage.StallTimeout = *f.diskStall
 		o.Storage.MinFreeBytes = *f.diskMinFree

@@ -24,6 +24,8 @@ type Node struct {
 	opts  Options
 	// snapshots holds a token per snapshot streaming (MaxSnapshots).
 	snapshots chan struct{}
+	// writes bounds the bytes of documents writes carry at once.
+	writes *byteGate
 }
 
 // Options configures a Node.
@@ -54,6 +56,11 @@ type Options struct {
 	// many documents of a table the indexes of its latest version still
 	// lack on the partitions this node masters.
 	IndexBuilding func(db, table string, remaining uint64)
+	// WriteBytes bounds the bytes of documents the node's writes carry
+	// at once (default DefaultWriteBytes; -1: no bound): a write beyond
+	// it waits, within its deadline, for those before it; one larger
+	// goes alone.
+	WriteBytes int64
 }
 
 // New returns a node over an open engine and registry. plans may be shared
@@ -65,10 +72,13 @@ func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *
 	if opts.SnapshotBytesPerSecond == 0 {
 		opts.SnapshotBytesPerSecond = DefaultSnapshotRate
 	}
+	if opts.WriteBytes == 0 {
+		opts.WriteBytes = DefaultWriteBytes
+	}
 	// Every document change indexes the document in its own commit.
 	eng.SetIndexer(&index.Indexer{Tables: reg, Plans: plans})
 	return &Node{eng: eng, reg: reg, plans: plans, log: log, opts: opts, roles: roles{allMaster: opts.AllMaster, m: map[partitionKey]*partRole{}},
-		snapshots: make(chan struct{}, MaxSnapshots)}
+		snapshots: make(chan struct{}, MaxSnapshots), writes: newByteGate(opts.WriteBytes)}
 }
 
 var _ Service = (*Node)(nil)
@@ -345,19 +355,28 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	if err := n.eng.Failed(); err != nil {
 		return nil, fmt.Errorf("partition %s/%d: %w", req.DB, req.Partition, err)
 	}
+	held, err := n.writes.acquire(ctx, req.weight())
+	if err != nil {
+		return nil, fmt.Errorf("partition %s/%d: waiting for other writes' documents to be committed: %w", req.DB, req.Partition, err)
+	}
 	// Held for the whole write, so a demotion waits for writes in flight
 	// and no write starts after it.
 	e, lease, err := n.beginWrite(req.DB, req.Partition)
 	if err != nil {
+		n.writes.release(held)
 		return nil, err
 	}
 	need := n.syncSlaves(req.DB)
 	if live := e.liveSlaves(); live < need {
 		e.mu.RUnlock()
+		n.writes.release(held)
 		return nil, fmt.Errorf("partition %s/%d: %d live replica(s), minInSync %d: %w", req.DB, req.Partition, live+1, need+1, ErrNotEnoughReplicas)
 	}
 	res, err := n.write(ctx, p, req)
 	e.mu.RUnlock()
+	// Committed (or not): the documents' memory is the batch's no more.
+	// Waiting for replicas holds none of it.
+	n.writes.release(held)
 	if err != nil {
 		return nil, err
 	}

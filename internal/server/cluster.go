@@ -64,6 +64,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		Retained:               s.retained,
 		IndexBuilding:          s.indexBuilding(id),
 		SnapshotBytesPerSecond: s.opts.SnapshotBytesPerSecond,
+		WriteBytes:             s.opts.WriteBytes,
 	})}
 	s.members = append(s.members, m)
 	info := topo.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack}

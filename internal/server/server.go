@@ -122,6 +122,9 @@ type Options struct {
 	// SnapshotBytesPerSecond caps how fast storage nodes stream partition
 	// snapshots (default node.DefaultSnapshotRate).
 	SnapshotBytesPerSecond int64
+	// WriteBytes bounds the bytes of documents a storage node's writes
+	// carry at once (default node.DefaultWriteBytes; -1: no bound).
+	WriteBytes int64
 	// Admission bounds the document API's requests in progress and
 	// queued; NodeAdmission a storage node's internal calls
 	// (admission.Options: a negative MaxInFlight turns one off; the
@@ -381,7 +384,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			return nil, err
 		}
 		s.Metrics.RegisterPebble("node", s.engine)
-		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding("node"), SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond})
+		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding("node"), SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond, WriteBytes: opts.WriteBytes})
 		s.retain(n)
 		s.Router = router.New(s.reg, plans, localBackend{inProcess{n}}, opts.Router, opts.Logger)
 		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger, StreamBytes: opts.StreamBytes})
