@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"sync"
+
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // DefaultWriteBytes is how many bytes of documents a node's writes may
@@ -87,13 +89,26 @@ func (g *byteGate) grant() {
 	}
 }
 
-// weight is the bytes of documents a write carries. What it replaces,
-// patches or deletes is not known before the write reads it; the
-// commit's bound (storage.MaxCommitBytes) bounds that.
-func (r *WriteRequest) weight() int64 {
+// weight is the bytes of documents a write handles: the documents it
+// carries, and those it patches or deletes, read for their size (a patch
+// of one field of a large text-indexed document re-indexes all of it). A
+// put counts twice, for what it may replace. A collection's delete counts
+// nothing: its index entries go by range, and the commit's bound
+// (storage.MaxCommitBytes) bounds the rest.
+func weight(p *storage.Partition, r *WriteRequest) int64 {
 	var n int64
 	for i := range r.Ops {
-		n += int64(len(r.Ops[i].Value))
+		op := &r.Ops[i]
+		switch op.Kind {
+		case OpInsert:
+			n += int64(len(op.Value))
+		case OpPut:
+			n += 2 * int64(len(op.Value))
+		case OpPatch, OpDelete:
+			if d, ok, err := p.Get(op.Table, op.Key); err == nil && ok {
+				n += int64(len(d.Value))
+			}
+		}
 	}
 	return n
 }

@@ -355,9 +355,11 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	if err := n.eng.Failed(); err != nil {
 		return nil, fmt.Errorf("partition %s/%d: %w", req.DB, req.Partition, err)
 	}
-	held, err := n.writes.acquire(ctx, req.weight())
-	if err != nil {
-		return nil, fmt.Errorf("partition %s/%d: waiting for other writes' documents to be committed: %w", req.DB, req.Partition, err)
+	var held int64
+	if n.writes.max > 0 {
+		if held, err = n.writes.acquire(ctx, weight(p, &req)); err != nil {
+			return nil, fmt.Errorf("partition %s/%d: waiting for other writes' documents to be committed: %w", req.DB, req.Partition, err)
+		}
 	}
 	// Held for the whole write, so a demotion waits for writes in flight
 	// and no write starts after it.

@@ -232,6 +232,10 @@ func (p *Partition) indexEvent(b *pebble.Batch, e *Event, undo bool, prev *Event
 			}
 		}
 	} else {
+		// A field whose entries are the same before and after (a patch
+		// of another field) changes no posting: only the others are
+		// compared term by term.
+		olds, news := changedFields(olds, news)
 		type fieldTerm struct{ field, term string }
 		keep := make(map[fieldTerm][]byte, len(news))
 		for _, n := range news {
@@ -342,6 +346,62 @@ func lengths(es []IndexEntry) map[string]uint32 {
 // encoded key (collection, rest).
 func postingKey(db string, id int, table, field string, term, key []byte) []byte {
 	return newPostings(db, id, table, key).key(nil, field, term)
+}
+
+// changedFields returns olds and news without the entries of the fields
+// whose entries are the same, in the same order, in both. A field's
+// entries are one run (Indexer.Index makes them field by field); a field
+// in more than one run is kept.
+func changedFields(olds, news []IndexEntry) ([]IndexEntry, []IndexEntry) {
+	type run struct{ from, to int }
+	runs := func(es []IndexEntry) map[string]run {
+		m := map[string]run{}
+		for i := 0; i < len(es); {
+			j := i + 1
+			for j < len(es) && es[j].Field == es[i].Field {
+				j++
+			}
+			if _, twice := m[es[i].Field]; twice {
+				m[es[i].Field] = run{-1, -1}
+			} else {
+				m[es[i].Field] = run{i, j}
+			}
+			i = j
+		}
+		return m
+	}
+	oldRuns, newRuns := runs(olds), runs(news)
+	same := map[string]bool{}
+	for f, n := range newRuns {
+		o, ok := oldRuns[f]
+		if !ok || o.from < 0 || n.from < 0 || o.to-o.from != n.to-n.from {
+			continue
+		}
+		equal := true
+		for i := range n.to - n.from {
+			a, b := &olds[o.from+i], &news[n.from+i]
+			if !bytes.Equal(a.Term, b.Term) || !bytes.Equal(a.Payload, b.Payload) {
+				equal = false
+				break
+			}
+		}
+		same[f] = equal
+	}
+	drop := func(es []IndexEntry) []IndexEntry {
+		out := make([]IndexEntry, 0, len(es))
+		for _, e := range es {
+			if !same[e.Field] {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	for _, eq := range same {
+		if eq {
+			return drop(olds), drop(news)
+		}
+	}
+	return olds, news
 }
 
 // postings makes the posting keys of one document.

@@ -265,3 +265,32 @@ func FuzzDecodeCommit(f *testing.F) {
 		}
 	})
 }
+
+// TestChangedFields: the entries of a field that are the same before and
+// after are left out of the comparison; a changed field, a field only on
+// one side and a field in two runs are kept whole.
+func TestChangedFields(t *testing.T) {
+	e := func(field, term, payload string) IndexEntry {
+		return IndexEntry{Field: field, Term: []byte(term), Payload: []byte(payload)}
+	}
+	olds := []IndexEntry{e("a", "x", "1"), e("a", "y", "2"), e("b", "x", "1"), e("c", "x", ""), e("d", "x", ""), e("c", "y", ""), e("gone", "x", "")}
+	news := []IndexEntry{e("a", "x", "1"), e("a", "y", "2"), e("b", "x", "2"), e("c", "x", ""), e("d", "x", ""), e("c", "y", ""), e("new", "x", "")}
+	o, n := changedFields(olds, news)
+	fields := func(es []IndexEntry) (s string) {
+		for _, e := range es {
+			s += e.Field + ":" + string(e.Term) + " "
+		}
+		return s
+	}
+	if got, want := fields(o), "b:x c:x c:y gone:x "; got != want {
+		t.Errorf("olds kept %q, want %q", got, want)
+	}
+	if got, want := fields(n), "b:x c:x c:y new:x "; got != want {
+		t.Errorf("news kept %q, want %q", got, want)
+	}
+	// Nothing the same: the lists as they were.
+	o, n = changedFields(olds[2:3], news[2:3])
+	if len(o) != 1 || len(n) != 1 {
+		t.Fatalf("a changed field alone: %v %v", o, n)
+	}
+}
