@@ -6,7 +6,8 @@
 // its partitions' logs to slaves, relays and change streams, streams
 // partition snapshots, rebuilds a replica from its master's snapshot when
 // its position is behind the retained log, and trims its logs by their
-// databases' retention.
+// databases' retention. It bounds the bytes of documents its writes handle
+// at once (gate.go), as a count of requests does not bound what they cost.
 //
 // The router reaches a node only through the Service interface, whose
 // requests and results are plain data so that the call can cross a network;

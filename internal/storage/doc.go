@@ -14,6 +14,10 @@
 //     new SCN, fsynced before Update returns; a crash leaves all of it or
 //     none of it. A slave applies a commit the same way, deriving the index
 //     entries itself from the commit's images.
+//   - A commit is at most MaxCommitBytes of documents, pre-images and
+//     keys: what every replica applies whole and a log answer carries in
+//     one message. A transaction that would grow past it fails before
+//     anything is written.
 //   - Commits of one partition are serialized (the partition's lock is
 //     held while the SCN is assigned and the batch applied, and released
 //     for the fsync, which concurrent commits share) and take consecutive
