@@ -86,11 +86,15 @@ func (c *Commit) Size() int {
 	return n
 }
 
-// commitOverhead and eventSize make up Commit.Size.
-const commitOverhead = 16
+// commitOverhead and eventSize make up Commit.Size: an event's bytes,
+// and at least what its encodings (the log entry's, the internal
+// protocol's: tags, lengths, versions, the pre-image's SCN and time)
+// take beside them, so that a commit's size bounds its message
+// (node.TestLargestCommitFitsAMessage).
+const commitOverhead = 32
 
 func eventSize(e *Event) int {
-	return 32 + len(e.Table) + len(e.Key) + len(e.Value) + len(e.PrevValue)
+	return 48 + len(e.Table) + len(e.Key) + len(e.Value) + len(e.PrevValue)
 }
 
 var errCorruptLog = errors.New("storage: corrupt commit log entry")
