@@ -89,7 +89,7 @@ type Search struct {
 	// starts with it (a collection inside the document group).
 	Prefix []byte
 
-	keys   map[uint32][]byte
+	keys   keyCache
 	scores map[uint32]float64
 	steps  int // postings and keys read, for cancelled
 }
@@ -112,7 +112,7 @@ const (
 // a previous page ended with (a token from Next; nil: from the start),
 // and the token of the last hit when more follow.
 func (s *Search) Run(p Plan, o Order, after []byte, limit int) ([]Hit, []byte, error) {
-	s.keys, s.scores = map[uint32][]byte{}, nil
+	s.keys, s.scores = keyCache{at: map[uint32]uint64{}}, nil
 	if o.Relevance {
 		s.scores = map[uint32]float64{}
 	}
@@ -135,11 +135,12 @@ func (s *Search) Run(p Plan, o Order, after []byte, limit int) ([]Hit, []byte, e
 	switch {
 	case bm.IsEmpty():
 	case o.Relevance:
-		// Every hit's score is needed: they are all held and sorted.
+		// Every hit's score is needed: they are all scored, and the
+		// best of them kept.
 		if bm.GetCardinality() > MaxMatches {
 			return nil, nil, ErrTooBroad
 		}
-		if hits, err = s.scored(bm, o, a); err != nil {
+		if hits, err = s.scored(bm, o, a, limit); err != nil {
 			return nil, nil, err
 		}
 	case o.Field != "":
@@ -383,13 +384,13 @@ func (s *Search) probe(acc *roaring.Bitmap, l *Leaf) error {
 // remember caches a document's key while the cache is small: a list or
 // a collection larger than MaxMatches is read, not kept.
 func (s *Search) remember(o uint32, key []byte) {
-	if _, ok := s.keys[o]; !ok && len(s.keys) < MaxMatches {
-		s.keys[o] = append([]byte(nil), key...)
+	if _, ok := s.keys.at[o]; !ok && len(s.keys.at) < MaxMatches {
+		s.keys.put(o, key)
 	}
 }
 
 func (s *Search) key(o uint32) ([]byte, error) {
-	if k, ok := s.keys[o]; ok {
+	if k, ok := s.keys.get(o); ok {
 		return k, nil
 	}
 	k, ok, err := s.R.Key(s.Table, s.Coll, uint64(o))
@@ -399,8 +400,33 @@ func (s *Search) key(o uint32) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("index: ordinal %d has no document", o)
 	}
-	s.keys[o] = k
+	s.keys.put(o, k)
 	return k, nil
+}
+
+// keyCache holds documents' keys by ordinal, one after another in one
+// buffer: a key and a map entry each were most of what a query of a
+// word in 130,000 documents allocated.
+type keyCache struct {
+	at  map[uint32]uint64 // offset in buf << 16 | length
+	buf []byte
+}
+
+func (c *keyCache) get(o uint32) ([]byte, bool) {
+	v, ok := c.at[o]
+	if !ok {
+		return nil, false
+	}
+	off, n := v>>16, v&0xffff
+	return c.buf[off : off+n : off+n], true
+}
+
+// put caches k (a key is at most 4 KiB; a longer one is not kept).
+func (c *keyCache) put(o uint32, k []byte) {
+	if len(k) <= 0xffff {
+		c.at[o] = uint64(len(c.buf))<<16 | uint64(len(k))
+		c.buf = append(c.buf, k...)
+	}
 }
 
 // universe is every indexed document of the collection.
@@ -424,13 +450,13 @@ func (s *Search) universe() (*roaring.Bitmap, error) {
 }
 
 // scored returns every hit with its score, sorted, after a.
-func (s *Search) scored(bm *roaring.Bitmap, o Order, a *Hit) ([]Hit, error) {
+func (s *Search) scored(bm *roaring.Bitmap, o Order, a *Hit, limit int) ([]Hit, error) {
 	// Keys: one scan of the collection's ordinals when many are
 	// unknown, else point reads.
 	unknown := 0
 	it := bm.Iterator()
 	for it.HasNext() {
-		if _, ok := s.keys[it.Next()]; !ok {
+		if _, ok := s.keys.at[it.Next()]; !ok {
 			unknown++
 		}
 	}
@@ -439,7 +465,11 @@ func (s *Search) scored(bm *roaring.Bitmap, o Order, a *Hit) ([]Hit, error) {
 			return nil, err
 		}
 	}
-	out := make([]Hit, 0, bm.GetCardinality())
+	// The first limit+1 hits after a, in order: a heap of them whose
+	// root is the last, so that a page costs a comparison a match and
+	// holds limit+1 hits, not a sort of every match (all 130,000 of a
+	// word every document has, for a page of 3).
+	top := best{cmp: compare(o), n: limit + 1}
 	it = bm.Iterator()
 	for it.HasNext() {
 		ord := it.Next()
@@ -447,20 +477,58 @@ func (s *Search) scored(bm *roaring.Bitmap, o Order, a *Hit) ([]Hit, error) {
 		if err != nil {
 			return nil, err
 		}
-		if bytes.HasPrefix(k, s.Prefix) {
-			out = append(out, Hit{Key: k, Score: s.scores[ord]})
+		if !bytes.HasPrefix(k, s.Prefix) {
+			continue
 		}
-	}
-	cmp := compare(o)
-	slices.SortFunc(out, cmp)
-	if a != nil {
-		i, _ := slices.BinarySearchFunc(out, *a, cmp)
-		for i < len(out) && cmp(out[i], *a) <= 0 {
-			i++
+		h := Hit{Key: k, Score: s.scores[ord]}
+		if a != nil && top.cmp(h, *a) <= 0 {
+			continue
 		}
-		out = out[i:]
+		top.add(h)
 	}
-	return out, nil
+	slices.SortFunc(top.hits, top.cmp)
+	return top.hits, nil
+}
+
+// best keeps the first n hits in cmp's order of those added: a heap
+// whose root is the last of them.
+type best struct {
+	cmp  func(a, b Hit) int
+	n    int
+	hits []Hit
+}
+
+func (b *best) add(h Hit) {
+	if len(b.hits) < b.n {
+		b.hits = append(b.hits, h)
+		for i := len(b.hits) - 1; i > 0; { // up
+			parent := (i - 1) / 2
+			if b.cmp(b.hits[i], b.hits[parent]) <= 0 {
+				break
+			}
+			b.hits[i], b.hits[parent] = b.hits[parent], b.hits[i]
+			i = parent
+		}
+		return
+	}
+	if len(b.hits) == 0 || b.cmp(h, b.hits[0]) >= 0 {
+		return // after every kept one
+	}
+	b.hits[0] = h
+	for i := 0; ; { // down
+		last, l, r := i, 2*i+1, 2*i+2
+		if l < len(b.hits) && b.cmp(b.hits[l], b.hits[last]) > 0 {
+			last = l
+		}
+		if r < len(b.hits) && b.cmp(b.hits[r], b.hits[last]) > 0 {
+			last = r
+		}
+		if last == i {
+			return
+		}
+		b.hits[i], b.hits[last] = b.hits[last], b.hits[i]
+		i = last
+	}
 }
 
 // byKey returns up to limit+1 hits after a in key order, reading the

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -207,5 +208,31 @@ func BenchmarkTextEntriesByMap(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		textEntriesByMap("body", vals, false)
+	}
+}
+
+// TestBest: the heap of a page keeps what a sort of every hit would put
+// first, ties (equal scores) in key order, whatever the page's size.
+func TestBest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	cmp := compare(Order{Relevance: true})
+	for round := range 300 {
+		var all []Hit
+		for i := range rng.IntN(200) {
+			all = append(all, Hit{Key: []byte(fmt.Sprintf("k%04d", i)), Score: float64(rng.IntN(5))})
+		}
+		rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+		n := 1 + rng.IntN(50)
+		b := best{cmp: cmp, n: n}
+		for _, h := range all {
+			b.add(h)
+		}
+		slices.SortFunc(b.hits, cmp)
+		want := slices.Clone(all)
+		slices.SortFunc(want, cmp)
+		want = want[:min(n, len(want))]
+		if fmt.Sprint(b.hits) != fmt.Sprint(want) {
+			t.Fatalf("round %d, %d hits, page of %d:\n got %v\nwant %v", round, len(all), n, b.hits, want)
+		}
 	}
 }
