@@ -158,7 +158,7 @@ func checkDefault(v any, s avro.Schema, path string, depth int) error {
 			return bad("%s needs a number", s.Type())
 		}
 		f, err := strconv.ParseFloat(string(n), 64)
-		if err != nil || s.Type() == avro.Float && math.IsInf(float64(float32(f)), 0) {
+		if err != nil || !fits(f, s.Type() == avro.Float, string(n)) {
 			return bad("out of range for %s", s.Type())
 		}
 	case avro.String:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -268,13 +269,16 @@ func encodePrimitive(dst []byte, t avro.Type, v any, path string) ([]byte, error
 		return appendLong(dst, n), nil
 	case avro.Float, avro.Double:
 		f, err := toFloat(v)
+		// A JSON number that does not fit (1e39 as a float, 1e400) is an
+		// error, not Infinity, and one too small for the type (1e-400,
+		// 1e-46 as a float) is an error, not 0, as PostgreSQL's real and
+		// double precision refuse them; the strings "Infinity" and "NaN"
+		// say so on purpose.
+		if n, number := v.(json.Number); number && (errors.Is(err, strconv.ErrRange) || err == nil && !fits(f, t == avro.Float, string(n))) {
+			return dst, fieldErr(path, "%s is out of range for %s", describe(v), t)
+		}
 		if err != nil {
 			return dst, fieldErr(path, "expected a number (%s), got %s", t, describe(v))
-		}
-		// A JSON number that does not fit (1e39 as a float) is an error,
-		// not Infinity; the strings "Infinity" and "NaN" say so on purpose.
-		if _, number := v.(json.Number); number && t == avro.Float && math.IsInf(float64(float32(f)), 0) {
-			return dst, fieldErr(path, "%s is out of range for %s", describe(v), t)
 		}
 		if t == avro.Float {
 			return appendFloat(dst, float32(f)), nil
@@ -317,6 +321,30 @@ func toInt(v any) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("not an integer")
+}
+
+// fits reports whether f, parsed from the JSON number text, is held by a
+// float (single) or a double: not infinite, and not zero unless the text
+// is (a value too small for the type underflows to zero).
+func fits(f float64, single bool, text string) bool {
+	if single {
+		f = float64(float32(f))
+	}
+	if math.IsInf(f, 0) {
+		return false
+	}
+	if f != 0 {
+		return true
+	}
+	for _, c := range text {
+		switch {
+		case c == 'e' || c == 'E':
+			return true
+		case c >= '1' && c <= '9':
+			return false
+		}
+	}
+	return true
 }
 
 func toFloat(v any) (float64, error) {
