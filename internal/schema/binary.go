@@ -54,7 +54,7 @@ var decoders = sync.Pool{New: func() any { return new(decoder) }}
 
 func getDecoder(b []byte) *decoder {
 	d := decoders.Get().(*decoder)
-	d.b, d.i, d.depth, d.utf8, d.limit = b, 0, 0, false, MaxDepth()
+	d.b, d.i, d.depth, d.utf8, d.limit, d.items = b, 0, 0, false, MaxDepth(), 0
 	return d
 }
 
@@ -72,6 +72,9 @@ type decoder struct {
 	// utf8 makes strings and map keys that are not valid UTF-8 an
 	// error (validating input) instead of U+FFFD in JSON (reading).
 	utf8 bool
+	// items counts the array and map items the blocks read so far claim
+	// (see blockCount).
+	items int64
 }
 
 // DefaultMaxDepth is how deeply records, arrays and maps may nest in a
@@ -237,13 +240,29 @@ func (d *decoder) blockCount() (count int64, size int64, err error) {
 			return 0, 0, errLength
 		}
 	}
-	// Every item takes at least zero bytes, so a count cannot be checked
-	// against the remaining length; cap it to keep loops bounded.
-	if count > int64(len(d.b))*8+1024 {
+	// Every item takes at least zero bytes (a null, an empty record), so
+	// a count cannot be checked against the remaining length; the items
+	// of all the document's blocks together are capped to keep loops
+	// bounded (maxItems). A cap per block let a body of 5.5 KB of block
+	// headers, each claiming the most, claim 44 million nulls: 13 s and
+	// 2.9 GB.
+	if count > maxItems(len(d.b)) {
+		return 0, 0, errLength
+	}
+	if d.items += count; d.items > maxItems(len(d.b)) {
 		return 0, 0, errLength
 	}
 	return count, size, nil
 }
+
+// maxItems is the most array and map items a document of n bytes may
+// hold: one a byte, and 1,024 more. Only an item of no bytes (a null, a
+// record of no fields) can make a document hold more, and the shortest
+// encoding of more than 1,024 of them is refused too, wherever it is
+// decoded again (the router's conversion writes one block of them, which
+// the storage node validates). Eight a byte let a padded body of 2 MB
+// claim 16 million nulls, rendered and converted at 1.2 GB.
+func maxItems(n int) int64 { return int64(n) + 1024 }
 
 func appendLong(dst []byte, v int64) []byte {
 	return binary.AppendUvarint(dst, uint64(v<<1)^uint64(v>>63))
