@@ -207,6 +207,14 @@ func TestItemsOfNoBytes(t *testing.T) {
 			t.Errorf("%d nulls: %v", n, err)
 		}
 	}
+	// In JSON, the field is named where the document arrives.
+	for n, ok := range map[int]bool{1000: true, 1100: false} {
+		_, err := EncodeJSON(nil, v.Schema, map[string]any{"a": make([]any, n)})
+		var fe *FieldError
+		if (err == nil) != ok || !ok && (!errors.As(err, &fe) || fe.Path != "a") {
+			t.Errorf("%d nulls in JSON: %v", n, err)
+		}
+	}
 	// A million booleans, a byte each, are a document.
 	body = appendLong(appendLong(nil, 0), 1000000)
 	for range 1000000 {

@@ -153,11 +153,17 @@ func encodeValue(dst []byte, s avro.Schema, v any, path string, depth int) ([]by
 		}
 		if len(arr) > 0 {
 			dst = appendLong(dst, int64(len(arr)))
+			start := len(dst)
 			for i, item := range arr {
 				var err error
 				if dst, err = encodeValue(dst, s.Items(), item, path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
 					return dst, err
 				}
+			}
+			// What every decoder refuses (maxItems), said here in the
+			// JSON the client sent.
+			if int64(len(arr)) > maxItems(len(dst)-start) {
+				return dst, fieldErr(path, "%d items that take %d bytes: an array holds at most 1,024 items of no bytes (nulls, records of no fields)", len(arr), len(dst)-start)
 			}
 		}
 		return appendLong(dst, 0), nil
