@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -119,6 +120,9 @@ func add(v, delta any) (json.Number, error) {
 	}
 	af, err1 := a.Float64()
 	bf, err2 := b.Float64()
+	if errors.Is(err2, strconv.ErrRange) {
+		return "", fmt.Errorf("increment %s is out of range", b)
+	}
 	if err1 != nil || err2 != nil {
 		return "", fmt.Errorf("not a number")
 	}

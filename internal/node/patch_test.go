@@ -57,3 +57,13 @@ func TestPatchApply(t *testing.T) {
 		})
 	}
 }
+
+// TestIncrementOutOfRange: an increment no double holds says so, rather
+// than that it is not a number.
+func TestIncrementOutOfRange(t *testing.T) {
+	p := Patch{Increment: map[string]any{"d": json.Number("1e400")}}
+	err := p.apply(tree(t, `{"d":1.5}`))
+	if !errors.Is(err, ErrBadPatch) || !strings.Contains(err.Error(), "increment 1e400 is out of range") {
+		t.Fatalf("increment by 1e400: %v", err)
+	}
+}
