@@ -157,7 +157,7 @@ func textEntriesByMap(field string, vals []any, stopWords bool) []storage.IndexE
 	var out []storage.IndexEntry
 	for _, w := range order {
 		pl := binary.AppendUvarint(nil, uint64(length))
-		out = append(out, storage.IndexEntry{Field: field, Term: mustTerm(w), Payload: appendPositions(pl, positions[w]), Length: length})
+		out = append(out, storage.IndexEntry{Field: field, Term: appendStringTerm(nil, w), Payload: appendPositions(pl, positions[w]), Length: length})
 	}
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
 )
@@ -172,7 +171,7 @@ func textEntries(field string, vals []any, stopWords bool) []storage.IndexEntry 
 	out := make([]storage.IndexEntry, len(order))
 	for id, w := range order {
 		from := len(buf)
-		buf = keys.AppendPart(buf, keys.S(w))
+		buf = appendStringTerm(buf, w)
 		term := buf[from:len(buf):len(buf)]
 		from = len(buf)
 		buf = binary.AppendUvarint(buf, uint64(length))
@@ -180,11 +179,6 @@ func textEntries(field string, vals []any, stopWords bool) []storage.IndexEntry 
 		out[id] = storage.IndexEntry{Field: field, Term: term, Payload: buf[from:len(buf):len(buf)], Length: length}
 	}
 	return out
-}
-
-func mustTerm(w string) []byte {
-	t, _ := ParseTerm(schema.TermString, w)
-	return t
 }
 
 // appendPositions appends the payload of a text posting after the

@@ -277,14 +277,14 @@ func planMatch(q *Match, m Metadata, est Estimator) (Plan, error) {
 		return nil, &QueryError{Pos: q.Pos, Field: q.Field, Msg: msg}
 	}
 	if len(words) == 1 {
-		t := mustTerm(words[0])
+		t := appendStringTerm(nil, words[0])
 		l := &Leaf{Field: q.Field, Term: t, Lo: t, Hi: append(t[:len(t):len(t)], 0xFF), Scored: true}
 		l.Estimate = est(l.Field, l.Lo, l.Hi)
 		return l, nil
 	}
 	l := &Leaf{Field: q.Field, Scored: true, Estimate: -1}
 	for i, w := range words {
-		t := mustTerm(w)
+		t := appendStringTerm(nil, w)
 		l.Words = append(l.Words, t)
 		l.Offsets = append(l.Offsets, offsets[i]-offsets[0])
 		if e := est(q.Field, t, append(t[:len(t):len(t)], 0xFF)); l.Estimate < 0 || e < l.Estimate {

@@ -16,6 +16,11 @@ import (
 // so a posting key's document key follows its term unambiguously.
 const tagDouble byte = 0x30
 
+// appendStringTerm appends the term of a string (an attribute's value, a
+// word of a text field): what documents are indexed under and queries
+// look up alike.
+func appendStringTerm(dst []byte, s string) []byte { return keys.AppendPart(dst, keys.S(s)) }
+
 // EncodeTerm returns the term of a value of type t given as JSON decodes
 // it (string, float64 or json.Number, bool).
 func EncodeTerm(t schema.TermType, v any) ([]byte, bool) {
@@ -25,7 +30,7 @@ func EncodeTerm(t schema.TermType, v any) ([]byte, bool) {
 		if !ok {
 			return nil, false
 		}
-		return keys.AppendPart(nil, keys.S(s)), true
+		return appendStringTerm(nil, s), true
 	case schema.TermBool:
 		b, ok := v.(bool)
 		if !ok {
@@ -82,7 +87,7 @@ func encodeNumber(t schema.TermType, f float64, text string) ([]byte, bool) {
 func ParseTerm(t schema.TermType, text string) ([]byte, bool) {
 	switch t {
 	case schema.TermString:
-		return keys.AppendPart(nil, keys.S(text)), true
+		return appendStringTerm(nil, text), true
 	case schema.TermBool:
 		switch text {
 		case "true":
