@@ -246,12 +246,10 @@ func (d *decoder) blockCount() (count int64, size int64, err error) {
 	// bounded (maxItems). A cap per block let a body of 5.5 KB of block
 	// headers, each claiming the most, claim 44 million nulls: 13 s and
 	// 2.9 GB.
-	if count > maxItems(len(d.b)) {
+	if count > maxItems(len(d.b))-d.items { // compared so, the sum cannot overflow
 		return 0, 0, errLength
 	}
-	if d.items += count; d.items > maxItems(len(d.b)) {
-		return 0, 0, errLength
-	}
+	d.items += count
 	return count, size, nil
 }
 
