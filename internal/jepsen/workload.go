@@ -227,6 +227,16 @@ func cause(r response) string {
 	if p.Title == "" {
 		p.Title = strings.TrimPrefix(p.Type, "urn:cortado:problem:")
 	}
+	if p.Type == problem.TypeOverloaded {
+		// Which limit refused it: the router's bound on its calls to
+		// one node, or the node's own admission.
+		switch {
+		case strings.Contains(p.Detail, "in flight already"):
+			return fmt.Sprintf("%d %s (the router's calls to the node)", r.status, p.Title)
+		case strings.Contains(p.Detail, "storage node"):
+			return fmt.Sprintf("%d %s (the node's admission)", r.status, p.Title)
+		}
+	}
 	return fmt.Sprintf("%d %s", r.status, p.Title)
 }
 
