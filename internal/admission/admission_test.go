@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -235,6 +236,33 @@ func TestGradientLimit(t *testing.T) {
 		t.Fatalf("with latency growing past %d in progress the limit settled at %.0f", capacity, g.limit)
 	}
 	t.Logf("settled at %.0f for a capacity of %d", g.limit, capacity)
+}
+
+// A limit not in use stays where it is, however the latency of the work
+// varies: a lightly loaded storage node (a few requests in progress, some
+// fast reads and some fsynced writes) keeps its limit for the next burst.
+// Once the requests in progress reach half of it, latency moves it again.
+func TestGradientLimitNotInUse(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	g := gradient{limit: 64}
+	for range 4 * gradientProbe * gradientWindow {
+		d := 50 * time.Microsecond
+		if rnd.IntN(2) == 0 {
+			d = time.Duration(1+rnd.IntN(20)) * time.Millisecond // a write, waiting on its fsync
+		}
+		g.observe(d, 1+rnd.IntN(4), 8, 64)
+	}
+	if g.limit != 64 {
+		t.Fatalf("a limit of 64 with at most 4 in progress went to %.0f", g.limit)
+	}
+	// Now in use, and slower the more in progress: it shrinks.
+	for range 50 * gradientWindow {
+		in := int(g.limit)
+		g.observe(time.Duration(in)*time.Millisecond, in, 8, 64)
+	}
+	if g.limit > 32 {
+		t.Fatalf("in use, with latency growing with it, the limit stayed at %.0f", g.limit)
+	}
 }
 
 // TestQueueSizedFromThroughput: without a fixed MaxQueue the queue holds
