@@ -516,10 +516,21 @@ func (r *reader) answer(res *node.LogResult) error {
 func (r *reader) commit(c *storage.Commit) error {
 	skip := r.pos.Skip
 	prev := r.pos.SCN
+	// The events the filters pass, and how many of them a consumer
+	// resuming inside the commit already had: the ones it gets next are
+	// numbered after those (total_order, data_collection_order) and the
+	// END counts them all.
 	var picked []int
+	counts := map[string]int{}
+	had := 0
 	for i := range c.Events {
 		e := &c.Events[i]
-		if i < skip || e.Op == storage.OpAutoIncrement || (r.s.tables != nil && !r.s.tables[e.Table]) {
+		if e.Op == storage.OpAutoIncrement || (r.s.tables != nil && !r.s.tables[e.Table]) {
+			continue
+		}
+		if i < skip {
+			counts[e.Table]++
+			had++
 			continue
 		}
 		picked = append(picked, i)
@@ -535,7 +546,6 @@ func (r *reader) commit(c *storage.Commit) error {
 			return r.ctx.Err()
 		}
 	}
-	counts := map[string]int{}
 	for n, i := range picked {
 		e := &c.Events[i]
 		counts[e.Table]++
@@ -546,7 +556,7 @@ func (r *reader) commit(c *storage.Commit) error {
 		if !r.s.held.take(r.ctx, est) {
 			return r.ctx.Err()
 		}
-		body, err := r.change(c, e, n+1, counts[e.Table])
+		body, err := r.change(c, e, had+n+1, counts[e.Table])
 		if err != nil {
 			r.s.held.release(est)
 			var u *unrenderable

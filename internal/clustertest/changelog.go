@@ -3,6 +3,7 @@ package clustertest
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/cortado-db/cortado/client"
 	"github.com/cortado-db/cortado/internal/storage"
@@ -65,7 +66,7 @@ func (l *ChangeLog) Apply(e *client.ChangeEvent) {
 		l.last[p] = Change{SCN: scn, Order: 1 << 30}
 		l.inSnap[p] = false
 	case "change":
-		rec := Change{SCN: scn, Op: e.Op, Key: e.Source.Table + "/" + fmt.Sprint(e.Source.Key...), After: bytes.Clone(e.After)}
+		rec := Change{SCN: scn, Op: e.Op, Key: e.Source.Table + "/" + keyPath(e.Source.Key), After: bytes.Clone(e.After)}
 		if e.Op == "r" {
 			if !l.inSnap[p] {
 				l.Parts[p] = nil // a snapshot replaces the partition's state
@@ -111,4 +112,13 @@ func (l *ChangeLog) State() map[string][]byte {
 		}
 	}
 	return out
+}
+
+// keyPath is a key's parts joined by "/", as a document's path names it.
+func keyPath(k client.Key) string {
+	parts := make([]string, len(k))
+	for i, p := range k {
+		parts[i] = fmt.Sprint(p)
+	}
+	return strings.Join(parts, "/")
 }

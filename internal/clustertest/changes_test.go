@@ -98,9 +98,27 @@ func TestChangeStream(t *testing.T) {
 	// Resuming from each event's token gives exactly the events after it.
 	for i := range len(all) - 1 {
 		rest := changeEvents(collect(t, cl, "demo", &client.ChangeOptions{Since: all[i].Token}, 1, isChange))
-		if len(rest) != 1 || rest[0].Source.SCN != all[i+1].Source.SCN || rest[0].Source.Table != all[i+1].Source.Table || rest[0].Op != all[i+1].Op {
-			t.Fatalf("resumed after event %d (%s %s): got %+v, want %+v", i, all[i].Source.SCN, all[i].Source.Table, rest[0].Source, all[i+1].Source)
+		if len(rest) != 1 || rest[0].Source.SCN != all[i+1].Source.SCN || rest[0].Source.Table != all[i+1].Source.Table || rest[0].Op != all[i+1].Op ||
+			*rest[0].Transaction != *all[i+1].Transaction {
+			t.Fatalf("resumed after event %d (%s %s): got %+v %+v, want %+v %+v", i, all[i].Source.SCN, all[i].Source.Table, rest[0].Source, rest[0].Transaction, all[i+1].Source, all[i+1].Transaction)
 		}
+	}
+	// Resumed inside the transaction, with its boundaries: no BEGIN, the
+	// second change, and an END that counts both.
+	var inside []*client.ChangeEvent
+	for _, e := range collect(t, cl, "demo", &client.ChangeOptions{Since: all[3].Token, Transactions: true}, 1, func(e *client.ChangeEvent) bool {
+		return e.Type == "transaction" && e.Status == "END"
+	}) {
+		if e.Type != "resolved" {
+			inside = append(inside, e)
+		}
+	}
+	if len(inside) != 2 || inside[0].Type != "change" || inside[0].Transaction.TotalOrder != 2 || inside[1].EventCount == nil || *inside[1].EventCount != 2 {
+		var raw []string
+		for _, e := range inside {
+			raw = append(raw, string(e.Raw))
+		}
+		t.Fatalf("resumed inside the transaction: %s", strings.Join(raw, "\n"))
 	}
 
 	// Filters and projection; transaction boundaries.

@@ -155,6 +155,7 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 			res.Lost = append(res.Lost, Anomaly{time.Now(), "lost CAS", fmt.Sprintf("%s = %d, but %d was acknowledged", key, n, ops[len(ops)-1].Value)})
 		}
 	}
+	res.Anomalies = append(res.Anomalies, checkBanks(hc, h.ops, res)...)
 	var illegal bool
 	if res.Linearizable, illegal = checkRegisters(h.ops, time.Minute); illegal {
 		res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "not linearizable", "registers C/reg*: " + res.Linearizable})
@@ -162,6 +163,55 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 	res.Anomalies = append(res.Anomalies, checkReplicas(c)...)
 	res.Rows = table(h, res, faults)
 	return res
+}
+
+// checkBanks checks the banks' final balances, and finds every
+// acknowledged transfer's receipt (a lost one goes to res.Lost).
+func checkBanks(hc *httpClient, ops []Op, res *Result) (anomalies []Anomaly) {
+	for g := range banks {
+		bank := fmt.Sprintf("bank%d", g)
+		var r response
+		for deadline := time.Now().Add(time.Minute); ; {
+			if r = hc.send("GET", "/d/B/"+bank, "", ""); r.err == nil && r.status == 200 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if r.err != nil || r.status != 200 {
+			anomalies = append(anomalies, Anomaly{time.Now(), "unreadable", fmt.Sprintf("B/%s: %d %s %v", bank, r.status, r.body, r.err)})
+			continue
+		}
+		if n, sum, ok := balances(r.body); !ok || n != accounts || sum != accounts*balance {
+			anomalies = append(anomalies, Anomaly{time.Now(), "transaction torn", fmt.Sprintf("%s at the end: %d accounts holding %d, want %d holding %d", bank, n, sum, accounts, accounts*balance)})
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	work := make(chan Op)
+	for range 16 {
+		wg.Go(func() {
+			hc := newHTTP(hc.bases...)
+			for op := range work {
+				v, found, err := readWith(hc, "/d/R/"+op.Key)
+				mu.Lock()
+				switch {
+				case err != nil:
+					anomalies = append(anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
+				case !found || v != op.Value:
+					res.Lost = append(res.Lost, Anomaly{op.End, "lost transaction", fmt.Sprintf("receipt R/%s=%d acknowledged at %s (scn %s); now found=%v value %d", op.Key, op.Value, op.End.Format(stamp), op.SCN, found, v)})
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, op := range ops {
+		if op.Kind == "transfer" && op.Outcome == Ok {
+			work <- op
+		}
+	}
+	close(work)
+	wg.Wait()
+	return anomalies
 }
 
 // readWith reads a document's number through the routers, retrying

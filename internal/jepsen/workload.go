@@ -30,8 +30,20 @@ import (
 //     registers at a time, new ones every registerPeriod, so that each
 //     register's history stays short enough to decide (Jepsen's
 //     "independent" keys);
+//   - transferrers move amounts between the accounts B/bank<g>/a<i> of a
+//     bank (a document group) in transactions of three operations: two
+//     PATCH increments and a receipt R/bank<g>/r-<client>-<i> created
+//     with ifNoneMatch "*"; a bank reader reads a bank's accounts as one
+//     collection, whose balances must always add up to what the bank
+//     started with (a transaction is applied whole or not at all, the
+//     outcome known or not), and every acknowledged receipt must be
+//     found at the end;
 //   - a probe writer per partition every 250 ms measures unavailability.
 const counters = 8
+
+// The banks of the transfer clients: each holds accounts accounts of
+// balance at the start.
+const banks, accounts, balance = 4, 5, 100
 
 // Outcome is what a client learned of an operation.
 type Outcome int
@@ -309,6 +321,16 @@ func StartWorkload(c *Cluster, seed uint64) *Workload {
 			}
 		}
 	}
+	for g := range banks {
+		for a := range accounts {
+			for {
+				if st, _ := hc.do("PUT", fmt.Sprintf("/d/B/bank%d/a%d", g, a), fmt.Sprintf(`{"n":%d}`, balance), ""); st < 300 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
 	w.probe = probeKeys(c.opts.Partitions)
 	w.begin = time.Now()
 	client := 0
@@ -324,6 +346,8 @@ func StartWorkload(c *Cluster, seed uint64) *Workload {
 	run(3, w.patchIncrementer)
 	run(3, w.reader)
 	run(2, w.registers)
+	run(2, w.transferrer)
+	run(1, w.bankReader)
 	w.wg.Go(w.prober)
 	return w
 }
@@ -465,6 +489,67 @@ func (w *Workload) reader(id int, rng *rand.Rand, hc *httpClient) {
 		}
 		w.pause(time.Duration(1+rng.IntN(5)) * time.Millisecond)
 	}
+}
+
+// transferrer moves an amount between two accounts of a bank, with a
+// receipt, in one transaction. An outcome it does not know is not
+// retried: the balances add up either way.
+func (w *Workload) transferrer(id int, rng *rand.Rand, hc *httpClient) {
+	for i := 0; !w.stopped(); i++ {
+		g, from, amount := rng.IntN(banks), rng.IntN(accounts), 1+rng.IntN(10)
+		to := (from + 1 + rng.IntN(accounts-1)) % accounts
+		bank, receipt := fmt.Sprintf("bank%d", g), fmt.Sprintf("r-%d-%d", id, i)
+		body := fmt.Sprintf(`{"ops":[`+
+			`{"op":"patch","table":"B","key":[%[1]q,"a%[2]d"],"patch":{"increment":{"n":%[4]d}}},`+
+			`{"op":"patch","table":"B","key":[%[1]q,"a%[3]d"],"patch":{"increment":{"n":%[5]d}}},`+
+			`{"op":"put","table":"R","key":[%[1]q,%[6]q],"document":{"n":%[5]d},"ifNoneMatch":"*"}]}`,
+			bank, from, to, -amount, amount, receipt)
+		start := time.Now()
+		r := hc.send("POST", "/d/_txn/"+bank, body, "")
+		op := written(Op{Kind: "transfer", Key: bank + "/" + receipt, Value: int64(amount), Start: start, End: time.Now(), Client: id, SCN: r.scn}, r)
+		if op.Outcome == Fail && r.status == 400 {
+			w.h.anomaly("transfer refused", "%s: %d %s", op.Key, r.status, r.body)
+		}
+		w.h.add(op)
+		if op.Outcome != Ok {
+			w.pause(50 * time.Millisecond)
+		}
+		w.pause(time.Duration(rng.IntN(10)) * time.Millisecond)
+	}
+}
+
+// bankReader reads a bank's accounts, as one collection, and checks that
+// they add up.
+func (w *Workload) bankReader(id int, rng *rand.Rand, hc *httpClient) {
+	for !w.stopped() {
+		bank := fmt.Sprintf("bank%d", rng.IntN(banks))
+		start := time.Now()
+		r := hc.send("GET", "/d/B/"+bank, "", "")
+		if r.err == nil && r.status == 200 {
+			if n, sum, ok := balances(r.body); !ok || n != accounts || sum != accounts*balance {
+				w.h.anomaly("transaction torn", "%s read at %s (scn %s): %d accounts holding %d, want %d holding %d: %s", bank, start.Format(stamp), r.scn, n, sum, accounts, accounts*balance, r.body)
+			}
+			w.h.add(Op{Kind: "bank-read", Key: bank, Outcome: Ok, Start: start, End: time.Now(), Client: id, SCN: r.scn})
+		}
+		w.pause(time.Duration(1+rng.IntN(10)) * time.Millisecond)
+	}
+}
+
+// balances counts the accounts of a collection page and adds up their
+// balances.
+func balances(page []byte) (n int, sum int64, ok bool) {
+	var p struct {
+		Documents []struct {
+			Document struct{ N int64 }
+		}
+	}
+	if json.Unmarshal(page, &p) != nil {
+		return 0, 0, false
+	}
+	for _, d := range p.Documents {
+		sum += d.Document.N
+	}
+	return len(p.Documents), sum, true
 }
 
 // registers puts and gets C/reg<j>-<period> for the linearizability
