@@ -535,6 +535,24 @@ func (w *Workload) bankReader(id int, rng *rand.Rand, hc *httpClient) {
 	}
 }
 
+// transfers says how many transfers were acknowledged, of unknown
+// outcome and refused, and how many bank reads checked the balances.
+func (h *History) transfers() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n [3]int
+	reads := 0
+	for _, op := range h.ops {
+		switch op.Kind {
+		case "transfer":
+			n[op.Outcome]++
+		case "bank-read":
+			reads++
+		}
+	}
+	return fmt.Sprintf("transfers: %d acknowledged, %d unknown outcome, %d refused; %d bank reads added up", n[Ok], n[Maybe], n[Fail], reads)
+}
+
 // balances counts the accounts of a collection page and adds up their
 // balances.
 func balances(page []byte) (n int, sum int64, ok bool) {
