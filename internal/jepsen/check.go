@@ -3,9 +3,11 @@ package jepsen
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -185,6 +187,24 @@ func checkBanks(hc *httpClient, ops []Op, res *Result) (anomalies []Anomaly) {
 			anomalies = append(anomalies, Anomaly{time.Now(), "transaction torn", fmt.Sprintf("%s at the end: %d accounts holding %d, want %d holding %d", bank, n, sum, accounts, accounts*balance)})
 		}
 	}
+	// The receipts' indexes find what their collections hold.
+	for g := range banks {
+		base := fmt.Sprintf("/d/R/bank%d?limit=1000", g)
+		held, err := pagedKeys(hc, base)
+		if err != nil {
+			anomalies = append(anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
+			continue
+		}
+		for _, q := range []string{"n:[1 TO 10]", "memo:transfer"} {
+			found, err := pagedKeys(hc, base+"&query="+url.QueryEscape(q))
+			switch {
+			case err != nil:
+				anomalies = append(anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
+			case !slices.Equal(found, held):
+				anomalies = append(anomalies, Anomaly{time.Now(), "index", fmt.Sprintf("R/bank%d?query=%s finds %d receipts, the collection holds %d", g, q, len(found), len(held))})
+			}
+		}
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	work := make(chan Op)
@@ -212,6 +232,42 @@ func checkBanks(hc *httpClient, ops []Op, res *Result) (anomalies []Anomaly) {
 	close(work)
 	wg.Wait()
 	return anomalies
+}
+
+// pagedKeys reads every page of a collection or query (path holds its
+// query string), retrying answers that say nothing for up to a minute,
+// and returns the documents' keys, sorted.
+func pagedKeys(hc *httpClient, path string) ([]string, error) {
+	var out []string
+	next := ""
+	for deadline := time.Now().Add(time.Minute); ; {
+		p := path
+		if next != "" {
+			p += "&next=" + url.QueryEscape(next)
+		}
+		r := hc.send("GET", p, "", "")
+		if r.err != nil || r.status != 200 {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("GET %s: %d %s %v", p, r.status, r.body, r.err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		var page struct {
+			Documents []struct{ Key []any }
+			Next      string
+		}
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			return nil, fmt.Errorf("GET %s: %v", p, err)
+		}
+		for _, d := range page.Documents {
+			out = append(out, fmt.Sprint(d.Key...))
+		}
+		if next = page.Next; next == "" {
+			slices.Sort(out)
+			return out, nil
+		}
+	}
 }
 
 // readWith reads a document's number through the routers, retrying

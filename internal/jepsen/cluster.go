@@ -144,7 +144,7 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 		`"U","key":[{"name":"k"}],"schema":{"type":"record","name":"U","fields":[{"name":"v","type":"long"}]}`,
 		`"C","key":[{"name":"k"}],"schema":{"type":"record","name":"C","fields":[{"name":"n","type":"long","default":0}]}`,
 		`"B","key":[{"name":"g"},{"name":"a"}],"schema":{"type":"record","name":"B","fields":[{"name":"n","type":"long","default":0}]}`,
-		`"R","key":[{"name":"g"},{"name":"r"}],"schema":{"type":"record","name":"R","fields":[{"name":"n","type":"long","default":0}]}`,
+		`"R","key":[{"name":"g"},{"name":"r"}],"schema":{"type":"record","name":"R","fields":[{"name":"n","type":"long","default":0,"index":"attribute"},{"name":"memo","type":"string","default":"","index":"text"}]}`,
 	} {
 		name, rest, _ := strings.Cut(tbl, ",")
 		if st, b := h.do("PUT", "/_schemata/d/"+strings.Trim(name, `"`), "{"+rest+"}", ""); st != 201 {

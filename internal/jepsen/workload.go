@@ -37,7 +37,8 @@ import (
 //     collection, whose balances must always add up to what the bank
 //     started with (a transaction is applied whole or not at all, the
 //     outcome known or not), and every acknowledged receipt must be
-//     found at the end;
+//     found at the end, and found by the receipts' indexes (attribute
+//     and text) as the collection holds them;
 //   - a probe writer per partition every 250 ms measures unavailability.
 const counters = 8
 
@@ -502,7 +503,7 @@ func (w *Workload) transferrer(id int, rng *rand.Rand, hc *httpClient) {
 		body := fmt.Sprintf(`{"ops":[`+
 			`{"op":"patch","table":"B","key":[%[1]q,"a%[2]d"],"patch":{"increment":{"n":%[4]d}}},`+
 			`{"op":"patch","table":"B","key":[%[1]q,"a%[3]d"],"patch":{"increment":{"n":%[5]d}}},`+
-			`{"op":"put","table":"R","key":[%[1]q,%[6]q],"document":{"n":%[5]d},"ifNoneMatch":"*"}]}`,
+			`{"op":"put","table":"R","key":[%[1]q,%[6]q],"document":{"n":%[5]d,"memo":"transfer from a%[2]d to a%[3]d"},"ifNoneMatch":"*"}]}`,
 			bank, from, to, -amount, amount, receipt)
 		start := time.Now()
 		r := hc.send("POST", "/d/_txn/"+bank, body, "")

@@ -677,6 +677,11 @@ func TermLength(b []byte) (int, error) {
 func (p *Partition) IndexChecksum() (uint32, int, error) {
 	snap := p.e.db.NewSnapshot()
 	defer snap.Close()
+	return p.indexDigest(snap)
+}
+
+// indexDigest is IndexChecksum of what r holds.
+func (p *Partition) indexDigest(snap *pebble.Snapshot) (uint32, int, error) {
 	h := crc32.NewIEEE()
 	n := 0
 	for _, kind := range []byte{idxPosting, idxStats} {

@@ -200,7 +200,7 @@ func TestSumsLocateDifferences(t *testing.T) {
 	replicate(t, a, b)
 	sa, _ := a.Sums()
 	sb, _ := b.Sums()
-	if sa.SCN != sb.SCN || len(sa.Tables) != 2 || sa.Tables["A"] != sb.Tables["A"] || sa.Tables["B"] != sb.Tables["B"] {
+	if sa.SCN != sb.SCN || len(sa.Tables) != 3 || sa.Tables["A"] != sb.Tables["A"] || sa.Tables["B"] != sb.Tables["B"] {
 		t.Fatalf("equal replicas: %+v vs %+v", sa, sb)
 	}
 	// Same SCN, different bytes in table B (as a diverged replica would).
