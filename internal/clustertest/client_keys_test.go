@@ -161,3 +161,52 @@ func TestAutoIncrementExhausted(t *testing.T) {
 		}
 	}
 }
+
+// TestInsertNeverReusesADeletedKey: an insert never hands out a key a
+// deleted document had, whether an insert or a put made it: after a put
+// of ["bob",5] and its delete, the next insert is 6 (it was 1, then 2 …
+// then 5 again); after a collection's delete (in one transaction with
+// puts of its own keys, and on its own), the next insert is above its
+// largest key; in a transaction, an insert after the delete of a key
+// put before it in that transaction takes the next one.
+func TestInsertNeverReusesADeletedKey(t *testing.T) {
+	c := demoClient(t)
+	ctx := context.Background()
+	msg := map[string]any{"from": "a", "subject": "s"}
+	insert := func(box string) int64 {
+		t.Helper()
+		w, err := c.Insert(ctx, "demo", "Message", client.Key{box}, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.Key[1].(int64)
+	}
+	if _, err := c.Put(ctx, "demo", "Message", client.Key{"bob", 5}, msg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Delete(ctx, "demo", "Message", client.Key{"bob", 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := insert("bob"); n != 6 {
+		t.Fatalf("the insert after a put of 5 and its delete took %d, want 6", n)
+	}
+	for _, k := range []int64{7, 9} {
+		if _, err := c.Put(ctx, "demo", "Message", client.Key{"carol", k}, msg, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w, err := c.Delete(ctx, "demo", "Message", client.Key{"carol"}, nil); err != nil || w.Deleted != 2 {
+		t.Fatalf("the collection's delete: %v %+v", err, w)
+	}
+	if n := insert("carol"); n != 10 {
+		t.Fatalf("the insert after the collection's delete took %d, want 10", n)
+	}
+	res, err := c.Txn(ctx, "demo", "dave", []client.TxnOp{
+		{Op: "put", Table: "Message", Key: client.Key{"dave", 1}, Document: msg},
+		{Op: "delete", Table: "Message", Key: client.Key{"dave", 1}},
+		{Op: "insert", Table: "Message", Key: client.Key{"dave"}, Document: msg},
+	})
+	if err != nil || fmt.Sprint(res.Results[2].Key) != fmt.Sprint(client.Key{"dave", 2}) {
+		t.Fatalf("the insert after a put and delete of 1 in its transaction: %v %+v", err, res)
+	}
+}

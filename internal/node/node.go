@@ -465,9 +465,14 @@ func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) 
 		if _, err := tx.Delete(op.Table, op.Key); err != nil {
 			return OpResult{}, err
 		}
+		if t.AutoIncrement() {
+			if err := tx.KeepMark(op.Table, op.Key); err != nil {
+				return OpResult{}, err
+			}
+		}
 		return OpResult{Key: op.Key, Deleted: 1}, nil
 	case OpDeleteCollection:
-		n, err := tx.DeleteCollection(op.Table, op.Key)
+		n, err := tx.DeleteCollection(op.Table, op.Key, t.AutoIncrement())
 		if err != nil {
 			return OpResult{}, err
 		}

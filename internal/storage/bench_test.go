@@ -111,7 +111,7 @@ func BenchmarkCollectionDelete(b *testing.B) {
 				b.StartTimer()
 				_, err = p.Update(func(tx *Tx) error {
 					if mode == "range" {
-						_, err := tx.DeleteCollection("T", coll)
+						_, err := tx.DeleteCollection("T", coll, false)
 						return err
 					}
 					return deleteOneByOne(tx, "T", coll)

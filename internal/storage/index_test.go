@@ -131,7 +131,7 @@ func TestSumsCoverTheIndex(t *testing.T) {
 func TestCollectionDeleteByRange(t *testing.T) {
 	k := func(coll string, id int64) []keys.Part { return []keys.Part{keys.S(coll), keys.I(id)} }
 	byRange := func(tx *Tx, coll string) error {
-		_, err := tx.DeleteCollection("T", []keys.Part{keys.S(coll)})
+		_, err := tx.DeleteCollection("T", []keys.Part{keys.S(coll)}, false)
 		return err
 	}
 	oneByOne := func(tx *Tx, coll string) error { return deleteOneByOne(tx, "T", []keys.Part{keys.S(coll)}) }

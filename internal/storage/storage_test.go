@@ -278,7 +278,7 @@ func TestCommitBound(t *testing.T) {
 	before := p.SCN()
 	var deleted int
 	_, err := p.Update(func(tx *Tx) (err error) {
-		deleted, err = tx.DeleteCollection("T", []keys.Part{keys.S("big")})
+		deleted, err = tx.DeleteCollection("T", []keys.Part{keys.S("big")}, false)
 		return err
 	})
 	if !errors.Is(err, ErrCommitTooLarge) || deleted != 0 {

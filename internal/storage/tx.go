@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -148,7 +149,10 @@ func (tx *Tx) Delete(table string, key []keys.Part) (bool, error) {
 // prefix and returns how many. When prefix is a whole collection (the
 // key's first part, the document group), the deletes are marked so, and
 // the collection's index entries go by range instead of one by one.
-func (tx *Tx) DeleteCollection(table string, prefix []keys.Part) (int, error) {
+// With keepMarks (a table whose last key part auto-increments), each
+// collection a deleted key was in keeps its auto-increment mark at least
+// at that key (KeepMark).
+func (tx *Tx) DeleteCollection(table string, prefix []keys.Part, keepMarks bool) (int, error) {
 	var doomed [][]keys.Part
 	// The deletes' size is known from the scan: a collection too large
 	// to delete in one commit is refused before its keys are gathered.
@@ -179,7 +183,67 @@ func (tx *Tx) DeleteCollection(table string, prefix []keys.Part) (int, error) {
 			tx.events[i].WholeCollection = true
 		}
 	}
+	if keepMarks {
+		// Keys come in key order: the last of each collection is its
+		// largest.
+		for i, k := range doomed {
+			if i+1 < len(doomed) && slices.Equal(k[:len(k)-1], doomed[i+1][:len(k)-1]) {
+				continue
+			}
+			if err := tx.KeepMark(table, k); err != nil {
+				return 0, err
+			}
+		}
+	}
 	return len(doomed), nil
+}
+
+// KeepMark records, for a table whose last key part auto-increments,
+// that key (just deleted) was in use: its collection's auto-increment
+// mark moves up to it, so that an insert never hands out a key a deleted
+// document had, whether an insert or a put made it.
+func (tx *Tx) KeepMark(table string, key []keys.Part) error {
+	if len(key) == 0 || !key[len(key)-1].IsInt {
+		return nil
+	}
+	prefix := key[:len(key)-1]
+	metaKey := autoIncrementKey(tx.p.DB, tx.p.ID, table, keys.AppendParts(nil, prefix))
+	last, prev, err := tx.mark(metaKey)
+	if err != nil || last >= key[len(key)-1].Int {
+		return err
+	}
+	return tx.setMark(table, prefix, metaKey, key[len(key)-1].Int, prev)
+}
+
+// mark reads a collection's auto-increment mark: its value (0 if none)
+// and stored bytes (nil if none).
+func (tx *Tx) mark(metaKey []byte) (int64, []byte, error) {
+	v, closer, err := tx.b.Get(metaKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return 0, nil, nil
+	case err != nil:
+		return 0, nil, err
+	}
+	defer closer.Close()
+	return int64(binary.BigEndian.Uint64(v)), append([]byte(nil), v...), nil
+}
+
+// setMark sets a collection's auto-increment mark to next (prev: its
+// stored bytes before) in the transaction and its commit.
+func (tx *Tx) setMark(table string, prefix []keys.Part, metaKey []byte, next int64, prev []byte) error {
+	value := binary.BigEndian.AppendUint64(nil, uint64(next))
+	// The high-water mark travels in the commit, so a replica promoted
+	// later never hands out a key its master handed out before.
+	e := Event{Op: OpAutoIncrement, Table: table, Key: keys.AppendParts(nil, prefix), Value: value, PrevValue: prev}
+	if err := tx.fits(&e); err != nil {
+		return err
+	}
+	if err := tx.b.Set(metaKey, value, nil); err != nil {
+		return err
+	}
+	tx.events = append(tx.events, e)
+	return nil
 }
 
 // ErrKeysExhausted is an insert into a collection whose auto-increment
@@ -190,21 +254,13 @@ var ErrKeysExhausted = errors.New("storage: auto-increment keys exhausted")
 // NextAutoIncrement returns the next value of the auto-increment last key
 // part under collection prefix: one more than both the largest value ever
 // handed out there and the largest key present, so deleted keys are never
-// reused. Past most (the largest value of the part's type) it is
+// reused (a deleted key of a put is kept as a mark too: KeepMark). Past most (the largest value of the part's type) it is
 // ErrKeysExhausted, and nothing is recorded.
 func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part, most int64) (int64, error) {
 	metaKey := autoIncrementKey(tx.p.DB, tx.p.ID, table, keys.AppendParts(nil, prefix))
-	var last int64
-	var prev []byte
-	v, closer, err := tx.b.Get(metaKey)
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-	case err != nil:
+	last, prev, err := tx.mark(metaKey)
+	if err != nil {
 		return 0, err
-	default:
-		prev = append([]byte(nil), v...)
-		last = int64(binary.BigEndian.Uint64(v))
-		closer.Close()
 	}
 	// The largest present key: the last entry of the collection.
 	lower := keys.AppendParts(keys.DataTablePrefix(tx.p.DB, tx.p.ID, table), prefix)
@@ -225,17 +281,9 @@ func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part, most int64) (i
 		return 0, fmt.Errorf("%w: the largest key here is %d, the most its type holds", ErrKeysExhausted, last)
 	}
 	next := last + 1
-	value := binary.BigEndian.AppendUint64(nil, uint64(next))
-	if err := tx.b.Set(metaKey, value, nil); err != nil {
+	if err := tx.setMark(table, prefix, metaKey, next, prev); err != nil {
 		return 0, err
 	}
-	// The high-water mark travels in the commit, so a replica promoted
-	// later never hands out a key its master handed out before.
-	e := Event{Op: OpAutoIncrement, Table: table, Key: keys.AppendParts(nil, prefix), Value: value, PrevValue: prev}
-	if err := tx.fits(&e); err != nil {
-		return 0, err
-	}
-	tx.events = append(tx.events, e)
 	return next, nil
 }
 
