@@ -23,6 +23,7 @@ import (
 	"math"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -161,6 +162,24 @@ type WriteResult struct {
 	ETag         string    `json:"etag,omitempty"`
 	LastModified time.Time `json:"lastModified,omitzero"`
 	Deleted      int       `json:"deleted,omitempty"`
+}
+
+// PatchPath is the path of a Patch that names segments: record fields
+// and map keys, a dot or a backslash in one escaped.
+func PatchPath(segments ...string) string {
+	var b strings.Builder
+	for i, s := range segments {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		for j := 0; j < len(s); j++ {
+			if s[j] == '.' || s[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(s[j])
+		}
+	}
+	return b.String()
 }
 
 // Patch is a partial update: set paths to values, remove map entries or

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http/httptest"
 	"testing"
@@ -208,5 +209,46 @@ func TestInsertNeverReusesADeletedKey(t *testing.T) {
 	})
 	if err != nil || fmt.Sprint(res.Results[2].Key) != fmt.Sprint(client.Key{"dave", 2}) {
 		t.Fatalf("the insert after a put and delete of 1 in its transaction: %v %+v", err, res)
+	}
+}
+
+// TestPatchMapKeysWithDots: a patch names a map key holding a dot (or a
+// backslash) by escaping it, as client.PatchPath writes it, and every
+// patch operation finds that key; an escape of anything else is 400 and
+// changes nothing.
+func TestPatchMapKeysWithDots(t *testing.T) {
+	c := demoClient(t)
+	ctx := context.Background()
+	if _, err := c.Put(ctx, "demo", "Profile", client.Key{7}, map[string]any{"firstName": map[string]any{"en": "Ann", "a.b": "x"}, "lastName": "L"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := client.PatchPath("firstName", "en.US", `a\b`); got != `firstName.en\.US.a\\b` {
+		t.Fatalf("PatchPath: %s", got)
+	}
+	if _, err := c.Patch(ctx, "demo", "Profile", client.Key{7}, client.Patch{
+		Set:    map[string]any{client.PatchPath("firstName", "en.US"): "Annie", client.PatchPath("firstName", `c\d`): "y"},
+		Remove: []string{client.PatchPath("firstName", "a.b")},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[string]string {
+		d, err := c.Get(ctx, "demo", "Profile", client.Key{7}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct{ FirstName map[string]string }
+		d.Decode(&v)
+		return v.FirstName
+	}
+	want := map[string]string{"en": "Ann", "en.US": "Annie", `c\d`: "y"}
+	if got := read(); !maps.Equal(got, want) {
+		t.Fatalf("after the patch: %v, want %v", got, want)
+	}
+	var ce *client.Error
+	if _, err := c.Patch(ctx, "demo", "Profile", client.Key{7}, client.Patch{Set: map[string]any{`firstName.a\b`: "z"}}, nil); !errors.As(err, &ce) || ce.Status != 400 {
+		t.Fatalf("an escape of a letter: %v, want 400", err)
+	}
+	if got := read(); !maps.Equal(got, want) {
+		t.Fatalf("after the refused patch: %v, want %v", got, want)
 	}
 }

@@ -16,7 +16,9 @@ import (
 //
 //	{"set": {"a.b": value}, "remove": ["c"], "increment": {"n": 1}}
 //
-// Paths are dot paths through records and maps. set replaces the value at
+// Paths are dot paths through records and maps; in a segment, `\.` is a
+// dot and `\\` a backslash (a map key "example.com" is `sites.example\.com`;
+// any other backslash is an error). set replaces the value at
 // a path, creating missing intermediate objects. remove drops a map entry,
 // or resets a record field to its default (a field without default cannot
 // be removed). increment adds a number to an integer or floating-point
@@ -68,12 +70,67 @@ func (p *Patch) apply(doc map[string]any) error {
 	return nil
 }
 
+// splitPath splits a patch path into its segments at the dots that are
+// not escaped, and unescapes them.
+func splitPath(path string) ([]string, error) {
+	if !strings.Contains(path, `\`) {
+		return strings.Split(path, "."), nil
+	}
+	var segs []string
+	var seg strings.Builder
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; {
+		case c == '.':
+			segs = append(segs, seg.String())
+			seg.Reset()
+		case c != '\\':
+			seg.WriteByte(c)
+		case i+1 < len(path) && (path[i+1] == '.' || path[i+1] == '\\'):
+			i++
+			seg.WriteByte(path[i])
+		default:
+			return nil, patchErr(path, "a backslash escapes only a dot or a backslash (at byte %d)", i)
+		}
+	}
+	return append(segs, seg.String()), nil
+}
+
+// PathEscapes reports whether path uses escapes (a backslash), which a
+// storage node before protocol version 5 would read as part of a key.
+func PathEscapes(path string) bool { return strings.Contains(path, `\`) }
+
+// escapes reports whether a write's patches use escaped paths.
+func escapes(req WriteRequest) bool {
+	for _, op := range req.Ops {
+		if op.Patch == nil {
+			continue
+		}
+		for path := range op.Patch.Set {
+			if PathEscapes(path) {
+				return true
+			}
+		}
+		for path := range op.Patch.Increment {
+			if PathEscapes(path) {
+				return true
+			}
+		}
+		if slices.ContainsFunc(op.Patch.Remove, PathEscapes) {
+			return true
+		}
+	}
+	return false
+}
+
 // walk returns the object holding the last segment of path.
 func walk(doc map[string]any, path string, create bool) (map[string]any, string, error) {
 	if path == "" {
 		return nil, "", patchErr(path, "empty path")
 	}
-	segs := strings.Split(path, ".")
+	segs, err := splitPath(path)
+	if err != nil {
+		return nil, "", err
+	}
 	cur := doc
 	for i, s := range segs[:len(segs)-1] {
 		next, ok := cur[s]

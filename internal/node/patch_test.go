@@ -35,6 +35,12 @@ func TestPatchApply(t *testing.T) {
 		{"increment overflow", `{"n":9223372036854775807}`, Patch{Increment: map[string]any{"n": json.Number("1")}}, ``, true},
 		{"increment a string", `{"n":"x"}`, Patch{Increment: map[string]any{"n": json.Number("1")}}, ``, true},
 		{"set through a non-object", `{"a":1}`, Patch{Set: map[string]any{"a.b": "x"}}, ``, true},
+		{"set a key with a dot", `{"m":{"a":1}}`, Patch{Set: map[string]any{`m.example\.com`: "x"}}, `{"m":{"a":1,"example.com":"x"}}`, false},
+		{"set a key with a backslash", `{}`, Patch{Set: map[string]any{`m.a\\b`: "x"}}, `{"m":{"a\\b":"x"}}`, false},
+		{"remove a key with a dot", `{"m":{"a.b":1,"a":{"b":2}}}`, Patch{Remove: []string{`m.a\.b`}}, `{"m":{"a":{"b":2}}}`, false},
+		{"increment under a key with dots", `{"m":{"x.y.z":{"n":1}}}`, Patch{Increment: map[string]any{`m.x\.y\.z.n`: json.Number("2")}}, `{"m":{"x.y.z":{"n":3}}}`, false},
+		{"an escape of anything else", `{}`, Patch{Set: map[string]any{`m.a\b`: "x"}}, ``, true},
+		{"a backslash at the end", `{}`, Patch{Set: map[string]any{`m.a\`: "x"}}, ``, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -339,6 +339,15 @@ func (r *Remote) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error)
 
 // Write implements Service.
 func (r *Remote) Write(ctx context.Context, req WriteRequest) (*WriteResult, error) {
+	if escapes(req) {
+		v, err := r.protocol(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if v < 5 {
+			return nil, fmt.Errorf("%w: storage node %s speaks protocol version %d, which reads a backslash in a patch path as part of a key; escaped paths work once every node runs a version that speaks 5 (nothing was done)", ErrBadPatch, r.base, v)
+		}
+	}
 	wr, err := writeTo(req)
 	if err != nil {
 		return nil, err

@@ -126,3 +126,27 @@ func TestWireErrorsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapedPathsNeedVersion5: a patch path with escapes is not sent to
+// a node of a protocol before 5, which would take the backslash for part
+// of a map key; to one of 5 it goes.
+func TestEscapedPathsNeedVersion5(t *testing.T) {
+	r := NewRemote("http://127.0.0.1:1")
+	defer r.Close()
+	escaped := WriteRequest{DB: "d", Ops: []Op{{Kind: OpPatch, Table: "T", Key: []keys.Part{keys.S("k")},
+		Patch: &Patch{Remove: []string{`sites.example\.com`}}}}}
+	r.version.Store(4)
+	if _, err := r.Write(context.Background(), escaped); !errors.Is(err, ErrBadPatch) {
+		t.Fatalf("an escaped path to a node of protocol 4: %v, want a bad patch", err)
+	}
+	plain := escaped
+	plain.Ops = []Op{escaped.Ops[0]}
+	plain.Ops[0].Patch = &Patch{Remove: []string{"sites.x"}}
+	if _, err := r.Write(context.Background(), plain); errors.Is(err, ErrBadPatch) {
+		t.Fatalf("a plain path to a node of protocol 4 was refused: %v", err)
+	}
+	r.version.Store(5)
+	if _, err := r.Write(context.Background(), escaped); errors.Is(err, ErrBadPatch) {
+		t.Fatalf("an escaped path to a node of protocol 5 was refused: %v", err)
+	}
+}

@@ -8,12 +8,16 @@ import "fmt"
 // SCN, so a version-2 slave whose position was trimmed waits, unharmed,
 // until it is upgraded and rebuilds); version 4 adds queries (Scan's query
 // and sort: a node of an older version would ignore them and answer a
-// plain scan, so a router sends a query only to a node that speaks 4). A binary speaks [MinVersion, Version]; two
+// plain scan, so a router sends a query only to a node that speaks 4);
+// version 5 reads escapes in patch paths (`\.`, `\\`: a node of an
+// older version would take the backslash for part of a map key, so a
+// router sends an escaped path only to a node that speaks 5). A binary
+// speaks [MinVersion, Version]; two
 // binaries use the highest version both speak, so adjacent releases
 // interoperate during a rolling upgrade.
 const (
 	MinVersion uint32 = 1
-	Version    uint32 = 4
+	Version    uint32 = 5
 )
 
 // Negotiate returns the highest version in both ranges, or an error when
