@@ -253,9 +253,9 @@ var ErrKeysExhausted = errors.New("storage: auto-increment keys exhausted")
 
 // NextAutoIncrement returns the next value of the auto-increment last key
 // part under collection prefix: one more than both the largest value ever
-// handed out there and the largest key present, so deleted keys are never
-// reused (a deleted key of a put is kept as a mark too: KeepMark). Past most (the largest value of the part's type) it is
-// ErrKeysExhausted, and nothing is recorded.
+// handed out there (or deleted: KeepMark) and the largest key present, so
+// deleted keys are never reused. Past most (the largest value of the
+// part's type) it is ErrKeysExhausted, and nothing is recorded.
 func (tx *Tx) NextAutoIncrement(table string, prefix []keys.Part, most int64) (int64, error) {
 	metaKey := autoIncrementKey(tx.p.DB, tx.p.ID, table, keys.AppendParts(nil, prefix))
 	last, prev, err := tx.mark(metaKey)
