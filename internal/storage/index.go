@@ -680,7 +680,7 @@ func (p *Partition) IndexChecksum() (uint32, int, error) {
 	return p.indexDigest(snap)
 }
 
-// indexDigest is IndexChecksum of what r holds.
+// indexDigest is IndexChecksum of what snap holds.
 func (p *Partition) indexDigest(snap *pebble.Snapshot) (uint32, int, error) {
 	h := crc32.NewIEEE()
 	n := 0
