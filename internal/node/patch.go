@@ -73,7 +73,7 @@ func (p *Patch) apply(doc map[string]any) error {
 // splitPath splits a patch path into its segments at the dots that are
 // not escaped, and unescapes them.
 func splitPath(path string) ([]string, error) {
-	if !strings.Contains(path, `\`) {
+	if !pathEscapes(path) {
 		return strings.Split(path, "."), nil
 	}
 	var segs []string
@@ -95,9 +95,9 @@ func splitPath(path string) ([]string, error) {
 	return append(segs, seg.String()), nil
 }
 
-// PathEscapes reports whether path uses escapes (a backslash), which a
+// pathEscapes reports whether path uses escapes (a backslash), which a
 // storage node before protocol version 5 would read as part of a key.
-func PathEscapes(path string) bool { return strings.Contains(path, `\`) }
+func pathEscapes(path string) bool { return strings.Contains(path, `\`) }
 
 // escapes reports whether a write's patches use escaped paths.
 func escapes(req WriteRequest) bool {
@@ -106,16 +106,16 @@ func escapes(req WriteRequest) bool {
 			continue
 		}
 		for path := range op.Patch.Set {
-			if PathEscapes(path) {
+			if pathEscapes(path) {
 				return true
 			}
 		}
 		for path := range op.Patch.Increment {
-			if PathEscapes(path) {
+			if pathEscapes(path) {
 				return true
 			}
 		}
-		if slices.ContainsFunc(op.Patch.Remove, PathEscapes) {
+		if slices.ContainsFunc(op.Patch.Remove, pathEscapes) {
 			return true
 		}
 	}
