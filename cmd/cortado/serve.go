@@ -84,6 +84,7 @@ type roleFlags struct {
 	quotaRate, quotaBurst          *float64
 	maxConns, maxStreams           *int
 	streamBytes                    *int
+	streamBacklogReaders           *int
 	idleTimeout, writeTimeout      *time.Duration
 	heapFloor                      *int64
 	procsPerCPU                    *int
@@ -145,7 +146,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
 		f.writeTimeout = fs.Duration("write-timeout", router.DefaultWriteTimeout, "how long a client may take to read a response after its request's deadline (a change stream: each write); then its connection is closed")
 		f.maxStreams = fs.Int("max-streams", router.DefaultMaxStreams, "change streams served at once; more are refused with 503 overloaded")
-		f.streamBytes = fs.Int("stream-bytes", changes.DefaultStreamBytes, "bytes one change stream holds: its events on their way to the consumer, and its partitions' log answers (each at least one commit)")
+		f.streamBytes = fs.Int("stream-bytes", changes.DefaultStreamBytes, "bytes one change stream holds: its events on their way to the consumer (one at least), and room for the log answers its partitions read next")
+		f.streamBacklogReaders = fs.Int("stream-backlog-readers", changes.DefaultBacklogReaders, "partitions, of all change streams, that read their first log answer at once (an answer holds at least one commit)")
 	}
 	if name != "router" {
 		f.leaseTTL = fs.Int("lease-ttl", topo.DefaultLeaseTTL, "seconds a storage node or the leading controller may be silent before it is taken for dead")
@@ -188,6 +190,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge},
 			WriteTimeout: *f.writeTimeout, MaxStreams: *f.maxStreams}
 		o.StreamBytes = *f.streamBytes
+		o.StreamBacklogReaders = *f.streamBacklogReaders
 		o.Registry = registry.Limits{Partitions: *f.maxPartitions, Tables: *f.maxTables, Versions: *f.maxVersions, SchemaTextBytes: *f.maxSchemaText}
 		o.Stall = node.StallOptions{Calls: *f.stallCalls, After: *f.stallAfter, MaxCalls: *f.nodeMaxCalls}
 		o.NoSlowNodeReports = !*f.slowNodes
@@ -299,7 +302,7 @@ func runController(args []string) error {
 // lease TTL of -3 seconds panicked in a ticker; a body limit of -1 refused
 // every body). Flags whose help gives -1 a meaning are not listed.
 var (
-	positiveFlags = []string{"nodes", "lease-ttl", "max-transitions", "max-body-bytes", "max-response-bytes", "max-streams", "stream-bytes",
+	positiveFlags = []string{"nodes", "lease-ttl", "max-transitions", "max-body-bytes", "max-response-bytes", "max-streams", "stream-bytes", "stream-backlog-readers",
 		"max-partitions", "max-tables", "max-versions", "max-schema-text-bytes", "buffer", "buffer-bytes", "snapshot-rate",
 		"idle-timeout", "body-timeout", "write-timeout", "queue-timeout", "standing-timeout", "stall-after", "disk-stall-timeout"}
 	nonNegativeFlags = []string{"retention-interval", "check-interval", "quota-rate", "quota-burst"}

@@ -9,7 +9,7 @@ import (
 // TestBudget: takes beyond the bound wait for a release, one larger than
 // the bound passes alone, and a wait ends with its context.
 func TestBudget(t *testing.T) {
-	b := newBudget(100)
+	b := newBudget(100, 1000)
 	ctx := context.Background()
 	if !b.take(ctx, 60) || !b.take(ctx, 40) {
 		t.Fatal("takes within the bound waited")
@@ -34,5 +34,42 @@ func TestBudget(t *testing.T) {
 	defer cancel()
 	if b.take(short, 1) {
 		t.Fatal("a take past the bound succeeded while a larger one is held")
+	}
+}
+
+// TestBudgetRoom: room reserved counts against the bound until events
+// take it or it is given back; a swap takes an event in place of room
+// only if it fits; the bound on the number of events holds whatever
+// their size.
+func TestBudgetRoom(t *testing.T) {
+	ctx := context.Background()
+	b := newBudget(100, 2)
+	if !b.reserve(ctx, 60) {
+		t.Fatal("a reservation within the bound waited")
+	}
+	if b.tryTake(50) {
+		t.Fatal("an event took room another reader reserved")
+	}
+	b.fromRoom() // an event of 30 from the room: 30 left
+	if b.swap(30, 80) {
+		t.Fatal("a swap took 80 with 30 held by an event and 30 reserved")
+	}
+	if !b.swap(30, 70) {
+		t.Fatal("a swap of 30 reserved for an event of 70 failed with 30 held besides")
+	}
+	if b.tryTake(1) {
+		t.Fatal("a third event was taken past the bound of two")
+	}
+	b.release(70)
+	b.release(30)
+	if b.used != 0 || b.items != 0 {
+		t.Fatalf("after every release %d bytes and %d events are held", b.used, b.items)
+	}
+	if !b.reserve(ctx, 40) {
+		t.Fatal("a reservation on an empty budget waited")
+	}
+	b.unreserve(40)
+	if !b.tryTake(100) {
+		t.Fatal("room given back was not free")
 	}
 }

@@ -12,10 +12,16 @@
 //
 // It never writes: it reads logs and snapshots through the Sources it is
 // given. What a stream holds is bounded (Feed.StreamBytes): its events on
-// their way to the consumer, and its partitions' log answers, which it
-// asks for in shares of that bound (an answer holds at least one commit,
-// so a partition whose commits are larger holds one). Of a stream's
-// partitions, only a few read a backlog at once (catchUpReaders); the
-// others either are current or wait their turn. A slow consumer holds its
-// readers back, never more memory.
+// their way to the consumer, and the room its partitions' readers reserve
+// for the log answers they read next, which they ask for in shares of
+// that bound (an answer holds at least one commit). A reader reads an
+// answer only with room reserved for it, or under one of the feed's
+// backlog slots (its first answer), and never waits for room holding
+// one: it lets the answer go and asks again from where it was (a
+// snapshot's reader, which cannot start again midway, waits holding one
+// chunk and its stream's catch-up slot, not the feed's). Of a
+// stream's partitions, only a few read a backlog at once
+// (catchUpReaders); the others either are current or wait their turn. A
+// consumer that does not read holds its stream's events, no log answer
+// and no log stream.
 package changes

@@ -79,9 +79,30 @@ type Feed struct {
 	// StreamBytes bounds what one stream holds in memory (default
 	// DefaultStreamBytes): its events on their way from the partitions'
 	// readers to the consumer (one event at least, whatever its size),
-	// and, shared out between its partitions, the log answers they read
-	// (each at least one commit whatever its size).
+	// and the room its readers reserve for the log answers they read
+	// next. Its partitions ask for answers of a share of it (an answer
+	// holds at least one commit whatever its size).
 	StreamBytes int
+	// BacklogReaders bounds how many partitions, of all the streams
+	// served, read their first log answer at once (default
+	// DefaultBacklogReaders): the answers that come without room
+	// reserved for them.
+	BacklogReaders int
+
+	backlogOnce sync.Once
+	backlog     chan struct{}
+}
+
+// backlogSlots returns the feed's slots for readers reading a backlog.
+func (f *Feed) backlogSlots() chan struct{} {
+	f.backlogOnce.Do(func() {
+		n := f.BacklogReaders
+		if n <= 0 {
+			n = DefaultBacklogReaders
+		}
+		f.backlog = make(chan struct{}, n)
+	})
+	return f.backlog
 }
 
 // DefaultStreamBytes is Feed.StreamBytes's default. Without a bound, 20
@@ -95,12 +116,25 @@ const DefaultStreamBytes = 4 << 20
 const minAnswerBytes = 16 << 10
 
 // catchUpReaders is how many of a stream's partitions read a backlog at
-// once: a reader behind its partition's log (its answers come full), or
-// reading its snapshot, holds one of these while it reads; one that is
-// current does not. An answer holds at least one commit, so without it
-// every partition of a stream replaying large documents held one while
-// it waited for room: 64 MB a stream for documents of 1 MB.
+// once: a reader behind its partition's log (the answer's source holds
+// more after it), or reading its snapshot, holds one of these while it
+// reads; one that is current does not. An answer holds at least one
+// commit, so without it every partition of a stream replaying large
+// documents held one while it waited for room: 64 MB a stream for
+// documents of 1 MB.
 const catchUpReaders = 4
+
+// DefaultBacklogReaders is Feed.BacklogReaders's default. A reader reads
+// its first answer under one of these, the answers after it with room
+// reserved in its stream, and never waits for room holding an answer: a
+// consumer that does not read holds its stream's events, and no answer.
+const DefaultBacklogReaders = 32
+
+// errNoRoom ends a reader's log stream when its stream has no room for
+// the next event: rather than hold the answer (and its slots) until the
+// consumer reads, the reader lets it go, reserves the room the event
+// needs, and asks again from the event.
+var errNoRoom = errors.New("changes: no room in the stream")
 
 // RequestError is a request the stream cannot serve (a 400).
 type RequestError struct{ Err error }
@@ -119,24 +153,36 @@ type Stream struct {
 	behind chan struct{} // catchUpReaders slots for readers reading a backlog
 }
 
-// budget bounds the bytes of events a stream's readers have handed its
-// writer and it has not yet written: a reader waits for room, except
-// when nothing is held (an event larger than the bound passes alone).
+// budget bounds the events a stream's readers have handed its writer
+// and it has not yet written, in bytes and in number (so that the
+// channel between them never makes a reader wait): a reader waits for
+// room, or gives up its answer, except when nothing is held (an event
+// larger than the bound passes alone).
 type budget struct {
-	max   int
-	mu    sync.Mutex
-	used  int
-	freed chan struct{} // closed (and replaced) when bytes are released
+	max      int
+	maxItems int
+	mu       sync.Mutex
+	used     int
+	items    int
+	freed    chan struct{} // closed (and replaced) when bytes are released
 }
 
-func newBudget(max int) *budget { return &budget{max: max, freed: make(chan struct{})} }
+func newBudget(max, maxItems int) *budget {
+	return &budget{max: max, maxItems: maxItems, freed: make(chan struct{})}
+}
+
+// fits says whether n more bytes fit; b.mu is held.
+func (b *budget) fits(n int) bool {
+	return b.used == 0 || b.used+n <= b.max && b.items < b.maxItems
+}
 
 // take waits until n bytes fit, or ctx ends (false).
 func (b *budget) take(ctx context.Context, n int) bool {
 	for {
 		b.mu.Lock()
-		if b.used == 0 || b.used+n <= b.max {
+		if b.fits(n) {
 			b.used += n
+			b.items++
 			b.mu.Unlock()
 			return true
 		}
@@ -150,24 +196,97 @@ func (b *budget) take(ctx context.Context, n int) bool {
 	}
 }
 
+// tryTake takes n bytes if they fit now.
+func (b *budget) tryTake(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.fits(n) {
+		return false
+	}
+	b.used += n
+	b.items++
+	return true
+}
+
+// reserve waits until n bytes fit and takes them as room for events to
+// come (counted as events by fromRoom), or ctx ends (false).
+func (b *budget) reserve(ctx context.Context, n int) bool {
+	if !b.take(ctx, n) {
+		return false
+	}
+	b.mu.Lock()
+	b.items--
+	b.mu.Unlock()
+	return true
+}
+
+// fromRoom counts an event whose bytes were reserved.
+func (b *budget) fromRoom() {
+	b.mu.Lock()
+	b.items++
+	b.mu.Unlock()
+}
+
+// swap gives back room reserved (had bytes) and takes an event of n
+// bytes if it fits; if it does not, the room stays reserved.
+func (b *budget) swap(had, n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= had
+	if !b.fits(n) {
+		b.used += had
+		return false
+	}
+	b.used += n
+	b.items++
+	if had > n {
+		b.wake()
+	}
+	return true
+}
+
+// unreserve gives back n bytes of room reserved.
+func (b *budget) unreserve(n int) {
+	b.mu.Lock()
+	b.used -= n
+	b.wake()
+	b.mu.Unlock()
+}
+
+// force takes n bytes whether they fit or not: a small event that must
+// follow the one before it (a transaction's boundaries), bounded by the
+// reader, which takes one at most before it next asks for room.
+func (b *budget) force(n int) {
+	b.mu.Lock()
+	b.used += n
+	b.items++
+	b.mu.Unlock()
+}
+
 // adjust changes what is held by n bytes without waiting (an event
 // rendered larger or smaller than what was taken for it).
 func (b *budget) adjust(n int) {
-	if n > 0 {
-		b.mu.Lock()
-		b.used += n
-		b.mu.Unlock()
-		return
+	b.mu.Lock()
+	b.used += n
+	if n < 0 {
+		b.wake()
 	}
-	b.release(-n)
+	b.mu.Unlock()
 }
 
+// release gives back one event of n bytes.
 func (b *budget) release(n int) {
 	b.mu.Lock()
 	b.used -= n
+	b.items--
+	b.wake()
+	b.mu.Unlock()
+}
+
+// wake tells the waiters that room was made; b.mu is held.
+func (b *budget) wake() {
 	close(b.freed)
 	b.freed = make(chan struct{})
-	b.mu.Unlock()
 }
 
 func (s *Stream) streamBytes() int {
@@ -182,6 +301,15 @@ func (s *Stream) streamBytes() int {
 // between its partitions.
 func (s *Stream) answerBytes() int {
 	return max(minAnswerBytes, s.streamBytes()/max(1, len(s.parts)))
+}
+
+// eventBuffer returns a buffer for an event of documents of n bytes as
+// stored, with room for their JSON (an eighth more: escapes and numbers
+// may take more, and the buffer then grows), the envelope and the token,
+// which the writer appends: a stream holding a large event holds about
+// its size, not twice it.
+func (s *Stream) eventBuffer(n int) []byte {
+	return make([]byte, 0, n+n/8+1024)
 }
 
 // Open checks a request against the registry: the database, tables,
@@ -271,9 +399,12 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 	}
 	slices.Sort(named)
 	tw := tokenWriter{hash: dbHash(s.db.Name)}
-	s.held = newBudget(s.streamBytes())
+	// A reader takes room for an event before it hands it over, and at
+	// most two events of a transaction's (its boundaries) beyond the
+	// bound: the channel never makes it wait.
+	s.held = newBudget(s.streamBytes(), streamItems)
 	s.behind = make(chan struct{}, catchUpReaders)
-	out := make(chan item, 256)
+	out := make(chan item, streamItems+2*len(s.parts)+1)
 	var wg sync.WaitGroup
 	for _, p := range s.parts {
 		at, known := s.req.Token[p]
@@ -315,6 +446,10 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 	}
 }
 
+// streamItems bounds the events a stream holds on their way to the
+// consumer, whatever their size.
+const streamItems = 256
+
 var errTrimmed = errors.New("changes: behind the retained log")
 
 // follow reads one partition from pos (or as Since says when the token
@@ -339,6 +474,14 @@ func (s *Stream) follow(ctx context.Context, part int, pos Position, known bool,
 				err = r.snapshot()
 				r.caughtUp()
 			}
+		}
+		if errors.Is(err, errNoRoom) {
+			// Wait, holding nothing, until the event that did not fit
+			// does, and keep that room for it.
+			if !r.reserve() {
+				return
+			}
+			err = nil
 		}
 		if err == nil {
 			backoff = 100 * time.Millisecond
@@ -385,43 +528,103 @@ type reader struct {
 	said time.Time
 	// scratch holds a document converted to the stream's version.
 	scratch []byte
-	// behind says the reader holds one of the stream's catch-up slots.
-	behind bool
+	// behind says the reader holds one of the stream's catch-up slots,
+	// and backlog one of the feed's.
+	behind, backlog bool
+	// room is the room the reader reserved for its next answer's
+	// events; need, the room it needs before it asks again (errNoRoom);
+	// asked, the room the events of its last answer took.
+	room, need, asked int
 }
 
-// catchUp takes one of the stream's catch-up slots, unless the reader
-// holds one; false when the stream ends first.
+// catchUp takes one of the stream's catch-up slots and one of the feed's
+// backlog slots, unless the reader holds them; false when the stream
+// ends first.
 func (r *reader) catchUp() bool {
-	if r.behind {
-		return true
-	}
-	select {
-	case r.s.behind <- struct{}{}:
-		r.behind = true
-		return true
-	case <-r.ctx.Done():
+	if !r.streamSlot() {
 		return false
 	}
+	if !r.backlog {
+		select {
+		case r.s.f.backlogSlots() <- struct{}{}:
+			r.backlog = true
+		case <-r.ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
-// caughtUp gives back the reader's catch-up slot, if it holds one.
+// streamSlot takes one of the stream's catch-up slots, unless the reader
+// holds one.
+func (r *reader) streamSlot() bool {
+	if !r.behind {
+		select {
+		case r.s.behind <- struct{}{}:
+			r.behind = true
+		case <-r.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// caughtUp gives back the reader's slots, if it holds them.
 func (r *reader) caughtUp() {
+	r.giveBacklog()
 	if r.behind {
 		<-r.s.behind
 		r.behind = false
 	}
 }
 
+func (r *reader) giveBacklog() {
+	if r.backlog {
+		<-r.s.f.backlogSlots()
+		r.backlog = false
+	}
+}
+
+// send hands over an event, waiting for room: an event that cannot be
+// given up (a snapshot's row, a rollback). While it waits the reader
+// gives back its backlog slot, so a consumer that does not read holds
+// none of the feed's.
 func (r *reader) send(it item) bool {
 	it.size = len(it.body)
-	if !r.s.held.take(r.ctx, it.size) {
-		return false
+	if !r.s.held.tryTake(it.size) {
+		had := r.backlog
+		r.giveBacklog()
+		if !r.s.held.take(r.ctx, it.size) {
+			return false
+		}
+		if had && !r.catchUp() {
+			r.s.held.release(it.size)
+			return false
+		}
 	}
 	return r.sendTaken(it)
 }
 
+// offer hands over an event if there is room for it now (a resolved
+// event: the next one says as much).
+func (r *reader) offer(it item) bool {
+	it.size = len(it.body)
+	if !r.s.held.tryTake(it.size) {
+		return true
+	}
+	return r.sendTaken(it)
+}
+
+// sendForced hands over a small event whatever the room (a transaction's
+// boundary, which must follow or precede the events around it).
+func (r *reader) sendForced(it item) bool {
+	it.size = len(it.body)
+	r.s.held.force(it.size)
+	return r.sendTaken(it)
+}
+
 // sendTaken is send for an item whose size is taken from the budget
-// already.
+// already (the channel has room for every item the budget lets through).
 func (r *reader) sendTaken(it item) bool {
 	it.part = r.part
 	select {
@@ -429,7 +632,67 @@ func (r *reader) sendTaken(it item) bool {
 		r.sent, r.said = it.pos, time.Now()
 		return true
 	case <-r.ctx.Done():
+		r.s.held.release(it.size)
 		return false
+	}
+}
+
+// roomWait is how long a reader that read a full answer waits, holding
+// no slot, for room for the next before it lets its log stream go: a
+// consumer that reads makes room within it, one that does not is left
+// holding no answer and no stream.
+const roomWait = time.Second
+
+// takeRoom takes room for an event of n bytes without waiting: from the
+// room reserved for the reader's answer, or room free now. A reader
+// never waits for room while it holds an answer and a slot (a consumer
+// that does not read would hold them, and the stream's room would wait
+// on the slot): without room it lets the answer go (errNoRoom) and
+// reserves what the event needs before it asks again.
+func (r *reader) takeRoom(n int) bool {
+	if r.room >= n {
+		r.room -= n
+		r.s.held.fromRoom()
+		return true
+	}
+	if r.s.held.swap(r.room, n) {
+		r.room = 0
+		return true
+	}
+	r.need = n
+	return false
+}
+
+// reserveWithin reserves n bytes for the reader's next answer if the
+// stream has them within roomWait; if not, the reader needs them before
+// it asks again.
+func (r *reader) reserveWithin(n int) bool {
+	r.unreserve()
+	ctx, cancel := context.WithTimeout(r.ctx, roomWait)
+	defer cancel()
+	if r.s.held.reserve(ctx, n) {
+		r.room = n
+		return true
+	}
+	r.need = n
+	return false
+}
+
+// reserve waits, holding no answer, no slot and no log stream, until the
+// room the reader needs (r.need) fits, and reserves it.
+func (r *reader) reserve() bool {
+	if !r.s.held.reserve(r.ctx, r.need) {
+		return false
+	}
+	r.room, r.need = r.need, 0
+	return true
+}
+
+// unreserve gives back the room the reader reserved and did not use.
+func (r *reader) unreserve() {
+	if r.room > 0 {
+		r.s.held.unreserve(r.room)
+		r.room = 0
 	}
 }
 
@@ -454,30 +717,35 @@ func (r *reader) now() bool {
 // tail streams the partition's log after the position; it returns
 // errTrimmed when the log no longer holds it.
 func (r *reader) tail(src node.LogSource) error {
-	// The first answer is asked under a catch-up slot and at once: it
-	// tells whether the reader is behind (the answer comes full). After
-	// it, a reader that is current long-polls without a slot.
+	// The first answer is asked at once and read under one of the
+	// stream's catch-up slots and one of the feed's backlog slots: it
+	// comes without room reserved for it. After an answer with more
+	// waiting behind it, the reader keeps (or takes) its catch-up slot
+	// and reserves room for an answer like it before it reads the next;
+	// a reader that is current long-polls holding neither.
 	if !r.catchUp() {
 		return r.ctx.Err()
 	}
 	defer r.caughtUp()
-	limit := r.s.answerBytes()
-	req := node.LogRequest{DB: r.s.db.Name, Partition: r.part, After: r.pos.SCN, MaxBytes: limit}
+	defer r.unreserve()
+	req := node.LogRequest{DB: r.s.db.Name, Partition: r.part, After: r.pos.SCN, MaxBytes: r.s.answerBytes()}
 	return node.StreamFrom(r.ctx, src, req, func(res *node.LogResult) error {
 		err := r.answer(res)
+		r.giveBacklog()
+		r.unreserve() // room reserved for this answer and not taken
 		if err != nil {
 			return err
 		}
-		size := 0
-		for i := range res.Commits {
-			size += res.Commits[i].Size()
-		}
-		if len(res.Commits) >= node.DefaultLogBatch || size >= limit {
-			if !r.catchUp() { // more is waiting: read it under a slot
-				return r.ctx.Err()
-			}
-		} else {
+		n := len(res.Commits)
+		if n == 0 || !res.Commits[n-1].SCN.Less(res.SourceSCN) {
 			r.caughtUp()
+			return nil
+		}
+		if !r.streamSlot() {
+			return r.ctx.Err()
+		}
+		if !r.reserveWithin(min(r.asked, r.s.streamBytes())) {
+			return errNoRoom
 		}
 		return nil
 	})
@@ -499,13 +767,14 @@ func (r *reader) answer(res *node.LogResult) error {
 	case !res.Holds:
 		return nil // the source is catching up
 	}
+	r.asked = 0
 	for i := range res.Commits {
 		if err := r.commit(&res.Commits[i]); err != nil {
 			return err
 		}
 	}
 	if r.pos != r.sent && (time.Since(r.said) >= r.s.req.Heartbeat || len(res.Commits) == 0) || time.Since(r.said) >= 10*r.s.req.Heartbeat {
-		if !r.send(item{kind: "resolved", body: r.resolved(), pos: r.pos}) {
+		if !r.offer(item{kind: "resolved", body: r.resolved(), pos: r.pos}) {
 			return r.ctx.Err()
 		}
 	}
@@ -541,21 +810,27 @@ func (r *reader) commit(c *storage.Commit) error {
 		return nil
 	}
 	tx := r.s.req.Transactions
-	if tx && skip == 0 {
-		if !r.send(item{kind: "transaction", body: r.boundary(c, "BEGIN", nil), pos: Position{SCN: prev}}) {
-			return r.ctx.Err()
-		}
-	}
 	for n, i := range picked {
 		e := &c.Events[i]
-		counts[e.Table]++
 		// Room for the event before it is rendered, from its stored
-		// size: a reader waiting for room holds the commit, not its
-		// rendering too.
+		// size. Without room soon the reader lets the answer go and asks
+		// again from this event when there is (errNoRoom): it does not
+		// hold a commit, or slots, while a consumer does not read.
 		est := len(e.Value) + len(e.PrevValue) + 512
-		if !r.s.held.take(r.ctx, est) {
-			return r.ctx.Err()
+		if !r.takeRoom(est) {
+			if n > 0 {
+				r.pos = Position{SCN: prev, Skip: i}
+			}
+			return errNoRoom
 		}
+		r.asked += est
+		if n == 0 && tx && skip == 0 {
+			if !r.sendForced(item{kind: "transaction", body: r.boundary(c, "BEGIN", nil), pos: Position{SCN: prev}}) {
+				r.s.held.release(est)
+				return r.ctx.Err()
+			}
+		}
+		counts[e.Table]++
 		body, err := r.change(c, e, had+n+1, counts[e.Table])
 		if err != nil {
 			r.s.held.release(est)
@@ -575,7 +850,7 @@ func (r *reader) commit(c *storage.Commit) error {
 		}
 	}
 	if tx {
-		if !r.send(item{kind: "transaction", body: r.boundary(c, "END", counts), pos: done}) {
+		if !r.sendForced(item{kind: "transaction", body: r.boundary(c, "END", counts), pos: done}) {
 			return r.ctx.Err()
 		}
 	}
@@ -638,11 +913,14 @@ func (r *reader) snapshot() error {
 	if err != nil {
 		return err
 	}
-	var first *node.SnapshotChunk
+	// The snapshot's SCN, from its first chunk (the chunk itself is not
+	// kept: a reader holds one chunk at most).
+	var scn storage.SCN
+	started := false
 	// One row is held back, to be marked "last" if it is.
 	var pending *storage.Row
 	flush := func(flag string, pos Position) error {
-		body, err := r.snapshotRow(first.SCN, pending, flag)
+		body, err := r.snapshotRow(scn, pending, flag)
 		if err != nil {
 			var u *unrenderable
 			if errors.As(err, &u) {
@@ -656,8 +934,8 @@ func (r *reader) snapshot() error {
 		return nil
 	}
 	err = src.Snapshot(r.ctx, node.SnapshotRequest{DB: r.s.db.Name, Partition: r.part}, func(c *node.SnapshotChunk) error {
-		if first == nil {
-			first = c
+		if !started {
+			scn, started = c.SCN, true
 		}
 		for i := range c.Rows {
 			row := &c.Rows[i]
@@ -676,10 +954,10 @@ func (r *reader) snapshot() error {
 	if err != nil {
 		return err
 	}
-	if first == nil {
+	if !started {
 		return fmt.Errorf("partition %s/%d: an empty snapshot stream", r.s.db.Name, r.part)
 	}
-	at := Position{SCN: first.SCN}
+	at := Position{SCN: scn}
 	if pending != nil {
 		if err := flush("last", at); err != nil {
 			return err
@@ -704,7 +982,11 @@ func (r *reader) change(c *storage.Commit, e *storage.Event, total, perTable int
 	if err != nil {
 		return nil, err
 	}
-	b := append(make([]byte, 0, 256+len(e.Value)*2), `{"type":"change","op":"`...)
+	size := len(e.Value)
+	if r.s.req.Before && e.Op != storage.OpInsert {
+		size += len(e.PrevValue)
+	}
+	b := append(r.s.eventBuffer(size), `{"type":"change","op":"`...)
 	b = append(b, opCodes[e.Op]...)
 	b = append(b, `","before":`...)
 	if r.s.req.Before && e.Op != storage.OpInsert {
@@ -750,7 +1032,7 @@ func (r *reader) snapshotRow(scn storage.SCN, row *storage.Row, flag string) ([]
 	if err != nil {
 		return nil, err
 	}
-	b := append(make([]byte, 0, 256+len(d.Value)*2), `{"type":"change","op":"r","before":null,"after":`...)
+	b := append(r.s.eventBuffer(len(d.Value)), `{"type":"change","op":"r","before":null,"after":`...)
 	if b, err = r.render(b, t, d.Version, d.Value); err != nil {
 		return nil, &unrenderable{table: row.Table, key: row.Key, scn: scn, version: d.Version, err: err}
 	}

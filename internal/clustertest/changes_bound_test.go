@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -18,13 +19,13 @@ import (
 )
 
 // holdingSources serves a stream's partitions from a real node and
-// counts the partitions holding a log answer: from the answer until the
-// partition's reader asks for the next.
+// counts the log answers in a reader's hands: from the answer until the
+// reader is done with it (it takes the next, or lets the stream go).
 type holdingSources struct {
 	n *node.Node
 
 	mu       sync.Mutex
-	holding  map[int]bool
+	holding  int
 	peak     int
 	maxBytes map[int]bool // the MaxBytes the requests carried
 	asked    atomic.Int64
@@ -36,94 +37,220 @@ func (s *holdingSources) Log(_ string, part int) (node.LogSource, error) {
 
 func (s *holdingSources) Snapshot(string, int) (node.Snapshotter, error) { return s.n, nil }
 
+func (s *holdingSources) hold(n int) {
+	s.mu.Lock()
+	s.holding += n
+	s.peak = max(s.peak, s.holding)
+	s.mu.Unlock()
+}
+
+func (s *holdingSources) held() (now, peak int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holding, s.peak
+}
+
 type holdingLog struct {
 	s    *holdingSources
 	part int
 }
 
 func (l holdingLog) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+	return l.s.n.Log(ctx, req)
+}
+
+// StreamLog streams as a node's stream does, by successive polls,
+// counting each answer with commits while the reader has it.
+func (l holdingLog) StreamLog(ctx context.Context, req node.LogRequest, fn func(*node.LogResult) error) error {
 	s := l.s
-	s.asked.Add(1)
-	s.mu.Lock()
-	delete(s.holding, l.part) // done with the previous answer
-	s.maxBytes[req.MaxBytes] = true
-	s.mu.Unlock()
-	res, err := s.n.Log(ctx, req)
-	if err == nil && len(res.Commits) > 0 {
+	for ctx.Err() == nil {
+		s.asked.Add(1)
 		s.mu.Lock()
-		s.holding[l.part] = true
-		s.peak = max(s.peak, len(s.holding))
+		s.maxBytes[req.MaxBytes] = true
 		s.mu.Unlock()
+		res, err := s.n.Log(ctx, req)
+		if err != nil {
+			return err
+		}
+		holds := len(res.Commits) > 0
+		if holds {
+			s.hold(1)
+		}
+		err = fn(res)
+		if holds {
+			s.hold(-1)
+		}
+		if err != nil || res.Diverged || res.Trimmed {
+			return err
+		}
+		if n := len(res.Commits); n > 0 {
+			req.After = res.Commits[n-1].SCN
+		}
+		req.Wait = 200 * time.Millisecond
 	}
-	return res, err
+	return ctx.Err()
 }
 
 // TestStreamBacklogBound: a change stream whose consumer does not read,
-// over a backlog in every partition, has at most four partitions holding
-// a log answer, each asked for the stream's bound shared out; once the
-// consumer reads, every event arrives.
+// over a backlog in every partition, holds no log answer (its readers
+// let an answer go when the stream has no room, and ask again when it
+// has), so it holds none of the feed's backlog slots: another stream
+// reads the whole backlog meanwhile. Once the first consumer reads, it gets every
+// event once, in transactions whose boundaries and numbering are whole
+// though its readers gave up answers inside them.
 func TestStreamBacklogBound(t *testing.T) {
-	const partitions, streamBytes = 16, 64 << 10
+	const partitions, streamBytes, perCommit = 16, 64 << 10, 3
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: partitions})
 	n := newStorageNodeWith(t, reg, node.Options{AllMaster: true})
-	// 10 KB documents, at least three in each partition: each
-	// partition's first answer (16 KiB asked) comes full.
+	// 10 KB documents, three commits of three in each partition: each
+	// partition's first answer (16 KiB asked) comes full, and the
+	// stream's 64 KiB holds six events, so readers stop inside commits.
 	doc := strings.Repeat("x", 10_000)
 	value := append(binary.AppendVarint(nil, int64(len(doc))), doc...) // Avro string
-	per := map[int]int{}
+	pending := map[int][]node.Op{}
+	commits := map[int]int{}
 	written := 0
-	for i := 0; len(per) < partitions || minCount(per) < 3; i++ {
+	for i := 0; minCount(commits) < 3 || len(commits) < partitions; i++ {
 		k := fmt.Sprintf("k%d", i)
 		p := partitionOf(t, reg, k)
-		if _, err := n.Write(context.Background(), node.WriteRequest{DB: "d", Partition: p, Ops: []node.Op{{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S(k)}, Version: 1, Value: value}}}); err != nil {
+		if commits[p] == 3 {
+			continue
+		}
+		pending[p] = append(pending[p], node.Op{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S(k)}, Version: 1, Value: value})
+		if len(pending[p]) < perCommit {
+			continue
+		}
+		if _, err := n.Write(context.Background(), node.WriteRequest{DB: "d", Partition: p, Ops: pending[p]}); err != nil {
 			t.Fatal(err)
 		}
-		per[p]++
-		written++
+		pending[p] = nil
+		commits[p]++
+		written += perCommit
 	}
-	src := &holdingSources{n: n.Node, holding: map[int]bool{}, maxBytes: map[int]bool{}}
-	feed := &changes.Feed{Reg: reg, Plans: schema.NewPlans(64), Sources: src, Logger: slog.New(slog.DiscardHandler), StreamBytes: streamBytes}
+	src := &holdingSources{n: n.Node, maxBytes: map[int]bool{}}
+	feed := &changes.Feed{Reg: reg, Plans: schema.NewPlans(64), Sources: src, Logger: slog.New(slog.DiscardHandler),
+		StreamBytes: streamBytes, BacklogReaders: 2}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := feed.Open(ctx, changes.Request{DB: "d", Since: changes.SinceBeginning})
-	if err != nil {
-		t.Fatal(err)
+	run := func(req changes.Request, emit func(changes.Event) error) chan struct{} {
+		stream, err := feed.Open(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			stream.Run(ctx, emit, func() error { return nil })
+		}()
+		return done
 	}
-	reading := make(chan struct{}) // closed when the consumer starts reading
-	var events atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		stream.Run(ctx, func(e changes.Event) error {
+
+	// The first stream's consumer reads one event, then stops.
+	reading := make(chan struct{}) // closed when it reads on
+	var mu sync.Mutex
+	var got []map[string]any
+	stalled := run(changes.Request{DB: "d", Since: changes.SinceBeginning, Transactions: true}, func(e changes.Event) error {
+		var m map[string]any
+		if err := json.Unmarshal(e.JSON, &m); err != nil {
+			return err
+		}
+		mu.Lock()
+		got = append(got, m)
+		first := len(got) == 1
+		mu.Unlock()
+		if !first {
 			<-reading
-			if e.Kind == "change" {
-				events.Add(1)
-			}
-			return nil
-		}, func() error { return nil })
-	}()
-	// Not reading: the readers fill the stream's bound and wait.
-	await(t, 10*time.Second, "the stream's readers to ask", func() bool { return src.asked.Load() >= 4 })
-	src.mu.Lock()
-	peak := src.peak
-	src.mu.Unlock()
-	if peak > 4 {
-		t.Fatalf("%d partitions held a log answer at once while the consumer did not read, want 4 at most", peak)
+		}
+		return nil
+	})
+	await(t, 10*time.Second, "the stalled stream's readers to ask", func() bool { return src.asked.Load() >= partitions })
+	await(t, 10*time.Second, "the stalled stream's readers to let their answers go", func() bool {
+		now, _ := src.held()
+		return now == 0
+	})
+
+	// Another stream reads the whole backlog meanwhile.
+	var events atomic.Int64
+	other := run(changes.Request{DB: "d", Since: changes.SinceBeginning}, func(e changes.Event) error {
+		if e.Kind == "change" {
+			events.Add(1)
+		}
+		return nil
+	})
+	await(t, 30*time.Second, "the other stream's every event", func() bool { return events.Load() >= int64(written) })
+	// A first answer is read under one of the feed's two slots, the ones
+	// after it under one of its stream's four catch-up slots.
+	if _, peak := src.held(); peak > 2*4 {
+		t.Fatalf("%d log answers in readers' hands at once, want the two streams' four catch-up slots at most", peak)
 	}
+
 	close(reading)
-	await(t, 30*time.Second, "every event", func() bool { return events.Load() >= int64(written) })
+	await(t, 30*time.Second, "the stalled stream's every event", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		c := 0
+		for _, m := range got {
+			if m["type"] == "change" {
+				c++
+			}
+		}
+		return c >= written
+	})
 	cancel()
-	<-done
-	src.mu.Lock()
-	defer src.mu.Unlock()
-	if src.peak > 4 {
-		t.Fatalf("%d partitions held a log answer at once, want 4 at most", src.peak)
-	}
+	<-stalled
+	<-other
 	if !src.maxBytes[16<<10] || src.maxBytes[0] {
 		t.Fatalf("log requests asked for %v bytes, want the stream's 64 KiB shared out (16 KiB, the floor)", src.maxBytes)
 	}
+	// Per partition: BEGIN, three changes numbered 1 to 3, END counting
+	// three; every key once.
+	mu.Lock()
+	defer mu.Unlock()
+	keysSeen := map[string]bool{}
+	type txState struct {
+		open  bool
+		count int
+	}
+	state := map[string]*txState{} // by transaction id
+	for _, m := range got {
+		switch m["type"] {
+		case "transaction":
+			id := m["id"].(string)
+			st := state[id]
+			switch m["status"] {
+			case "BEGIN":
+				if st != nil {
+					t.Fatalf("transaction %s began twice", id)
+				}
+				state[id] = &txState{open: true}
+			case "END":
+				if st == nil || !st.open || st.count != perCommit || m["event_count"].(float64) != perCommit {
+					t.Fatalf("transaction %s ended as %+v, with event_count %v; want %d events after its BEGIN", id, st, m["event_count"], perCommit)
+				}
+				st.open = false
+			}
+		case "change":
+			tx := m["transaction"].(map[string]any)
+			id := tx["id"].(string)
+			st := state[id]
+			if st == nil || !st.open {
+				t.Fatalf("a change of transaction %s outside its BEGIN and END", id)
+			}
+			st.count++
+			if tx["total_order"].(float64) != float64(st.count) {
+				t.Fatalf("transaction %s: event %d numbered %v", id, st.count, tx["total_order"])
+			}
+			key := fmt.Sprint(m["source"].(map[string]any)["key"])
+			if keysSeen[key] {
+				t.Fatalf("key %s delivered twice", key)
+			}
+			keysSeen[key] = true
+		}
+	}
+	if len(keysSeen) != written {
+		t.Fatalf("%d keys delivered, want %d", len(keysSeen), written)
+	}
 }
-
 func minCount(m map[int]int) int {
 	least := -1
 	for _, n := range m {

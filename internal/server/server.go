@@ -104,6 +104,11 @@ type Options struct {
 	// StreamBytes bounds what one change stream holds in memory
 	// (changes.Feed.StreamBytes; default changes.DefaultStreamBytes).
 	StreamBytes int
+	// StreamBacklogReaders bounds how many partitions, of all the change
+	// streams a router serves, read their first log answer at once
+	// (changes.Feed.BacklogReaders; default
+	// changes.DefaultBacklogReaders).
+	StreamBacklogReaders int
 	// RelayBuffer is how many commits per partition a relay keeps
 	// (default 10,000), and RelayBufferBytes how many bytes of commits
 	// in all (default 256 MiB): relay.Relay.Buffer and BufferBytes.
@@ -387,7 +392,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		n := node.New(s.engine, s.reg, plans, opts.Logger, node.Options{AllMaster: true, Retained: s.retained, IndexBuilding: s.indexBuilding("node"), SnapshotBytesPerSecond: opts.SnapshotBytesPerSecond, WriteBytes: opts.WriteBytes})
 		s.retain(n)
 		s.Router = router.New(s.reg, plans, localBackend{inProcess{n}}, opts.Router, opts.Logger)
-		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger, StreamBytes: opts.StreamBytes})
+		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger, StreamBytes: opts.StreamBytes, BacklogReaders: opts.StreamBacklogReaders})
 	default: // a router, or serve with several nodes
 		if r == roleAll {
 			if err := s.startLocalCluster(ctx, plans); err != nil {
@@ -418,7 +423,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		if !opts.NoLocalCalls {
 			sources.CallLocally(s.localLogs, s.localSnaps)
 		}
-		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger, Sources: sources, StreamBytes: opts.StreamBytes})
+		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger, Sources: sources, StreamBytes: opts.StreamBytes, BacklogReaders: opts.StreamBacklogReaders})
 	}
 	s.Metrics.RegisterFanOut(s.Router.FanOutStats)
 	s.Metrics.RegisterHedges(s.Router.HedgeStats)
