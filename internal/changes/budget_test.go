@@ -9,7 +9,7 @@ import (
 // TestBudget: takes beyond the bound wait for a release, one larger than
 // the bound passes alone, and a wait ends with its context.
 func TestBudget(t *testing.T) {
-	b := newBudget(100, 1000)
+	b := newBudget(100)
 	ctx := context.Background()
 	if !b.take(ctx, 60) || !b.take(ctx, 40) {
 		t.Fatal("takes within the bound waited")
@@ -37,39 +37,34 @@ func TestBudget(t *testing.T) {
 	}
 }
 
-// TestBudgetRoom: room reserved counts against the bound until events
-// take it or it is given back; a swap takes an event in place of room
-// only if it fits; the bound on the number of events holds whatever
-// their size.
+// TestBudgetRoom: room reserved counts against the bound until an event
+// takes it or it is given back; a swap takes an event in place of room
+// only if it fits, and leaves the room reserved if not.
 func TestBudgetRoom(t *testing.T) {
 	ctx := context.Background()
-	b := newBudget(100, 2)
-	if !b.reserve(ctx, 60) {
+	b := newBudget(100)
+	if !b.take(ctx, 60) { // room reserved by one reader
 		t.Fatal("a reservation within the bound waited")
 	}
 	if b.tryTake(50) {
 		t.Fatal("an event took room another reader reserved")
 	}
-	b.fromRoom() // an event of 30 from the room: 30 left
+	// The reader's first event took 30 of its room: 30 left.
 	if b.swap(30, 80) {
 		t.Fatal("a swap took 80 with 30 held by an event and 30 reserved")
+	}
+	if b.used != 60 {
+		t.Fatalf("a failed swap left %d bytes held, want the 60 before it", b.used)
 	}
 	if !b.swap(30, 70) {
 		t.Fatal("a swap of 30 reserved for an event of 70 failed with 30 held besides")
 	}
 	if b.tryTake(1) {
-		t.Fatal("a third event was taken past the bound of two")
+		t.Fatal("an event was taken past the bound")
 	}
 	b.release(70)
 	b.release(30)
-	if b.used != 0 || b.items != 0 {
-		t.Fatalf("after every release %d bytes and %d events are held", b.used, b.items)
-	}
-	if !b.reserve(ctx, 40) {
-		t.Fatal("a reservation on an empty budget waited")
-	}
-	b.unreserve(40)
-	if !b.tryTake(100) {
-		t.Fatal("room given back was not free")
+	if b.used != 0 {
+		t.Fatalf("after every release %d bytes are held", b.used)
 	}
 }

@@ -153,28 +153,26 @@ type Stream struct {
 	behind chan struct{} // catchUpReaders slots for readers reading a backlog
 }
 
-// budget bounds the events a stream's readers have handed its writer
-// and it has not yet written, in bytes and in number (so that the
-// channel between them never makes a reader wait): a reader waits for
-// room, or gives up its answer, except when nothing is held (an event
-// larger than the bound passes alone).
+// budget bounds the bytes of events a stream's readers have handed its
+// writer and it has not yet written (each counted with itemOverhead, so
+// that many small events are bounded too), and of room reserved for
+// events to come: a reader waits for room, or gives up its answer,
+// except when nothing is held (an event larger than the bound passes
+// alone).
 type budget struct {
-	max      int
-	maxItems int
-	mu       sync.Mutex
-	used     int
-	items    int
-	freed    chan struct{} // closed (and replaced) when bytes are released
+	max   int
+	mu    sync.Mutex
+	used  int
+	freed chan struct{} // closed (and replaced) when bytes are released
 }
 
-func newBudget(max, maxItems int) *budget {
-	return &budget{max: max, maxItems: maxItems, freed: make(chan struct{})}
-}
+// itemOverhead is what an event costs on its way besides its bytes.
+const itemOverhead = 128
+
+func newBudget(max int) *budget { return &budget{max: max, freed: make(chan struct{})} }
 
 // fits says whether n more bytes fit; b.mu is held.
-func (b *budget) fits(n int) bool {
-	return b.used == 0 || b.used+n <= b.max && b.items < b.maxItems
-}
+func (b *budget) fits(n int) bool { return b.used == 0 || b.used+n <= b.max }
 
 // take waits until n bytes fit, or ctx ends (false).
 func (b *budget) take(ctx context.Context, n int) bool {
@@ -182,7 +180,6 @@ func (b *budget) take(ctx context.Context, n int) bool {
 		b.mu.Lock()
 		if b.fits(n) {
 			b.used += n
-			b.items++
 			b.mu.Unlock()
 			return true
 		}
@@ -204,31 +201,11 @@ func (b *budget) tryTake(n int) bool {
 		return false
 	}
 	b.used += n
-	b.items++
 	return true
 }
 
-// reserve waits until n bytes fit and takes them as room for events to
-// come (counted as events by fromRoom), or ctx ends (false).
-func (b *budget) reserve(ctx context.Context, n int) bool {
-	if !b.take(ctx, n) {
-		return false
-	}
-	b.mu.Lock()
-	b.items--
-	b.mu.Unlock()
-	return true
-}
-
-// fromRoom counts an event whose bytes were reserved.
-func (b *budget) fromRoom() {
-	b.mu.Lock()
-	b.items++
-	b.mu.Unlock()
-}
-
-// swap gives back room reserved (had bytes) and takes an event of n
-// bytes if it fits; if it does not, the room stays reserved.
+// swap gives back room reserved (had bytes) and takes n bytes if they
+// fit; if they do not, the room stays reserved.
 func (b *budget) swap(had, n int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -238,19 +215,10 @@ func (b *budget) swap(had, n int) bool {
 		return false
 	}
 	b.used += n
-	b.items++
 	if had > n {
 		b.wake()
 	}
 	return true
-}
-
-// unreserve gives back n bytes of room reserved.
-func (b *budget) unreserve(n int) {
-	b.mu.Lock()
-	b.used -= n
-	b.wake()
-	b.mu.Unlock()
 }
 
 // force takes n bytes whether they fit or not: a small event that must
@@ -259,7 +227,6 @@ func (b *budget) unreserve(n int) {
 func (b *budget) force(n int) {
 	b.mu.Lock()
 	b.used += n
-	b.items++
 	b.mu.Unlock()
 }
 
@@ -274,11 +241,11 @@ func (b *budget) adjust(n int) {
 	b.mu.Unlock()
 }
 
-// release gives back one event of n bytes.
+// release gives back n bytes: an event written, or room reserved and
+// not taken.
 func (b *budget) release(n int) {
 	b.mu.Lock()
 	b.used -= n
-	b.items--
 	b.wake()
 	b.mu.Unlock()
 }
@@ -399,12 +366,11 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 	}
 	slices.Sort(named)
 	tw := tokenWriter{hash: dbHash(s.db.Name)}
-	// A reader takes room for an event before it hands it over, and at
-	// most two events of a transaction's (its boundaries) beyond the
-	// bound: the channel never makes it wait.
-	s.held = newBudget(s.streamBytes(), streamItems)
+	// A reader takes room for an event before it queues it, so the queue
+	// never makes it wait.
+	s.held = newBudget(s.streamBytes())
 	s.behind = make(chan struct{}, catchUpReaders)
-	out := make(chan item, streamItems+2*len(s.parts)+1)
+	out := newQueue()
 	var wg sync.WaitGroup
 	for _, p := range s.parts {
 		at, known := s.req.Token[p]
@@ -413,11 +379,14 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 	defer wg.Wait()
 	defer cancel()
 	for {
-		var it item
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case it = <-out:
+		it, ok := out.pop()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-out.ready:
+			}
+			continue
 		}
 		pos[it.part] = it.pos
 		if i, found := slices.BinarySearch(named, it.part); !found {
@@ -438,7 +407,7 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 			}
 			return ErrUnrenderable
 		}
-		if len(out) == 0 {
+		if out.empty() {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -446,15 +415,59 @@ func (s *Stream) Run(ctx context.Context, emit func(Event) error, flush func() e
 	}
 }
 
-// streamItems bounds the events a stream holds on their way to the
-// consumer, whatever their size.
-const streamItems = 256
+// queue holds the events a stream's readers hand its writer, bounded
+// by the stream's budget, not by a count: a reader never waits on it.
+type queue struct {
+	mu    sync.Mutex
+	items []item
+	head  int
+	ready chan struct{} // a token when items were pushed
+}
+
+func newQueue() *queue { return &queue{ready: make(chan struct{}, 1)} }
+
+func (q *queue) push(it item) {
+	q.mu.Lock()
+	q.items = append(q.items, it)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queue) pop() (item, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.head == len(q.items) {
+		return item{}, false
+	}
+	it := q.items[q.head]
+	q.items[q.head] = item{}
+	q.head++
+	if q.head == len(q.items) {
+		// Drained: start again at the front, and let a large array go.
+		q.head = 0
+		if cap(q.items) > 1024 {
+			q.items = nil
+		} else {
+			q.items = q.items[:0]
+		}
+	}
+	return it, true
+}
+
+func (q *queue) empty() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.head == len(q.items)
+}
 
 var errTrimmed = errors.New("changes: behind the retained log")
 
 // follow reads one partition from pos (or as Since says when the token
 // does not name it) until ctx ends.
-func (s *Stream) follow(ctx context.Context, part int, pos Position, known bool, out chan<- item) {
+func (s *Stream) follow(ctx context.Context, part int, pos Position, known bool, out *queue) {
 	r := &reader{s: s, part: part, pos: pos, out: out, ctx: ctx}
 	if !known && s.req.Since == SinceNow {
 		if !r.now() {
@@ -522,7 +535,7 @@ type reader struct {
 	ctx  context.Context
 	part int
 	pos  Position
-	out  chan<- item
+	out  *queue
 	// sent is the position last sent; said when it was last sent.
 	sent Position
 	said time.Time
@@ -590,7 +603,7 @@ func (r *reader) giveBacklog() {
 // gives back its backlog slot, so a consumer that does not read holds
 // none of the feed's.
 func (r *reader) send(it item) bool {
-	it.size = len(it.body)
+	it.size = len(it.body) + itemOverhead
 	if !r.s.held.tryTake(it.size) {
 		had := r.backlog
 		r.giveBacklog()
@@ -608,7 +621,7 @@ func (r *reader) send(it item) bool {
 // offer hands over an event if there is room for it now (a resolved
 // event: the next one says as much).
 func (r *reader) offer(it item) bool {
-	it.size = len(it.body)
+	it.size = len(it.body) + itemOverhead
 	if !r.s.held.tryTake(it.size) {
 		return true
 	}
@@ -618,23 +631,22 @@ func (r *reader) offer(it item) bool {
 // sendForced hands over a small event whatever the room (a transaction's
 // boundary, which must follow or precede the events around it).
 func (r *reader) sendForced(it item) bool {
-	it.size = len(it.body)
+	it.size = len(it.body) + itemOverhead
 	r.s.held.force(it.size)
 	return r.sendTaken(it)
 }
 
 // sendTaken is send for an item whose size is taken from the budget
-// already (the channel has room for every item the budget lets through).
+// already.
 func (r *reader) sendTaken(it item) bool {
-	it.part = r.part
-	select {
-	case r.out <- it:
-		r.sent, r.said = it.pos, time.Now()
-		return true
-	case <-r.ctx.Done():
+	if r.ctx.Err() != nil {
 		r.s.held.release(it.size)
 		return false
 	}
+	it.part = r.part
+	r.out.push(it)
+	r.sent, r.said = it.pos, time.Now()
+	return true
 }
 
 // roomWait is how long a reader that read a full answer waits, holding
@@ -652,14 +664,15 @@ const roomWait = time.Second
 func (r *reader) takeRoom(n int) bool {
 	if r.room >= n {
 		r.room -= n
-		r.s.held.fromRoom()
 		return true
 	}
 	if r.s.held.swap(r.room, n) {
 		r.room = 0
 		return true
 	}
-	r.need = n
+	// Room for an answer's worth before asking again: room for this
+	// event alone would have the next answer let go after it.
+	r.need = max(n, min(r.s.answerBytes(), r.s.streamBytes()))
 	return false
 }
 
@@ -670,7 +683,7 @@ func (r *reader) reserveWithin(n int) bool {
 	r.unreserve()
 	ctx, cancel := context.WithTimeout(r.ctx, roomWait)
 	defer cancel()
-	if r.s.held.reserve(ctx, n) {
+	if r.s.held.take(ctx, n) {
 		r.room = n
 		return true
 	}
@@ -681,7 +694,7 @@ func (r *reader) reserveWithin(n int) bool {
 // reserve waits, holding no answer, no slot and no log stream, until the
 // room the reader needs (r.need) fits, and reserves it.
 func (r *reader) reserve() bool {
-	if !r.s.held.reserve(r.ctx, r.need) {
+	if !r.s.held.take(r.ctx, r.need) {
 		return false
 	}
 	r.room, r.need = r.need, 0
@@ -691,7 +704,7 @@ func (r *reader) reserve() bool {
 // unreserve gives back the room the reader reserved and did not use.
 func (r *reader) unreserve() {
 	if r.room > 0 {
-		r.s.held.unreserve(r.room)
+		r.s.held.release(r.room)
 		r.room = 0
 	}
 }
@@ -840,12 +853,13 @@ func (r *reader) commit(c *storage.Commit) error {
 			}
 			return err
 		}
-		r.s.held.adjust(len(body) - est)
+		size := len(body) + itemOverhead
+		r.s.held.adjust(size - est)
 		pos := Position{SCN: prev, Skip: i + 1}
 		if n == len(picked)-1 && !tx {
 			pos = done
 		}
-		if !r.sendTaken(item{kind: "change", body: body, pos: pos, size: len(body)}) {
+		if !r.sendTaken(item{kind: "change", body: body, pos: pos, size: size}) {
 			return r.ctx.Err()
 		}
 	}
