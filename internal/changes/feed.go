@@ -503,6 +503,9 @@ func (s *Stream) follow(ctx context.Context, part int, pos Position, known bool,
 		if ctx.Err() != nil {
 			return
 		}
+		// Room reserved waits for an answer; none comes while the
+		// source fails, and the stream's other partitions need it.
+		r.unreserve()
 		var u *unrenderable
 		if errors.As(err, &u) {
 			// Read again, it would fail again: the stream ends with an
