@@ -652,10 +652,12 @@ func (r *reader) sendTaken(it item) bool {
 	return true
 }
 
-// roomWait is how long a reader that read a full answer waits, holding
-// no slot, for room for the next before it lets its log stream go: a
+// roomWait is how long a reader that read an answer with more behind it
+// waits for room for the next before it lets its log stream go. It
+// waits holding no answer and none of the feed's slots (only its
+// stream's catch-up slot, which only its own stream's readers want): a
 // consumer that reads makes room within it, one that does not is left
-// holding no answer and no stream.
+// holding no stream either.
 const roomWait = time.Second
 
 // takeRoom takes room for an event of n bytes without waiting: from the
