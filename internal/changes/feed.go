@@ -275,8 +275,22 @@ func (s *Stream) answerBytes() int {
 // may take more, and the buffer then grows), the envelope and the token,
 // which the writer appends: a stream holding a large event holds about
 // its size, not twice it.
-func (s *Stream) eventBuffer(n int) []byte {
+func eventBuffer(n int) []byte {
 	return make([]byte, 0, n+n/8+1024)
+}
+
+// before says whether the stream renders e's pre-image.
+func (s *Stream) before(e *storage.Event) bool {
+	return s.req.Before && e.Op != storage.OpInsert
+}
+
+// storedBytes is the stored size of the documents the stream renders of
+// e: its value, and its pre-image if the stream asks for it.
+func (s *Stream) storedBytes(e *storage.Event) int {
+	if s.before(e) {
+		return len(e.Value) + len(e.PrevValue)
+	}
+	return len(e.Value)
 }
 
 // Open checks a request against the registry: the database, tables,
@@ -834,7 +848,7 @@ func (r *reader) commit(c *storage.Commit) error {
 		// size. Without room soon the reader lets the answer go and asks
 		// again from this event when there is (errNoRoom): it does not
 		// hold a commit, or slots, while a consumer does not read.
-		est := len(e.Value) + len(e.PrevValue) + 512
+		est := r.s.storedBytes(e) + 512
 		if !r.takeRoom(est) {
 			if n > 0 {
 				r.pos = Position{SCN: prev, Skip: i}
@@ -1001,14 +1015,10 @@ func (r *reader) change(c *storage.Commit, e *storage.Event, total, perTable int
 	if err != nil {
 		return nil, err
 	}
-	size := len(e.Value)
-	if r.s.req.Before && e.Op != storage.OpInsert {
-		size += len(e.PrevValue)
-	}
-	b := append(r.s.eventBuffer(size), `{"type":"change","op":"`...)
+	b := append(eventBuffer(r.s.storedBytes(e)), `{"type":"change","op":"`...)
 	b = append(b, opCodes[e.Op]...)
 	b = append(b, `","before":`...)
-	if r.s.req.Before && e.Op != storage.OpInsert {
+	if r.s.before(e) {
 		if b, err = r.render(b, t, e.PrevVersion, e.PrevValue); err != nil {
 			return nil, &unrenderable{table: e.Table, key: e.Key, scn: c.SCN, version: e.PrevVersion, err: err}
 		}
@@ -1051,7 +1061,7 @@ func (r *reader) snapshotRow(scn storage.SCN, row *storage.Row, flag string) ([]
 	if err != nil {
 		return nil, err
 	}
-	b := append(r.s.eventBuffer(len(d.Value)), `{"type":"change","op":"r","before":null,"after":`...)
+	b := append(eventBuffer(len(d.Value)), `{"type":"change","op":"r","before":null,"after":`...)
 	if b, err = r.render(b, t, d.Version, d.Value); err != nil {
 		return nil, &unrenderable{table: row.Table, key: row.Key, scn: scn, version: d.Version, err: err}
 	}
