@@ -45,8 +45,8 @@ func (c *Client) ReadAs(ctx context.Context, db, table string, key Key, o *ReadO
 	if raw.Body, err = rd.JSON.Append(nil, body); err != nil {
 		return nil, err
 	}
+	raw.ETag = schema.WithSuffix(schema.WithSuffix(raw.ETag, schema.VersionSuffix(raw.SchemaVersion, want)), schema.ProjectionSuffix(fields))
 	raw.SchemaVersion = want
-	raw.ETag = schema.WithSuffix(raw.ETag, schema.ProjectionSuffix(fields))
 	return raw, nil
 }
 

@@ -420,3 +420,72 @@ func TestSchemaCompatibilityLevels(t *testing.T) {
 		t.Fatalf("old document as version 2: %s", r.body)
 	}
 }
+
+// A representation read at a schema version other than the one its
+// document was written with has an ETag of its own: registering a
+// version that adds a field changes what a read gives back, so a cache
+// revalidating what it read before must not be told 304. Writes compare
+// the document, whatever version the writer read it at.
+func TestETagFollowsSchemaVersion(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--demo"}})
+	h := httpCase{t, s.URL}
+	h.want(h.do("PUT", "/demo/MailboxStats/a", nil, `{"total":1}`), 201)
+	v1 := h.want(h.do("GET", "/demo/MailboxStats/a", nil, ""), 200)
+	e1 := v1.header.Get("ETag")
+	h.want(h.do("GET", "/demo/MailboxStats/a", map[string]string{"If-None-Match": e1}, ""), 304)
+	projected1 := h.want(h.do("GET", "/demo/MailboxStats/a?fields=total", nil, ""), 200).header.Get("ETag")
+
+	h.want(h.do("PUT", "/_schemata/demo/MailboxStats", nil, `{"schema":{"type":"record","name":"MailboxStats","namespace":"demo","fields":[
+	  {"name":"total","type":"long","default":0},{"name":"unread","type":"long","default":0},{"name":"flagged","type":"long","default":0}]}}`), 201)
+
+	// The old ETag no longer names what a read gives: 200 with the new field.
+	v2 := h.want(h.do("GET", "/demo/MailboxStats/a", map[string]string{"If-None-Match": e1}, ""), 200)
+	wantJSON(t, v2.body, `{"total":1,"unread":0,"flagged":0}`)
+	e2 := v2.header.Get("ETag")
+	if e2 == e1 || e2 == "" || v2.header.Get("X-Cortado-Schema-Version") != "2" {
+		t.Fatalf("after version 2: ETag %s (before %s), version %s", e2, e1, v2.header.Get("X-Cortado-Schema-Version"))
+	}
+	if r := h.want(h.do("GET", "/demo/MailboxStats/a", map[string]string{"If-None-Match": e2}, ""), 304); r.header.Get("ETag") != e2 {
+		t.Fatalf("304 names %s, the read %s", r.header.Get("ETag"), e2)
+	}
+	// Last-Modified is the document's; the representation changed later,
+	// so If-Modified-Since does not make it 304.
+	future := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+	h.want(h.do("GET", "/demo/MailboxStats/a", map[string]string{"If-Modified-Since": future}, ""), 200)
+	// A projection of the new shape: its own ETag again, which revalidates.
+	p2 := h.want(h.do("GET", "/demo/MailboxStats/a?fields=total", map[string]string{"If-None-Match": projected1}, ""), 200).header.Get("ETag")
+	if p2 == projected1 || p2 == e2 {
+		t.Fatalf("projected ETag %s (before %s, unprojected %s)", p2, projected1, e2)
+	}
+	h.want(h.do("GET", "/demo/MailboxStats/a?fields=total", map[string]string{"If-None-Match": p2}, ""), 304)
+	// As written, the bytes and their ETag did not change.
+	asWritten := h.want(h.do("GET", "/demo/MailboxStats/a", map[string]string{"Accept": "avro/binary; version=0", "If-None-Match": e1}, ""), 304)
+	if asWritten.header.Get("ETag") != e1 {
+		t.Fatalf("as written: ETag %s, want %s", asWritten.header.Get("ETag"), e1)
+	}
+	// A multi-get's documents carry the same ETag as a read of each.
+	var page struct{ Documents []struct{ ETag string } }
+	if err := json.Unmarshal(h.want(h.do("GET", "/demo/MailboxStats/(a)", nil, ""), 200).body, &page); err != nil || len(page.Documents) != 1 || page.Documents[0].ETag != e2 {
+		t.Fatalf("multi-get ETags %+v (%v), want %s", page, err, e2)
+	}
+
+	// Writes: the ETag of either read names the unchanged document.
+	h.want(h.do("PATCH", "/demo/MailboxStats/a", map[string]string{"If-Match": e2}, `{"increment":{"total":1}}`), 204)
+	h.problem(h.do("PATCH", "/demo/MailboxStats/a", map[string]string{"If-Match": e2}, `{"increment":{"total":1}}`), 412, "urn:cortado:problem:precondition-failed")
+	v3 := h.want(h.do("GET", "/demo/MailboxStats/a", nil, ""), 200)
+	wantJSON(t, v3.body, `{"total":2,"unread":0,"flagged":0}`)
+	h.want(h.do("PUT", "/demo/MailboxStats/b", nil, `{"total":1}`), 201)
+	h.want(h.do("PUT", "/_schemata/demo/MailboxStats", nil, `{"schema":{"type":"record","name":"MailboxStats","namespace":"demo","fields":[
+	  {"name":"total","type":"long","default":0},{"name":"unread","type":"long","default":0},{"name":"flagged","type":"long","default":0},{"name":"muted","type":"boolean","default":false}]}}`), 201)
+	old := h.want(h.do("GET", "/demo/MailboxStats/b", map[string]string{"Accept": "avro/binary; version=0"}, ""), 200).header.Get("ETag")
+	cur := h.want(h.do("GET", "/demo/MailboxStats/b", nil, ""), 200).header.Get("ETag")
+	if old == cur {
+		t.Fatalf("version 3 read of a version 2 document: ETag %s as written too", cur)
+	}
+	w := h.want(h.do("PUT", "/demo/MailboxStats/b", map[string]string{"If-Match": old}, `{"total":5}`), 204)
+	// A document written at the latest version reads with the write's ETag.
+	if got := h.want(h.do("GET", "/demo/MailboxStats/b", nil, ""), 200).header.Get("ETag"); got != w.header.Get("ETag") {
+		t.Fatalf("read ETag %s, the write's %s", got, w.header.Get("ETag"))
+	}
+	h.problem(h.do("PUT", "/demo/MailboxStats/b", map[string]string{"If-Match": cur}, `{"total":6}`), 412, "urn:cortado:problem:precondition-failed")
+}

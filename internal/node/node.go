@@ -137,7 +137,7 @@ func (n *Node) render(t *schema.Table, key []keys.Part, d *storage.Doc, spec Rea
 	if err != nil {
 		return nil, fmt.Errorf("read %s %v (version %d as %d): %w", t.Name, key, d.Version, version, err)
 	}
-	return &Item{Key: key, SCN: d.SCN, Modified: d.Modified, ETag: d.ETag(), Body: body, BodyVersion: version}, nil
+	return &Item{Key: key, SCN: d.SCN, Modified: d.Modified, ETag: etagAt(d, version), Body: body, BodyVersion: version}, nil
 }
 
 // Get reads one document.
@@ -167,9 +167,9 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
 		return nil, err
 	}
-	if err := req.Cond.Check(&d, ok, true); err != nil {
+	if err := req.Cond.Check(&d, ok, true, req.Read.Version); err != nil {
 		if errors.Is(err, ErrNotModified) {
-			return &Item{Key: req.Key, SCN: d.SCN, Modified: d.Modified, ETag: d.ETag()}, err
+			return &Item{Key: req.Key, SCN: d.SCN, Modified: d.Modified, ETag: etagAt(&d, req.Read.Version)}, err
 		}
 		return nil, err
 	}
@@ -489,7 +489,7 @@ func current(tx *storage.Tx, op *Op, key []keys.Part, mustExist bool) (storage.D
 	if err != nil {
 		return storage.Doc{}, false, err
 	}
-	if err := op.Cond.Check(&cur, exists, false); err != nil {
+	if err := op.Cond.Check(&cur, exists, false, 0); err != nil {
 		return storage.Doc{}, false, err
 	}
 	if mustExist && !exists {

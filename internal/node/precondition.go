@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
@@ -12,29 +13,41 @@ import (
 // If-None-Match or If-Modified-Since is ErrNotModified; for writes
 // If-Modified-Since is ignored, as the RFC says, and a false If-None-Match
 // is ErrPreconditionFailed.
-func (c Preconditions) Check(d *storage.Doc, exists, read bool) error {
+//
+// A read is of the document at schema version version (0: as written),
+// whose ETag carries that version when it is not the written one
+// (schema.VersionSuffix); such a representation changed when the version
+// was registered, not when the document was written, so If-Modified-Since
+// never makes it 304. A write compares tags with their version suffixes
+// taken off: whatever version the writer read the document at, what it
+// asks is that the document did not change.
+func (c Preconditions) Check(d *storage.Doc, exists, read bool, version int) error {
 	etag := ""
 	var modified time.Time
+	evolved := false
 	if exists {
 		etag = d.ETag()
+		if read {
+			etag, evolved = etagAt(d, version), schema.VersionSuffix(d.Version, version) != ""
+		}
 		// HTTP dates have one-second resolution.
 		modified = d.Modified.Truncate(time.Second)
 	}
 	if len(c.IfMatch) > 0 {
-		if !exists || !matches(c.IfMatch, etag, true) {
+		if !exists || !matches(c.IfMatch, etag, true, !read) {
 			return ErrPreconditionFailed
 		}
 	} else if !c.IfUnmodifiedSince.IsZero() && exists && modified.After(c.IfUnmodifiedSince) {
 		return ErrPreconditionFailed
 	}
 	if len(c.IfNoneMatch) > 0 {
-		if exists && matches(c.IfNoneMatch, etag, false) {
+		if exists && matches(c.IfNoneMatch, etag, false, !read) {
 			if read {
 				return ErrNotModified
 			}
 			return ErrPreconditionFailed
 		}
-	} else if read && !c.IfModifiedSince.IsZero() && exists && !modified.After(c.IfModifiedSince) {
+	} else if read && !evolved && !c.IfModifiedSince.IsZero() && exists && !modified.After(c.IfModifiedSince) {
 		return ErrNotModified
 	}
 	return nil
@@ -44,8 +57,8 @@ func (c Preconditions) Check(d *storage.Doc, exists, read bool) error {
 // is strong), "*" matching any existing document. If-None-Match compares
 // weakly (a W/ prefix ignored); If-Match strongly, as RFC 9110 §13.1.1
 // requires: a weak tag never matches, since the writer asks that nothing
-// at all changed.
-func matches(tags []string, etag string, strong bool) bool {
+// at all changed. anyVersion takes a tag's version suffix off first.
+func matches(tags []string, etag string, strong, anyVersion bool) bool {
 	return slices.ContainsFunc(tags, func(t string) bool {
 		if t == "*" {
 			return true
@@ -56,8 +69,31 @@ func matches(tags []string, etag string, strong bool) bool {
 			}
 			t = t[2:]
 		}
+		if anyVersion {
+			t = withoutVersion(t)
+		}
 		return t == etag
 	})
+}
+
+// etagAt is the ETag of d read at schema version version (0: as
+// written).
+func etagAt(d *storage.Doc, version int) string {
+	return schema.WithSuffix(d.ETag(), schema.VersionSuffix(d.Version, version))
+}
+
+// withoutVersion takes a schema version's suffix ("+v" and digits, last
+// inside the quotes) off a tag.
+func withoutVersion(t string) string {
+	end := len(t) - 1 // the closing quote
+	i := end
+	for i > 0 && t[i-1] >= '0' && t[i-1] <= '9' {
+		i--
+	}
+	if i == end || i < 3 || t[end] != '"' || t[i-2:i] != "+v" {
+		return t
+	}
+	return t[:i-2] + `"`
 }
 
 // Empty reports whether no precondition is set.

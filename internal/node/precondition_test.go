@@ -43,9 +43,57 @@ func TestPreconditionsFollowRFC9110Order(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.c.Check(doc, tc.exists, tc.read); !errors.Is(got, tc.want) || (tc.want == nil && got != nil) {
+			if got := tc.c.Check(doc, tc.exists, tc.read, 0); !errors.Is(got, tc.want) || (tc.want == nil && got != nil) {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A read at a schema version other than the written one is a
+// representation of its own; a write compares the document whatever
+// version its tag was read at.
+func TestPreconditionsAtAnotherVersion(t *testing.T) {
+	mod := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
+	doc := &storage.Doc{Version: 1, CRC: 0xabc, Modified: mod}
+	etag, at2 := doc.ETag(), etagAt(doc, 2)
+	if at2 != `"00000abc+v2"` || etagAt(doc, 1) != etag || etagAt(doc, 0) != etag {
+		t.Fatalf("ETags %s %s %s", etag, at2, etagAt(doc, 1))
+	}
+	after := mod.Add(time.Hour)
+	cases := []struct {
+		name    string
+		c       Preconditions
+		read    bool
+		version int
+		want    error
+	}{
+		{"the written version's tag does not revalidate a read at another", Preconditions{IfNoneMatch: []string{etag}}, true, 2, nil},
+		{"the version's own tag does", Preconditions{IfNoneMatch: []string{at2}}, true, 2, ErrNotModified},
+		{"another version's tag does not", Preconditions{IfNoneMatch: []string{`"00000abc+v3"`}}, true, 2, nil},
+		{"weakly too", Preconditions{IfNoneMatch: []string{"W/" + at2}}, true, 2, ErrNotModified},
+		{"if-modified-since does not", Preconditions{IfModifiedSince: after}, true, 2, nil},
+		{"if-modified-since as written", Preconditions{IfModifiedSince: after}, true, 0, ErrNotModified},
+		{"if-match on a read at another version", Preconditions{IfMatch: []string{etag}}, true, 2, ErrPreconditionFailed},
+		{"a write matches a tag read at any version", Preconditions{IfMatch: []string{at2}}, false, 0, nil},
+		{"and as written", Preconditions{IfMatch: []string{etag}}, false, 0, nil},
+		{"not another document's", Preconditions{IfMatch: []string{`"00000abd+v2"`}}, false, 0, ErrPreconditionFailed},
+		{"not a projection's", Preconditions{IfMatch: []string{`"00000abc+v2+f12345678"`}}, false, 0, ErrPreconditionFailed},
+		{"if-none-match on a write, any version", Preconditions{IfNoneMatch: []string{at2}}, false, 0, ErrPreconditionFailed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.c.Check(doc, true, tc.read, tc.version); !errors.Is(got, tc.want) || (tc.want == nil && got != nil) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	for in, want := range map[string]string{
+		`"abc+v2"`: `"abc"`, `"abc+v12"`: `"abc"`, `"abc"`: `"abc"`, `"abc+v"`: `"abc+v"`, `"+v2"`: `""`,
+		`+v2"`: `+v2"`, `"abc+v2+f1"`: `"abc+v2+f1"`, `"abc+x2"`: `"abc+x2"`, `"`: `"`, ``: ``, `2`: `2`, `"abc+v2`: `"abc+v2`,
+	} {
+		if got := withoutVersion(in); got != want {
+			t.Errorf("withoutVersion(%s) = %s, want %s", in, got, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/hamba/avro/v2"
@@ -310,7 +311,22 @@ func ProjectionSuffix(fields []string) string {
 	return fmt.Sprintf("+f%08x", crc32.ChecksumIEEE([]byte(strings.Join(fields, ","))))
 }
 
-// WithSuffix adds a projection's suffix inside a document's quoted ETag.
+// VersionSuffix names, in a representation's ETag, the schema version
+// read a document written at version written is read at: "+v" and the
+// version, or "" when the two are the same or read is 0 (as written).
+// Such a representation holds what the later version adds or drops, so
+// it must not share the stored document's ETag: a cache revalidating
+// what it read before a version was registered would be told 304 and
+// keep the old shape. It comes before a projection's suffix.
+func VersionSuffix(written, read int) string {
+	if read == 0 || read == written {
+		return ""
+	}
+	return "+v" + strconv.Itoa(read)
+}
+
+// WithSuffix adds a version's or a projection's suffix inside a
+// document's quoted ETag.
 func WithSuffix(etag, suffix string) string {
 	if suffix == "" || len(etag) < 2 {
 		return etag
