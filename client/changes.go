@@ -103,15 +103,18 @@ type ChangeTransaction struct {
 // SCN is where the partition's timeline continues: the consumer undoes
 // what it applied of that partition after it.
 type ChangeSource struct {
-	DB            string `json:"db"`
-	Table         string `json:"table,omitempty"`
-	Key           Key    `json:"key,omitempty"`
-	Partition     int    `json:"partition"`
-	SCN           string `json:"scn"`
-	Generation    uint32 `json:"generation"`
-	Sequence      uint64 `json:"sequence"`
-	SchemaVersion int    `json:"schemaVersion,omitempty"`
-	TsMs          int64  `json:"ts_ms,omitempty"`
+	DB         string `json:"db"`
+	Table      string `json:"table,omitempty"`
+	Key        Key    `json:"key,omitempty"`
+	Partition  int    `json:"partition"`
+	SCN        string `json:"scn"`
+	Generation uint32 `json:"generation"`
+	Sequence   uint64 `json:"sequence"`
+	// SchemaVersion is the version a change's Before and After are in
+	// (the stream's Version, or the table's latest); of an "error"
+	// event, the version the document was written in.
+	SchemaVersion int   `json:"schemaVersion,omitempty"`
+	TsMs          int64 `json:"ts_ms,omitempty"`
 	// Snapshot is "true" or "last" for rows of a snapshot, "false" for
 	// changes.
 	Snapshot string `json:"snapshot,omitempty"`

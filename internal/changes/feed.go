@@ -1033,11 +1033,7 @@ func (r *reader) change(c *storage.Commit, e *storage.Event, total, perTable int
 	} else {
 		b = append(b, "null"...)
 	}
-	version := e.Version
-	if e.Op == storage.OpDelete {
-		version = e.PrevVersion
-	}
-	if b, err = r.source(b, e.Table, e.Key, c.SCN, version, "false", c.Timestamp); err != nil {
+	if b, err = r.source(b, e.Table, e.Key, c.SCN, r.target(t), "false", c.Timestamp); err != nil {
 		return nil, err
 	}
 	b = appendTS(b, time.Now())
@@ -1065,7 +1061,7 @@ func (r *reader) snapshotRow(scn storage.SCN, row *storage.Row, flag string) ([]
 	if b, err = r.render(b, t, d.Version, d.Value); err != nil {
 		return nil, &unrenderable{table: row.Table, key: row.Key, scn: scn, version: d.Version, err: err}
 	}
-	if b, err = r.source(b, row.Table, row.Key, scn, d.Version, flag, d.Modified); err != nil {
+	if b, err = r.source(b, row.Table, row.Key, scn, r.target(t), flag, d.Modified); err != nil {
 		return nil, err
 	}
 	b = appendTS(b, time.Now())
@@ -1123,10 +1119,7 @@ func appendTS(b []byte, t time.Time) []byte {
 // render appends a stored document as JSON in the requested version and
 // projection.
 func (r *reader) render(b []byte, t *schema.Table, written int, value []byte) ([]byte, error) {
-	target := r.s.req.Version
-	if target == 0 {
-		target = t.Latest().Number
-	}
+	target := r.target(t)
 	plan, err := r.s.f.Plans.Plan(t, written, target, r.s.req.Fields)
 	if err != nil {
 		return nil, err
@@ -1143,6 +1136,17 @@ func (r *reader) render(b []byte, t *schema.Table, written int, value []byte) ([
 		return nil, err
 	}
 	return rd.JSON.Append(b, avro)
+}
+
+// target is the schema version t's documents are rendered in: the
+// stream's version, or t's latest (t as the change found it, so the
+// before and after of one change are in one version, the one source
+// names).
+func (r *reader) target(t *schema.Table) int {
+	if r.s.req.Version != 0 {
+		return r.s.req.Version
+	}
+	return t.Latest().Number
 }
 
 func (r *reader) control(kind string, scn storage.SCN) []byte {

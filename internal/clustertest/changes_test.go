@@ -271,3 +271,45 @@ func TestChangeStreamUnrenderable(t *testing.T) {
 		t.Fatalf("resumed from the error's token in version 2: %s", e.Raw)
 	}
 }
+
+// A change's source.schemaVersion is the version its before and after
+// are rendered in, as X-Cortado-Schema-Version is a read's: the stream's
+// version, or the table's latest, whatever version the document was
+// written in.
+func TestChangeStreamNamesItsVersion(t *testing.T) {
+	s := openServer(t)
+	ctx := context.Background()
+	if err := s.DemoDatabase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	cl := client.New(ts.URL)
+	defer cl.Close()
+	if _, err := cl.Put(ctx, "demo", "MailboxStats", client.Key{"old"}, map[string]any{"total": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	v2 := `{"type":"record","name":"MailboxStats","namespace":"demo","fields":[{"name":"total","type":"long","default":0},{"name":"unread","type":"long","default":0},{"name":"flagged","type":"long","default":0}]}`
+	if _, err := cl.RegisterSchema(ctx, "demo", "MailboxStats", client.TableSchema{Schema: json.RawMessage(v2)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Put(ctx, "demo", "MailboxStats", client.Key{"old"}, map[string]any{"total": 2, "flagged": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		version            int
+		want               int
+		created, upd, prev string
+	}{
+		{0, 2, `{"total":1,"unread":0,"flagged":0}`, `{"total":2,"unread":0,"flagged":1}`, `{"total":1,"unread":0,"flagged":0}`},
+		{1, 1, `{"total":1,"unread":0}`, `{"total":2,"unread":0}`, `{"total":1,"unread":0}`},
+		{2, 2, `{"total":1,"unread":0,"flagged":0}`, `{"total":2,"unread":0,"flagged":1}`, `{"total":1,"unread":0,"flagged":0}`},
+	} {
+		got := collect(t, cl, "demo", &client.ChangeOptions{Tables: []string{"MailboxStats"}, Version: tc.version, Before: true}, 2, isChange)
+		c, u := got[len(got)-2], got[len(got)-1]
+		if c.Source.SchemaVersion != tc.want || u.Source.SchemaVersion != tc.want ||
+			string(c.After) != tc.created || string(u.After) != tc.upd || string(u.Before) != tc.prev {
+			t.Fatalf("version=%d: want schemaVersion %d\n%s\n%s", tc.version, tc.want, c.Raw, u.Raw)
+		}
+	}
+}
