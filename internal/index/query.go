@@ -165,6 +165,13 @@ func (p *parser) errf(format string, a ...any) error {
 	return &SyntaxError{p.tok.pos, fmt.Sprintf(format, a...)}
 }
 
+// notOperators are the characters other query languages (Lucene's,
+// bleve's) give a meaning in a word: * and ? wildcards, ~ fuzzy and
+// proximity matches, ^ boosts. Text analysis would drop them, and an
+// attribute would take them as part of its value, so "hel*" would
+// silently search for "hel": an unquoted word holding one is refused.
+const notOperators = "*?~^"
+
 // wordRune is a rune of an unquoted word.
 func wordRune(r rune) bool {
 	switch r {
@@ -362,6 +369,11 @@ func (p *parser) primary(depth int) (Expr, error) {
 }
 
 func (p *parser) match(field string, t token) (Expr, error) {
+	if t.kind == tWord {
+		if i := strings.IndexAny(t.text, notOperators); i >= 0 {
+			return nil, &SyntaxError{t.pos + i, fmt.Sprintf("%q: %c is not an operator here (no wildcards, fuzzy or proximity matches, or boosts); quote the value to search for it as written", t.text, t.text[i])}
+		}
+	}
 	p.terms++
 	if p.terms > MaxQueryTerms {
 		return nil, &SyntaxError{t.pos, fmt.Sprintf("a query has at most %d terms", MaxQueryTerms)}
