@@ -287,6 +287,9 @@ func TestHTTPAPI(t *testing.T) {
 		{"POST", "/demo/_txn/box?dryRun=true", `"dryRun" is not a parameter of a transaction`},
 		{"GET", "/_schemata/demo?pretty", `"pretty" is not a parameter of a schema request`},
 		{"GET", "/demo/Message/box?limit=1;next=x", `invalid semicolon separator`},
+		{"GET", "/demo/Message/box?limit=0", `limit must be a positive integer, not "0"`},
+		{"GET", "/demo/Message/box?query=subject:1&limit=1e2", `limit must be a positive integer, not "1e2"`},
+		{"GET", "/demo/Message/box?limit=1001", `limit 1001 is over the maximum 1000`},
 	} {
 		p := h.problem(h.do(c.method, c.path, nil, `{"subject":"x"}`), 400, "urn:cortado:problem:malformed-request")
 		if d, _ := p["detail"].(string); !strings.Contains(d, c.detail) {

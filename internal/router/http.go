@@ -227,7 +227,7 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			limit := 0
 			if s := q.Get("limit"); s != "" {
 				if limit, err = strconv.Atoi(s); err != nil || limit < 1 {
-					r.fail(w, Problem(&keyError{fmt.Errorf("limit must be a positive integer")}))
+					r.fail(w, Problem(&paramError{fmt.Errorf("limit must be a positive integer, not %q", s)}))
 					return
 				}
 			}
