@@ -141,17 +141,37 @@ func genQ(rng *rand.Rand, qt qTable, depth int) genQuery {
 		}}
 	case kind == 2 && len(attrs) == 0, kind == 2:
 		w := qWords[rng.IntN(len(qWords))]
+		if rng.IntN(2) == 0 { // a prefix: the words that start with it
+			p := w[:1+rng.IntN(len(w))]
+			text := p + "*"
+			if rng.IntN(2) == 0 {
+				text = "subject:" + strings.ToUpper(p[:1]) + p[1:] + "*"
+			}
+			return genQuery{text, func(m msg) bool {
+				return slices.ContainsFunc(index.Words(m.Subject), func(x string) bool { return strings.HasPrefix(x, p) })
+			}}
+		}
 		return genQuery{"subject:" + w, func(m msg) bool { return slices.Contains(index.Words(m.Subject), w) }}
 	}
 	switch f := attrs[kind-3]; f {
 	case "from":
 		v := qFrom[rng.IntN(len(qFrom))]
+		if rng.IntN(3) == 0 { // a prefix of the attribute, as stored
+			p := v[:rng.IntN(len(v))+1]
+			return genQuery{"from:" + p + "*", func(m msg) bool { return strings.HasPrefix(m.From, p) }}
+		}
 		return genQuery{"from:" + v, func(m msg) bool { return m.From == v }}
 	case "isInbox":
 		v := rng.IntN(2) == 0
 		return genQuery{"isInbox:" + strconv.FormatBool(v), func(m msg) bool { return m.IsInbox == v }}
 	case "labels":
 		v := qLabels[rng.IntN(len(qLabels))]
+		if rng.IntN(3) == 0 {
+			p := v[:rng.IntN(len(v))+1]
+			return genQuery{"labels:" + p + "*", func(m msg) bool {
+				return slices.ContainsFunc(m.Labels, func(l string) bool { return strings.HasPrefix(l, p) })
+			}}
+		}
 		return genQuery{"labels:" + v, func(m msg) bool { return slices.Contains(m.Labels, v) }}
 	case "createdOn":
 		lo, hi := rng.Int64N(50)-10, rng.Int64N(50)-10

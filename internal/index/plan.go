@@ -38,6 +38,8 @@ type Leaf struct {
 	Estimate int
 	// Probe: check each candidate's posting instead of reading the list.
 	Probe bool
+	// Prefix: Lo is the start every term read begins with (hel*).
+	Prefix bool
 }
 
 // PlanAnd is the documents every Items plan matches and no Not plan does.
@@ -176,7 +178,7 @@ func planExpr(q Expr, m Metadata, est Estimator) (Plan, error) {
 			}
 			var or PlanOr
 			for _, f := range m.TextFields {
-				p, err := planMatch(&Match{Field: f, Value: q.Value, Quoted: q.Quoted, Pos: q.Pos}, m, est)
+				p, err := planMatch(&Match{Field: f, Value: q.Value, Quoted: q.Quoted, Prefix: q.Prefix, Pos: q.Pos}, m, est)
 				if err != nil {
 					return nil, err
 				}
@@ -246,10 +248,39 @@ func badValue(pos int, field, v string, t schema.TermType) error {
 	return &QueryError{Pos: pos, Field: field, Msg: fmt.Sprintf("%q is not a %s value, which field %s holds", v, t, field)}
 }
 
+// planPrefix plans hel*: the terms of a string attribute, or the words
+// of a text field, that start with the value (as analysed: one word,
+// lower-cased). Its leaf reads every such term's postings, as a range
+// does, and does not score: a word's BM25 needs its document frequency,
+// and a prefix stands for many words (Lucene scores prefix queries as a
+// constant too). A query of prefixes alone comes in key order.
+func planPrefix(q *Match, ix *schema.Index, est Estimator) (Plan, error) {
+	v := q.Value
+	if ix.Kind == schema.IndexAttribute {
+		if ix.Type != schema.TermString {
+			return nil, &QueryError{Pos: q.Pos, Field: q.Field, Msg: fmt.Sprintf("%s*: a prefix applies to string and text fields; %s holds %s values", v, q.Field, ix.Type)}
+		}
+	} else {
+		words := Words(v)
+		if len(words) != 1 || strings.ContainsFunc(v, func(r rune) bool { return !wordChar(r) }) {
+			return nil, &QueryError{Pos: q.Pos, Field: q.Field, Msg: fmt.Sprintf("%q: a prefix is the start of one word (letters and digits), as in hel*", v+"*")}
+		}
+		v = words[0]
+	}
+	t := appendStringTerm(nil, v)
+	lo := t[:len(t)-2] // without the terminator: every term that starts with v
+	l := &Leaf{Field: q.Field, Lo: lo, Hi: append(lo[:len(lo):len(lo)], 0xFF), Prefix: true}
+	l.Estimate = est(l.Field, l.Lo, l.Hi)
+	return l, nil
+}
+
 func planMatch(q *Match, m Metadata, est Estimator) (Plan, error) {
 	ix, err := index(m, q.Field, q.Pos)
 	if err != nil {
 		return nil, err
+	}
+	if q.Prefix {
+		return planPrefix(q, ix, est)
 	}
 	if ix.Kind == schema.IndexAttribute {
 		t, ok := ParseTerm(ix.Type, q.Value)
@@ -329,6 +360,8 @@ func (l *Leaf) planString(b *strings.Builder) {
 		fmt.Fprintf(b, "phrase(%s %q)", l.Field, strings.Join(ws, " "))
 	case l.Term != nil:
 		fmt.Fprintf(b, "term(%s=%s)", l.Field, DecodeTerm(l.Term))
+	case l.Prefix:
+		fmt.Fprintf(b, "prefix(%s=%s*)", l.Field, DecodeTerm(append(l.Lo[:len(l.Lo):len(l.Lo)], 0, 1)))
 	default:
 		lo, hi := "*", "*"
 		if l.Lo != nil {

@@ -32,6 +32,9 @@ type Match struct {
 	Field  string
 	Value  string
 	Quoted bool
+	// Prefix: the value ended in * (hel*), and matches the words (or
+	// string attributes) that start with it.
+	Prefix bool
 	Pos    int // byte offset of the match in the query
 }
 
@@ -51,6 +54,9 @@ func (e *Match) String() string {
 	v := e.Value
 	if e.Quoted {
 		v = fmt.Sprintf("%q", v)
+	}
+	if e.Prefix {
+		v += "*"
 	}
 	if e.Field == "" {
 		return v
@@ -168,8 +174,9 @@ func (p *parser) errf(format string, a ...any) error {
 // notOperators are the characters other query languages (Lucene's,
 // bleve's) give a meaning in a word: * and ? wildcards, ~ fuzzy and
 // proximity matches, ^ boosts. Text analysis would drop them, and an
-// attribute would take them as part of its value, so "hel*" would
-// silently search for "hel": an unquoted word holding one is refused.
+// attribute would take them as part of its value, so "he?lo" would
+// silently search for "he" and "lo": an unquoted word holding one is
+// refused, but for a * that ends it (a prefix).
 const notOperators = "*?~^"
 
 // wordRune is a rune of an unquoted word.
@@ -369,16 +376,19 @@ func (p *parser) primary(depth int) (Expr, error) {
 }
 
 func (p *parser) match(field string, t token) (Expr, error) {
+	value, prefix := t.text, false
 	if t.kind == tWord {
-		if i := strings.IndexAny(t.text, notOperators); i >= 0 {
-			return nil, &SyntaxError{t.pos + i, fmt.Sprintf("%q: %c is not an operator here (no wildcards, fuzzy or proximity matches, or boosts); quote the value to search for it as written", t.text, t.text[i])}
+		if len(value) > 1 && strings.IndexAny(value, notOperators) == len(value)-1 && value[len(value)-1] == '*' {
+			value, prefix = value[:len(value)-1], true
+		} else if i := strings.IndexAny(value, notOperators); i >= 0 {
+			return nil, &SyntaxError{t.pos + i, fmt.Sprintf("%q: %c is not an operator here (a * ends a prefix, as in hel*; there are no other wildcards, fuzzy or proximity matches, or boosts); quote the value to search for it as written", value, value[i])}
 		}
 	}
 	p.terms++
 	if p.terms > MaxQueryTerms {
 		return nil, &SyntaxError{t.pos, fmt.Sprintf("a query has at most %d terms", MaxQueryTerms)}
 	}
-	return &Match{Field: field, Value: t.text, Quoted: t.kind == tPhrase, Pos: t.pos}, nil
+	return &Match{Field: field, Value: value, Quoted: t.kind == tPhrase, Prefix: prefix, Pos: t.pos}, nil
 }
 
 func (p *parser) fieldValue(field token) (Expr, error) {

@@ -154,7 +154,7 @@ func Words(text string) []string {
 		}
 	}
 	for i, r := range text {
-		if unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) {
+		if wordChar(r) {
 			if start < 0 {
 				start = i
 			}
@@ -164,6 +164,11 @@ func Words(text string) []string {
 	}
 	flush(len(text))
 	return out
+}
+
+// wordChar reports whether r is part of a word.
+func wordChar(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r)
 }
 
 // validEnd reports whether s does not end inside a UTF-8 sequence.
