@@ -34,8 +34,12 @@ type Leaf struct {
 	Offsets []uint32
 	// Scored leaves (words and phrases of text fields) add BM25 scores.
 	Scored bool
-	// Estimate is the planner's idea of how many documents match.
+	// Estimate is the planner's idea of how many documents match:
+	// counted (est) only where it orders an AND's lists, since counting
+	// reads a list as far as EstimateCap; a phrase's always, for its
+	// score.
 	Estimate int
+	est      Estimator
 	// Probe: check each candidate's posting instead of reading the list.
 	Probe bool
 	// Prefix: Lo is the start every term read begins with (hel*).
@@ -144,15 +148,17 @@ func planExpr(q Expr, m Metadata, est Estimator) (Plan, error) {
 			// Only negations: of the whole collection.
 			return &PlanNot{Item: &PlanOr{Items: and.Not}}, nil
 		}
-		slices.SortStableFunc(and.Items, func(a, b Plan) int { return estimate(a) - estimate(b) })
-		first := estimate(and.Items[0])
-		for _, it := range and.Items[1:] {
-			if l, ok := it.(*Leaf); ok && l.Term != nil && !l.Scored && l.Estimate > probeRatio*first {
-				l.Probe = true
-			}
-		}
 		if len(and.Items) == 1 && len(and.Not) == 0 {
 			return and.Items[0], nil
+		}
+		if len(and.Items) > 1 {
+			slices.SortStableFunc(and.Items, func(a, b Plan) int { return estimate(a) - estimate(b) })
+			first := estimate(and.Items[0])
+			for _, it := range and.Items[1:] {
+				if l, ok := it.(*Leaf); ok && l.Term != nil && !l.Scored && estimate(l) > probeRatio*first {
+					l.Probe = true
+				}
+			}
 		}
 		return and, nil
 	case *Or:
@@ -219,7 +225,7 @@ func planExpr(q Expr, m Metadata, est Estimator) (Plan, error) {
 				l.Hi = append(t, 0xFF)
 			}
 		}
-		l.Estimate = est(l.Field, l.Lo, l.Hi)
+		l.Estimate, l.est = unestimated, est
 		return l, nil
 	}
 	return nil, fmt.Errorf("index: cannot plan %T", q)
@@ -270,7 +276,7 @@ func planPrefix(q *Match, ix *schema.Index, est Estimator) (Plan, error) {
 	t := appendStringTerm(nil, v)
 	lo := t[:len(t)-2] // without the terminator: every term that starts with v
 	l := &Leaf{Field: q.Field, Lo: lo, Hi: append(lo[:len(lo):len(lo)], 0xFF), Prefix: true}
-	l.Estimate = est(l.Field, l.Lo, l.Hi)
+	l.Estimate, l.est = unestimated, est
 	return l, nil
 }
 
@@ -288,7 +294,7 @@ func planMatch(q *Match, m Metadata, est Estimator) (Plan, error) {
 			return nil, badValue(q.Pos, q.Field, q.Value, ix.Type)
 		}
 		l := &Leaf{Field: q.Field, Term: t, Lo: t, Hi: append(t[:len(t):len(t)], 0xFF)}
-		l.Estimate = est(l.Field, l.Lo, l.Hi)
+		l.Estimate, l.est = unestimated, est
 		return l, nil
 	}
 	all := Words(q.Value)
@@ -310,10 +316,10 @@ func planMatch(q *Match, m Metadata, est Estimator) (Plan, error) {
 	if len(words) == 1 {
 		t := appendStringTerm(nil, words[0])
 		l := &Leaf{Field: q.Field, Term: t, Lo: t, Hi: append(t[:len(t):len(t)], 0xFF), Scored: true}
-		l.Estimate = est(l.Field, l.Lo, l.Hi)
+		l.Estimate, l.est = unestimated, est
 		return l, nil
 	}
-	l := &Leaf{Field: q.Field, Scored: true, Estimate: -1}
+	l := &Leaf{Field: q.Field, Scored: true, Estimate: unestimated}
 	for i, w := range words {
 		t := appendStringTerm(nil, w)
 		l.Words = append(l.Words, t)
@@ -325,11 +331,18 @@ func planMatch(q *Match, m Metadata, est Estimator) (Plan, error) {
 	return l, nil
 }
 
-// estimate is a plan's expected size: a leaf's estimate; the smallest
-// item of an AND; the sum of an OR's (a NOT is taken as large).
+// unestimated is a leaf's Estimate not counted yet.
+const unestimated = -1
+
+// estimate is a plan's expected size: a leaf's estimate (counted the
+// first time it is asked for); the smallest item of an AND; the sum of
+// an OR's (a NOT is taken as large).
 func estimate(p Plan) int {
 	switch p := p.(type) {
 	case *Leaf:
+		if p.Estimate == unestimated {
+			p.Estimate = p.est(p.Field, p.Lo, p.Hi)
+		}
 		return p.Estimate
 	case *PlanAnd:
 		return estimate(p.Items[0])
@@ -381,7 +394,9 @@ func (l *Leaf) planString(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "%s)", hi)
 	}
-	fmt.Fprintf(b, "~%d", l.Estimate)
+	if l.Estimate != unestimated {
+		fmt.Fprintf(b, "~%d", l.Estimate)
+	}
 	if l.Probe {
 		b.WriteString(" probe")
 	}
