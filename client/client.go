@@ -641,10 +641,13 @@ type pageJSON struct {
 
 func parsePage(b []byte, scn string) (*Page, error) {
 	var pj pageJSON
-	dec := json.NewDecoder(bytesReader(b))
-	dec.UseNumber()
-	if err := dec.Decode(&pj); err != nil {
-		return nil, fmt.Errorf("cortado: bad page: %w", err)
+	if !scanPage(b, &pj) {
+		pj = pageJSON{}
+		dec := json.NewDecoder(bytesReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&pj); err != nil {
+			return nil, fmt.Errorf("cortado: bad page: %w", err)
+		}
 	}
 	p := &Page{Next: pj.Next, SCN: scn, MissingPartitions: pj.MissingPartitions}
 	for _, k := range pj.Missing {

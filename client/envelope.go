@@ -343,8 +343,10 @@ func literal(b []byte, i int, word string) (int, bool) {
 }
 
 // skipString passes a string, checking its escapes and that it holds no
-// control characters; a string with invalid UTF-8 is refused (json.Unmarshal
-// would replace the bytes).
+// control characters. Other bytes pass as encoding/json's scanner lets
+// them, invalid UTF-8 too: a raw value keeps them as they are, and a
+// string decoded into a Go string goes through plainString, which takes
+// ASCII only, or json.Unmarshal, which replaces invalid bytes.
 func skipString(b []byte, i int) (int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return i, false
@@ -375,8 +377,6 @@ func skipString(b []byte, i int) (int, bool) {
 			default:
 				return i, false
 			}
-		case c >= 0x80:
-			return i, false
 		}
 	}
 	return i, false

@@ -110,6 +110,7 @@ type mailStore interface {
 	insert(box string, id int64, m map[string]any) error
 	inbox(box string) (int, error)        // isInbox, newest first, 20
 	search(box, word string) (int, error) // a word of the body, best first, 20
+	prefix(box, p string) (int, error)    // words of the body that start with p, 20
 	close() error
 }
 
@@ -136,6 +137,13 @@ func (c *cortadoMail) search(box, word string) (int, error) {
 		return 0, err
 	}
 	return len(p.Documents), nil
+}
+func (c *cortadoMail) prefix(box, p string) (int, error) {
+	pg, err := c.c.Query(context.Background(), "mail", "Message", client.Key{box}, client.Query{Where: "body:" + p + "*", Limit: 20}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return len(pg.Documents), nil
 }
 func (c *cortadoMail) close() error { return c.c.Close() }
 
@@ -208,6 +216,11 @@ func (b *bleveMail) inbox(box string) (int, error) {
 }
 func (b *bleveMail) search(box, word string) (int, error) {
 	q := bleve.NewMatchQuery(word)
+	q.SetField("body")
+	return b.run(box, q, nil)
+}
+func (b *bleveMail) prefix(box, p string) (int, error) {
+	q := bleve.NewPrefixQuery(p)
 	q.SetField("body")
 	return b.run(box, q, nil)
 }
@@ -287,8 +300,10 @@ type mixResult struct {
 }
 
 // runMix runs a closed loop of reads (half the inbox query, half a text
-// search) and inserts at readFrac for d with workers.
-func runMix(t *testing.T, s mailStore, mb *mailboxSet, readFrac float64, d time.Duration, workers int, seed uint64) mixResult {
+// search) and inserts at readFrac for d with workers; with prefixes, every
+// operation is a query of the body's words that start with the first two
+// letters of a word.
+func runMix(t *testing.T, s mailStore, mb *mailboxSet, readFrac float64, prefixes bool, d time.Duration, workers int, seed uint64) mixResult {
 	var mu sync.Mutex
 	var all, reads, writes []time.Duration
 	deadline := time.Now().Add(d)
@@ -306,6 +321,8 @@ func runMix(t *testing.T, s mailStore, mb *mailboxSet, readFrac float64, d time.
 				var err error
 				isRead := rng.Float64() < readFrac
 				switch {
+				case prefixes:
+					_, err = s.prefix(box, zipfWord(z)[:2])
 				case isRead && rng.IntN(2) == 0:
 					_, err = s.inbox(box)
 				case isRead:
@@ -408,9 +425,10 @@ func TestFigure7(t *testing.T) {
 	}()
 
 	mixes := []struct {
-		name string
-		read float64
-	}{{"90/10", 0.9}, {"50/50", 0.5}, {"10/90", 0.1}}
+		name     string
+		read     float64
+		prefixes bool
+	}{{"90/10", 0.9, false}, {"50/50", 0.5, false}, {"10/90", 0.1, false}, {"prefix (ab*)", 1, true}}
 	results := map[string]map[string][]mixResult{}
 	for _, m := range mixes {
 		results[m.name] = map[string][]mixResult{}
@@ -422,7 +440,7 @@ func TestFigure7(t *testing.T) {
 				order = []mailStore{systems[1], systems[0]}
 			}
 			for _, s := range order {
-				r := runMix(t, s, sets[s.name()], m.read, d, workers, uint64(round*10+1))
+				r := runMix(t, s, sets[s.name()], m.read, m.prefixes, d, workers, uint64(round*10+1))
 				results[m.name][s.name()] = append(results[m.name][s.name()], r)
 				t.Logf("round %d mix %s %-7s %8.0f ops/s  mean %-10v p99 %-10v (reads p99 %v, writes p99 %v)",
 					round+1, m.name, s.name(), r.perSec, r.mean.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.readP99.Round(time.Microsecond), r.wrP99.Round(time.Microsecond))
