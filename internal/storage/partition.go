@@ -287,7 +287,12 @@ func scan(r iterable, db string, id int, o ScanOptions, fn func([]keys.Part, []b
 	}
 	defer it.Close()
 	n := 0
-	for valid := it.First(); valid; valid = it.Next() {
+	// NextPrefix, not Next: a document rewritten many times has as many
+	// values in the memtable, and Next steps over each of them (a
+	// collection of 20 read in 5.8 ms after 74,000 writes of one of
+	// its documents, 0.4 ms before), where NextPrefix seeks past them.
+	// Every key is its own prefix (the default comparer's Split).
+	for valid := it.First(); valid; valid = it.NextPrefix() {
 		encoded := it.Key()[len(tablePrefix):]
 		parts, err := keys.Decode(encoded)
 		if err != nil {

@@ -66,7 +66,7 @@ func (s *Snapshot) Rows(fn func(Row) error) error {
 		return err
 	}
 	defer it.Close()
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := it.First(); valid; valid = it.NextPrefix() { // past a key's older values at once (see scan)
 		k := it.Key()
 		tp, n, err := keys.DecodePart(k[len(prefix):])
 		if err != nil {
@@ -98,7 +98,7 @@ func (s *Snapshot) Marks() ([]Mark, error) {
 	}
 	defer it.Close()
 	var out []Mark
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := it.First(); valid; valid = it.NextPrefix() { // past a key's older values at once (see scan)
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return nil, err

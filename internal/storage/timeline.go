@@ -512,7 +512,7 @@ func (p *Partition) checksum(snap *pebble.Snapshot, scn SCN) (Sums, error) {
 	total := fnv.New64a()
 	var table hash.Hash64
 	var tableName string
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := it.First(); valid; valid = it.NextPrefix() { // past a key's older values at once (see scan)
 		k := it.Key()
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -548,7 +548,7 @@ func (p *Partition) checksum(snap *pebble.Snapshot, scn SCN) (Sums, error) {
 	defer mit.Close()
 	auto := fnv.New64a()
 	n := 0
-	for valid := mit.First(); valid; valid = mit.Next() {
+	for valid := mit.First(); valid; valid = mit.NextPrefix() { // past a key's older values at once (see scan)
 		v, err := mit.ValueAndErr()
 		if err != nil {
 			return Sums{}, err
