@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/keys"
@@ -91,7 +92,14 @@ type Feed struct {
 
 	backlogOnce sync.Once
 	backlog     chan struct{}
+	letGo       atomic.Uint64 // log answers readers let go for want of room
 }
+
+// AnswersLetGo is how many log answers the feed's readers have let go
+// because their stream had no room for the next event: each is asked
+// for again from that event once there is. Many a second say that
+// consumers read slower than their partitions write.
+func (f *Feed) AnswersLetGo() uint64 { return f.letGo.Load() }
 
 // backlogSlots returns the feed's slots for readers reading a backlog.
 func (f *Feed) backlogSlots() chan struct{} {
@@ -505,6 +513,7 @@ func (s *Stream) follow(ctx context.Context, part int, pos Position, known bool,
 		if errors.Is(err, errNoRoom) {
 			// Wait, holding nothing, until the event that did not fit
 			// does, and keep that room for it.
+			r.s.f.letGo.Add(1)
 			if !r.reserve() {
 				return
 			}

@@ -168,6 +168,11 @@ func TestStreamBacklogBound(t *testing.T) {
 		now, _ := src.held()
 		return now == 0
 	})
+	// Counted (cortado_change_stream_answers_let_go_total): every
+	// partition's reader but the one whose event is in the queue.
+	if n := feed.AnswersLetGo(); n < partitions-1 {
+		t.Fatalf("%d answers counted as let go, want %d at least", n, partitions-1)
+	}
 
 	// Another stream reads the whole backlog meanwhile.
 	var events atomic.Int64

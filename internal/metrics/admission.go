@@ -158,10 +158,13 @@ func (m *Metrics) RegisterConns(open, refused, waiting func() int64) {
 			func() float64 { return float64(refused()) }))
 }
 
-// RegisterStreams exports how many change streams a router serves.
-func (m *Metrics) RegisterStreams(open func() int64) {
+// RegisterStreams exports how many change streams a router serves, and
+// how many log answers their readers let go for want of room.
+func (m *Metrics) RegisterStreams(open func() int64, letGo func() uint64) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cortado_change_streams", Help: "Change streams this router serves now (at most --max-streams)."},
 		func() float64 { return float64(open()) }))
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cortado_change_stream_answers_let_go_total", Help: "Log answers a router's change-stream readers let go because their stream had no room for the next event (its consumer reads slower than its partitions write); each is asked for again from that event once there is room."},
+		func() float64 { return float64(letGo()) }))
 }
 
 // RegisterRelayBuffer exports the bytes a relay's buffers hold.

@@ -125,6 +125,15 @@ func (d deadlineWriter) Write(p []byte) (int, error) {
 // Streams is how many change streams this router serves now.
 func (r *Router) Streams() int64 { return r.streams.Load() }
 
+// AnswersLetGo is how many log answers the router's change-stream readers
+// let go for want of room in their streams (changes.Feed.AnswersLetGo).
+func (r *Router) AnswersLetGo() uint64 {
+	if r.changes == nil {
+		return 0
+	}
+	return r.changes.AnswersLetGo()
+}
+
 // OpenChanges checks a change-stream request (the query parameters of
 // GET /{db}/_changes, and a Last-Event-ID header's value) and returns the
 // stream to run.
