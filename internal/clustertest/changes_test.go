@@ -213,15 +213,8 @@ func TestChangeStream(t *testing.T) {
 // it. The partition's reader retried it forever, silently: the consumer
 // got neither the change nor an error.
 func TestChangeStreamUnrenderable(t *testing.T) {
-	s := openServer(t)
 	ctx := context.Background()
-	if err := s.DemoDatabase(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
-	cl := client.New(ts.URL)
-	defer cl.Close()
+	ts, cl := demoOverHTTP(t)
 	v2 := `{"type":"record","name":"MailboxStats","namespace":"demo","fields":[{"name":"total","type":"long","default":0},{"name":"unread","type":"double","default":0}]}`
 	if _, err := cl.RegisterSchema(ctx, "demo", "MailboxStats", client.TableSchema{Schema: json.RawMessage(v2)}); err != nil {
 		t.Fatal(err)
@@ -277,15 +270,8 @@ func TestChangeStreamUnrenderable(t *testing.T) {
 // version, or the table's latest, whatever version the document was
 // written in.
 func TestChangeStreamNamesItsVersion(t *testing.T) {
-	s := openServer(t)
 	ctx := context.Background()
-	if err := s.DemoDatabase(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
-	cl := client.New(ts.URL)
-	defer cl.Close()
+	_, cl := demoOverHTTP(t)
 	if _, err := cl.Put(ctx, "demo", "MailboxStats", client.Key{"old"}, map[string]any{"total": 1}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -312,4 +298,18 @@ func TestChangeStreamNamesItsVersion(t *testing.T) {
 			t.Fatalf("version=%d: want schemaVersion %d\n%s\n%s", tc.version, tc.want, c.Raw, u.Raw)
 		}
 	}
+}
+
+// demoOverHTTP serves a server's demo database over HTTP, with a client
+// of it; both end with the test.
+func demoOverHTTP(t *testing.T) (*httptest.Server, *client.Client) {
+	s := openServer(t)
+	if err := s.DemoDatabase(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	cl := client.New(ts.URL)
+	t.Cleanup(func() { cl.Close() })
+	return ts, cl
 }
