@@ -212,45 +212,27 @@ var sourceNames = []string{"db", "table", "key", "partition", "scn", "generation
 // scanKey reads a key of plain strings and integers (as encoding/json
 // reads them into a Key: strings and float64s).
 func (s *ChangeSource) scanKey(v []byte) bool {
-	if len(v) < 2 || v[0] != '[' {
-		return false
-	}
-	var k Key
-	i := skipSpace(v, 1)
-	if i < len(v) && v[i] == ']' {
-		s.Key = Key{}
-		return i+1 == len(v)
-	}
-	for i < len(v) {
-		end, ok := skipValue(v, i, 0)
-		if !ok {
-			return false
-		}
-		part := v[i:end]
+	k := Key{}
+	ok := scanArray(v, func(part []byte) bool {
 		if part[0] == '"' {
 			var str string
 			if !plainString(part, &str) {
 				return false
 			}
 			k = append(k, str)
-		} else {
-			n, err := strconv.ParseInt(string(part), 10, 64)
-			if err != nil || n > 1<<53 || n < -(1<<53) || n == 0 && part[0] == '-' {
-				return false // a float64 would round it, or it is -0
-			}
-			k = append(k, float64(n))
+			return true
 		}
-		i = skipSpace(v, end)
-		if i < len(v) && v[i] == ']' {
-			s.Key = k
-			return i+1 == len(v)
+		n, err := strconv.ParseInt(string(part), 10, 64)
+		if err != nil || n > 1<<53 || n < -(1<<53) || n == 0 && part[0] == '-' {
+			return false // a float64 would round it, or it is -0
 		}
-		if i >= len(v) || v[i] != ',' {
-			return false
-		}
-		i = skipSpace(v, i+1)
+		k = append(k, float64(n))
+		return true
+	})
+	if ok {
+		s.Key = k
 	}
-	return false
+	return ok
 }
 
 // plainString reads a JSON string without escapes or non-ASCII bytes.

@@ -13,17 +13,12 @@ import (
 // and copied once each, where encoding/json scanned each twice: half of
 // an embedded client's small query was its page's decoding.
 func scanPage(b []byte, pj *pageJSON) bool {
-	var seen [4]bool
-	once := func(i int) bool {
-		ok := !seen[i]
-		seen[i] = true
-		return ok
-	}
+	var seen members
 	end, ok := eachMember(b, skipSpace(b, 0), func(name, v []byte) bool {
 		isNull := string(v) == "null"
 		switch string(name) {
 		case "documents":
-			if !once(0) {
+			if !seen.first(0) {
 				return false // encoding/json merges a repeated array into the first
 			}
 			if isNull {
@@ -38,15 +33,27 @@ func scanPage(b []byte, pj *pageJSON) bool {
 				return true
 			})
 		case "next":
-			return once(1) && (isNull || anyString(v, &pj.Next))
+			return seen.first(1) && (isNull || anyString(v, &pj.Next))
 		case "missing":
-			return once(2) && decodeNumbers(v, &pj.Missing)
+			return seen.first(2) && decodeNumbers(v, &pj.Missing)
 		case "missingPartitions":
-			return once(3) && json.Unmarshal(v, &pj.MissingPartitions) == nil
+			return seen.first(3) && json.Unmarshal(v, &pj.MissingPartitions) == nil
 		}
 		return otherName(name, pageNames)
 	})
 	return ok && end > 0
+}
+
+// members records which of an object's known members a scan has met: a
+// repeated one is left to encoding/json, which merges or replaces as it
+// does.
+type members uint8
+
+// first reports whether member i is met for the first time.
+func (m *members) first(i uint) bool {
+	was := *m&(1<<i) != 0
+	*m |= 1 << i
+	return !was
 }
 
 var (
@@ -64,40 +71,26 @@ func decodeNumbers(v []byte, dst any) bool {
 
 // scanDoc reads one document of a page.
 func scanDoc(b []byte, d *docJSON) bool {
-	var seen [5]bool
+	var seen members
 	return object(b, func(name, v []byte) bool {
-		i := -1
+		isNull := string(v) == "null"
 		switch string(name) {
 		case "key":
-			i = 0
+			return seen.first(0) && !isNull && scanPageKey(v, &d.Key)
 		case "etag":
-			i = 1
+			return seen.first(1) && (isNull || anyString(v, &d.ETag))
 		case "scn":
-			i = 2
+			return seen.first(2) && (isNull || anyString(v, &d.SCN))
 		case "lastModified":
-			i = 3
+			return seen.first(3) && d.LastModified.UnmarshalJSON(v) == nil
 		case "document":
-			i = 4
-		default:
-			return otherName(name, docNames)
+			if !seen.first(4) {
+				return false
+			}
+			d.Document = append(json.RawMessage(nil), v...)
+			return true
 		}
-		if seen[i] {
-			return false
-		}
-		seen[i] = true
-		isNull := string(v) == "null"
-		switch i {
-		case 0:
-			return !isNull && scanPageKey(v, &d.Key)
-		case 1:
-			return isNull || anyString(v, &d.ETag)
-		case 2:
-			return isNull || anyString(v, &d.SCN)
-		case 3:
-			return d.LastModified.UnmarshalJSON(v) == nil
-		}
-		d.Document = append(json.RawMessage(nil), v...)
-		return true
+		return otherName(name, docNames)
 	})
 }
 
