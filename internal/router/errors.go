@@ -22,13 +22,6 @@ type keyError struct{ err error }
 func (e *keyError) Error() string { return e.err.Error() }
 func (e *keyError) Unwrap() error { return e.err }
 
-// paramError is a query parameter whose value the request cannot take
-// (?limit=0: 400 malformed-request).
-type paramError struct{ err error }
-
-func (e *paramError) Error() string { return e.err.Error() }
-func (e *paramError) Unwrap() error { return e.err }
-
 // projectionError is a bad ?fields= path (400).
 type projectionError struct{ err error }
 
@@ -95,7 +88,6 @@ func toProblem(err error) *problem.Problem {
 		inv *registry.InvalidError
 		mbe *http.MaxBytesError
 		be  *bodyError
-		pme *paramError
 	)
 	var ce *changes.RequestError
 	var (
@@ -121,8 +113,6 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusBadRequest, problem.TypeInvalidToken, "Invalid change-stream token", "the token is not one this database's change stream gave (resume with the token of the last event received, or since=now|beginning)")
 	case errors.As(err, &ce):
 		return problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed change-stream request", err.Error())
-	case errors.As(err, &pme):
-		return problem.New(http.StatusBadRequest, problem.TypeMalformed, "Bad query parameter", err.Error())
 	case errors.As(err, &ie):
 		p := problem.New(http.StatusConflict, problem.TypeIncompatibleSchema, "Incompatible schema version", err.Error())
 		p.Field = ie.Path

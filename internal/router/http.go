@@ -227,7 +227,7 @@ func (r *Router) serveDocument(w http.ResponseWriter, req *http.Request, db, tab
 			limit := 0
 			if s := q.Get("limit"); s != "" {
 				if limit, err = strconv.Atoi(s); err != nil || limit < 1 {
-					r.fail(w, Problem(&paramError{fmt.Errorf("limit must be a positive integer, not %q", s)}))
+					r.fail(w, malformed("Bad query parameter", fmt.Sprintf("limit must be a positive integer, not %q", s)))
 					return
 				}
 			}
@@ -491,6 +491,12 @@ func parseQuery(req *http.Request) (url.Values, *problem.Problem) {
 	return q, nil
 }
 
+// malformed is a request's query parameter it cannot take: 400
+// malformed-request.
+func malformed(title, detail string) *problem.Problem {
+	return problem.New(http.StatusBadRequest, problem.TypeMalformed, title, detail)
+}
+
 // checkParams checks query parameters q: only those the request takes
 // (allowed), each at most once. A parameter it does not take is refused,
 // not ignored: DELETE /db/T/k?query=from:bob would otherwise delete the
@@ -499,9 +505,6 @@ func parseQuery(req *http.Request) (url.Values, *problem.Problem) {
 func checkParams(q url.Values, what string, allowed ...string) *problem.Problem {
 	if len(q) == 0 {
 		return nil
-	}
-	bad := func(title, detail string) *problem.Problem {
-		return problem.New(http.StatusBadRequest, problem.TypeMalformed, title, detail)
 	}
 	takes := "none"
 	if n := len(allowed); n > 0 {
@@ -513,10 +516,10 @@ func checkParams(q url.Values, what string, allowed ...string) *problem.Problem 
 	names := slices.Sorted(maps.Keys(q)) // the same answer for the same request
 	for _, name := range names {
 		if !slices.Contains(allowed, name) {
-			return bad("Unknown query parameter", fmt.Sprintf("%q is not a parameter of %s, which takes %s", name, what, takes))
+			return malformed("Unknown query parameter", fmt.Sprintf("%q is not a parameter of %s, which takes %s", name, what, takes))
 		}
 		if len(q[name]) > 1 {
-			return bad("Repeated query parameter", fmt.Sprintf("%q is given %d times; give it once", name, len(q[name])))
+			return malformed("Repeated query parameter", fmt.Sprintf("%q is given %d times; give it once", name, len(q[name])))
 		}
 	}
 	return nil

@@ -429,7 +429,7 @@ func (r *Router) scanRequest(tg *target, f Format, limit int, token string, bind
 		limit = r.opts.DefaultLimit
 	}
 	if limit > r.opts.MaxLimit {
-		return node.ScanRequest{}, &paramError{fmt.Errorf("limit %d is over the maximum %d", limit, r.opts.MaxLimit)}
+		return node.ScanRequest{}, malformed("Bad query parameter", fmt.Sprintf("limit %d is over the maximum %d", limit, r.opts.MaxLimit))
 	}
 	var after []byte
 	if token != "" {
