@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"slices"
 	"strings"
@@ -271,7 +270,7 @@ func TestChangeStreamUnrenderable(t *testing.T) {
 // written in.
 func TestChangeStreamNamesItsVersion(t *testing.T) {
 	ctx := context.Background()
-	_, cl := demoOverHTTP(t)
+	cl := demoClient(t)
 	if _, err := cl.Put(ctx, "demo", "MailboxStats", client.Key{"old"}, map[string]any{"total": 1}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -298,18 +297,4 @@ func TestChangeStreamNamesItsVersion(t *testing.T) {
 			t.Fatalf("version=%d: want schemaVersion %d\n%s\n%s", tc.version, tc.want, c.Raw, u.Raw)
 		}
 	}
-}
-
-// demoOverHTTP serves a server's demo database over HTTP, with a client
-// of it; both end with the test.
-func demoOverHTTP(t *testing.T) (*httptest.Server, *client.Client) {
-	s := openServer(t)
-	if err := s.DemoDatabase(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
-	cl := client.New(ts.URL)
-	t.Cleanup(func() { cl.Close() })
-	return ts, cl
 }

@@ -16,6 +16,13 @@ import (
 // demoClient is an HTTP client of a server in this process with the demo
 // database.
 func demoClient(t *testing.T) *client.Client {
+	_, c := demoOverHTTP(t)
+	return c
+}
+
+// demoOverHTTP serves a server's demo database over HTTP, with a client
+// of it; both end with the test.
+func demoOverHTTP(t *testing.T) (*httptest.Server, *client.Client) {
 	s := openServer(t)
 	if err := s.DemoDatabase(context.Background()); err != nil {
 		t.Fatal(err)
@@ -24,7 +31,7 @@ func demoClient(t *testing.T) *client.Client {
 	t.Cleanup(ts.Close)
 	c := client.New(ts.URL)
 	t.Cleanup(func() { c.Close() })
-	return c
+	return ts, c
 }
 
 // TestClientKeysRoundTrip: every key part the client is given names that
