@@ -527,7 +527,10 @@ func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, reverse
 		return err
 	}
 	defer it.Close()
-	valid, step := it.First, it.Next
+	// Forwards past a posting's older values at once (see scan): an
+	// attribute toggled many times has as many values of its posting in
+	// the memtable. Backwards there is no such step: Prev visits each.
+	valid, step := it.First, it.NextPrefix
 	if reverse {
 		valid, step = it.Last, it.Prev
 	}
@@ -566,7 +569,7 @@ func (r *IndexReader) KeysInOrder(table string, coll, after []byte, fn func(ord 
 		return err
 	}
 	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
+	for ok := it.First(); ok; ok = it.NextPrefix() { // past a key's older values at once (see scan)
 		ord, w := binary.Uvarint(it.Value())
 		if w <= 0 {
 			return fmt.Errorf("ordinal %x: %w", it.Key(), keys.ErrCorrupt)
@@ -604,7 +607,7 @@ func (r *IndexReader) Ordinals(table string, coll []byte, fn func(ord uint64, ke
 		return err
 	}
 	defer it.Close()
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := it.First(); valid; valid = it.NextPrefix() { // past a key's older values at once (see scan)
 		k := it.Key()[len(prefix):]
 		if len(k) != 8 {
 			return fmt.Errorf("ordinal key %x: %w", it.Key(), keys.ErrCorrupt)
@@ -626,7 +629,10 @@ func (r *IndexReader) Collections(table string, fn func(coll []byte) bool) error
 		return err
 	}
 	defer it.Close()
-	for valid := it.First(); valid; valid = it.Next() {
+	// NextPrefix: each insert of a new document into a collection
+	// rewrites its counter, so a busy collection's has as many values in
+	// the memtable (see scan).
+	for valid := it.First(); valid; valid = it.NextPrefix() {
 		if !fn(append([]byte(nil), it.Key()[len(prefix):]...)) {
 			break
 		}
@@ -692,7 +698,7 @@ func (p *Partition) indexDigest(snap *pebble.Snapshot) (uint32, int, error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		for valid := it.First(); valid; valid = it.Next() {
+		for valid := it.First(); valid; valid = it.NextPrefix() { // past a key's older values at once (see scan)
 			v := it.Value()
 			if kind == idxPosting {
 				_, w := binary.Uvarint(v)
