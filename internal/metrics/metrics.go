@@ -134,6 +134,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 type Engine interface {
 	Metrics() *pebble.Metrics
 	RowCache() (bytes, hits, misses uint64)
+	// ReadFlushes is how many memtable flushes reads asked for.
+	ReadFlushes() int64
 }
 
 // RegisterPebble exports the statistics of a storage node's engine,
@@ -166,6 +168,8 @@ var (
 	descCacheHits  = pebbleDesc("cortado_pebble_block_cache_hits_total", "Pebble block cache hits.")
 	descCacheMiss  = pebbleDesc("cortado_pebble_block_cache_misses_total", "Pebble block cache misses.")
 	descWALBytes   = pebbleDesc("cortado_pebble_wal_bytes_written_total", "Bytes written to Pebble's WAL.")
+	descFlushes    = pebbleDesc("cortado_pebble_flushes_total", "Memtable flushes Pebble has run.")
+	descReadFlush  = pebbleDesc("cortado_pebble_read_flushes_total", "Memtable flushes started because a read stepped over many values it could not see (older values of keys rewritten many times).")
 	descRowBytes   = pebbleDesc("cortado_row_cache_bytes", "Bytes the row cache holds (documents read by key, in front of Pebble).")
 	descRowHits    = pebbleDesc("cortado_row_cache_hits_total", "Reads by key the row cache answered.")
 	descRowMisses  = pebbleDesc("cortado_row_cache_misses_total", "Reads by key the row cache did not answer (Pebble did).")
@@ -182,7 +186,7 @@ type pebbleCollector struct {
 }
 
 func (c *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descZombie, descCacheBytes, descCacheHits, descCacheMiss, descWALBytes, descRowBytes, descRowHits, descRowMisses} {
+	for _, d := range []*prometheus.Desc{descDiskBytes, descL0Files, descReadAmp, descCompaction, descMemtable, descZombie, descCacheBytes, descCacheHits, descCacheMiss, descWALBytes, descFlushes, descReadFlush, descRowBytes, descRowHits, descRowMisses} {
 		ch <- d
 	}
 }
@@ -209,6 +213,8 @@ func (c *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 			{descCacheHits, prometheus.CounterValue, float64(s.BlockCache.Hits)},
 			{descCacheMiss, prometheus.CounterValue, float64(s.BlockCache.Misses)},
 			{descWALBytes, prometheus.CounterValue, float64(s.WAL.BytesWritten)},
+			{descFlushes, prometheus.CounterValue, float64(s.Flush.Count)},
+			{descReadFlush, prometheus.CounterValue, float64(e.e.ReadFlushes())},
 			{descRowBytes, prometheus.GaugeValue, float64(rowBytes)},
 			{descRowHits, prometheus.CounterValue, float64(rowHits)},
 			{descRowMisses, prometheus.CounterValue, float64(rowMisses)},

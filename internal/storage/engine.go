@@ -60,7 +60,20 @@ type Options struct {
 	// back blocks it reserved), and Pebble would meet the full disk only
 	// at its next new file.
 	MinFreeBytes int64
+	// ReadFlushInterval is the least time between the memtable flushes
+	// reads ask for (default 10 s; negative: none). A read that stepped
+	// over more than hiddenStepsForFlush values it could not see — older
+	// values of a key rewritten many times, a deleted key's values — asks
+	// for one: the flush keeps only each key's newest value (and those
+	// open snapshots see), so the reads after it do not step over them
+	// again. Without it they would until the memtable filled.
+	ReadFlushInterval time.Duration
 }
+
+// hiddenStepsForFlush is how many values a read may step over without
+// returning them before it asks for a flush (ReadFlushInterval): about
+// 2 ms of a read's time.
+const hiddenStepsForFlush = 10000
 
 // DefaultMinFreeBytes is the default free-space floor: a quarter of a
 // memtable. It does not keep room for every flush; it is there because
@@ -90,6 +103,12 @@ type Engine struct {
 	indexer   Indexer
 	stopProbe chan struct{}
 	probeDone chan struct{}
+	// flushWanted takes reads' requests for a flush (noteSteps);
+	// flusher, done when flusherDone is closed, serves them.
+	flushWanted chan struct{}
+	flusherDone chan struct{}
+	// readFlushes counts the flushes reads asked for that were started.
+	readFlushes atomic.Int64
 
 	// logEpoch is the epoch of the log space new log entries go to
 	// (logspace.go): later than every stored entry's, and moved on at
@@ -148,6 +167,9 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if opts.ProbeInterval == 0 {
 		opts.ProbeInterval = time.Second
 	}
+	if opts.ReadFlushInterval == 0 {
+		opts.ReadFlushInterval = 10 * time.Second
+	}
 	if opts.StallTimeout == 0 {
 		opts.StallTimeout = DefaultStallTimeout
 	}
@@ -203,13 +225,77 @@ func Open(dir string, opts Options) (*Engine, error) {
 	// Epoch 0 is for logs stored before the log space (migrateLog).
 	logEpoch.Store(max(logEpoch.Load(), last+1, 1))
 	e := &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail, rows: newRowCache(opts.RowCacheBytes),
-		logEpoch: logEpoch, stopProbe: make(chan struct{}), probeDone: make(chan struct{})}
+		logEpoch: logEpoch, stopProbe: make(chan struct{}), probeDone: make(chan struct{}),
+		flushWanted: make(chan struct{}, 1), flusherDone: make(chan struct{})}
 	if opts.ProbeInterval > 0 {
 		go e.probeDisk(dir)
 	} else {
 		close(e.probeDone)
 	}
+	if opts.ReadFlushInterval > 0 {
+		go e.flusher()
+	} else {
+		close(e.flusherDone)
+	}
 	return e, nil
+}
+
+// ReadFlushes is how many memtable flushes reads asked for
+// (Options.ReadFlushInterval) were started.
+func (e *Engine) ReadFlushes() int64 { return e.readFlushes.Load() }
+
+// closeIter closes a read's iterator, noting its steps first.
+func (e *Engine) closeIter(it *pebble.Iterator) error {
+	e.noteSteps(it)
+	return it.Close()
+}
+
+// noteSteps asks for a flush if it stepped over more than
+// hiddenStepsForFlush values it did not return (see ReadFlushInterval);
+// reads call it before closing an iterator.
+func (e *Engine) noteSteps(it *pebble.Iterator) {
+	st := it.Stats()
+	hidden := st.ForwardStepCount[pebble.InternalIterCall] + st.ReverseStepCount[pebble.InternalIterCall] -
+		st.ForwardStepCount[pebble.InterfaceCall] - st.ReverseStepCount[pebble.InterfaceCall]
+	if hidden <= hiddenStepsForFlush {
+		return
+	}
+	select {
+	case e.flushWanted <- struct{}{}:
+	default: // one is asked for already
+	}
+}
+
+// flusher starts the flushes reads ask for, at most one every
+// ReadFlushInterval, until Close.
+func (e *Engine) flusher() {
+	defer close(e.flusherDone)
+	var last time.Time
+	for {
+		select {
+		case <-e.stopProbe:
+			return
+		case <-e.flushWanted:
+		}
+		if wait := e.opts.ReadFlushInterval - time.Since(last); !last.IsZero() && wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-e.stopProbe:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if e.Failed() != nil {
+			continue
+		}
+		last = time.Now()
+		if err := e.guarded(func() error { _, err := e.db.AsyncFlush(); return err }); err != nil {
+			e.opts.Logger.Warn("storage: a flush reads asked for", "err", err)
+			continue
+		}
+		e.readFlushes.Add(1)
+	}
 }
 
 // probeDisk checks the disk every ProbeInterval until Close.
@@ -319,6 +405,7 @@ func (e *Engine) apply(b *pebble.Batch) (wait func() error, err error) {
 func (e *Engine) Close() error {
 	close(e.stopProbe)
 	<-e.probeDone
+	<-e.flusherDone
 	return errors.Join(e.storeWatermarks(), e.db.Close())
 }
 

@@ -526,7 +526,7 @@ func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, reverse
 	if err != nil {
 		return err
 	}
-	defer it.Close()
+	defer r.p.e.closeIter(it)
 	// Forwards past a posting's older values at once (see scan): an
 	// attribute toggled many times has as many values of its posting in
 	// the memtable. Backwards there is no such step: Prev visits each.
@@ -568,7 +568,7 @@ func (r *IndexReader) KeysInOrder(table string, coll, after []byte, fn func(ord 
 	if err != nil {
 		return err
 	}
-	defer it.Close()
+	defer r.p.e.closeIter(it)
 	for ok := it.First(); ok; ok = it.NextPrefix() { // past a key's older values at once (see scan)
 		ord, w := binary.Uvarint(it.Value())
 		if w <= 0 {
@@ -606,7 +606,7 @@ func (r *IndexReader) Ordinals(table string, coll []byte, fn func(ord uint64, ke
 	if err != nil {
 		return err
 	}
-	defer it.Close()
+	defer r.p.e.closeIter(it)
 	for valid := it.First(); valid; valid = it.NextPrefix() { // past a key's older values at once (see scan)
 		k := it.Key()[len(prefix):]
 		if len(k) != 8 {
@@ -628,7 +628,7 @@ func (r *IndexReader) Collections(table string, fn func(coll []byte) bool) error
 	if err != nil {
 		return err
 	}
-	defer it.Close()
+	defer r.p.e.closeIter(it)
 	// NextPrefix: each insert of a new document into a collection
 	// rewrites its counter, so a busy collection's has as many values in
 	// the memtable (see scan).

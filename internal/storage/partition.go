@@ -263,14 +263,14 @@ type ScanOptions struct {
 // key parts and its encoded key, from one consistent snapshot. fn returns
 // false to stop.
 func (p *Partition) Scan(o ScanOptions, fn func(key []keys.Part, encoded []byte, d Doc) bool) error {
-	return scan(p.e.db, p.DB, p.ID, o, fn)
+	return scan(p.e.db, p.e, p.DB, p.ID, o, fn)
 }
 
 type iterable interface {
 	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
 }
 
-func scan(r iterable, db string, id int, o ScanOptions, fn func([]keys.Part, []byte, Doc) bool) error {
+func scan(r iterable, e *Engine, db string, id int, o ScanOptions, fn func([]keys.Part, []byte, Doc) bool) error {
 	tablePrefix := keys.DataTablePrefix(db, id, o.Table)
 	lower := keys.AppendParts(append([]byte(nil), tablePrefix...), o.Prefix)
 	upper := keys.PrefixEnd(lower)
@@ -285,7 +285,7 @@ func scan(r iterable, db string, id int, o ScanOptions, fn func([]keys.Part, []b
 	if err != nil {
 		return err
 	}
-	defer it.Close()
+	defer e.closeIter(it)
 	n := 0
 	// NextPrefix, not Next: a document rewritten many times has as many
 	// values in the memtable, and Next steps over each of them (a

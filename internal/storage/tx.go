@@ -69,7 +69,7 @@ func (tx *Tx) Get(table string, key []keys.Part) (Doc, bool, error) {
 
 // Scan reads a collection as the transaction sees it.
 func (tx *Tx) Scan(o ScanOptions, fn func(key []keys.Part, encoded []byte, d Doc) bool) error {
-	return scan(tx.b, tx.p.DB, tx.p.ID, o, fn)
+	return scan(tx.b, tx.p.e, tx.p.DB, tx.p.ID, o, fn)
 }
 
 // Put writes a document (Avro bytes of schema version) and returns what

@@ -1,0 +1,108 @@
+package storage
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// hiddenSteps reads the postings of tag "a" in collection "c" with an
+// iterator of its own and returns how many values it stepped over
+// without returning them.
+func hiddenSteps(t *testing.T, p *Partition) int {
+	t.Helper()
+	prefix := append(PostingPrefix(p.DB, p.ID, "T", "tag"), keys.AppendPart(nil, keys.S("c"))...)
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.NextPrefix() {
+	}
+	st := it.Stats()
+	return st.ForwardStepCount[pebble.InternalIterCall] - st.ForwardStepCount[pebble.InterfaceCall]
+}
+
+// TestReadsAskForAFlush: a message whose tag flipped 20,000 times has
+// as many values of its posting in the memtable, which every read of
+// the tag steps over; the first such read asks for a flush, after which
+// reads step over a few, and no second flush comes within
+// ReadFlushInterval. Close does not wait for the interval.
+func TestReadsAskForAFlush(t *testing.T) {
+	e, err := Open(t.TempDir(), Options{ReadFlushInterval: time.Hour, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetIndexer(wordIndexer{})
+	p, err := e.Partition("db", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(i int64, tag string) {
+		if _, err := p.Update(func(tx *Tx) error {
+			_, err := tx.Put("T", []keys.Part{keys.S("c"), keys.I(i)}, 1, []byte(tag+" word"))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range int64(10) {
+		put(i, "a")
+	}
+	for j := range 20000 {
+		put(5, string(rune('a'+j%2)))
+	}
+	if n := hiddenSteps(t, p); n < 10000 {
+		t.Fatalf("before any flush, a read steps over %d hidden values", n)
+	}
+	if got := e.readFlushes.Load(); got != 0 {
+		t.Fatalf("%d flushes before a read asked", got)
+	}
+	read := func() int {
+		r := p.IndexReader()
+		defer r.Close()
+		n := 0
+		if err := r.Postings("T", "tag", nil, nil, keys.AppendPart(nil, keys.S("c")), false, func(_, _ []byte, _ uint64, _ []byte) bool { n++; return true }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := read(); n != 10 {
+		t.Fatalf("%d postings, want 10", n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for hiddenSteps(t, p) > 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no flush 30 s after the read: %d flushes started", e.readFlushes.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := e.readFlushes.Load(); got != 1 {
+		t.Fatalf("%d flushes, want 1", got)
+	}
+	// More toggles and reads within the hour: asked, not started.
+	for j := range 20000 {
+		put(5, string(rune('a'+j%2)))
+	}
+	read()
+	read()
+	if n := hiddenSteps(t, p); n < 10000 {
+		t.Fatalf("a second flush within the interval: %d hidden values left", n)
+	}
+	if got := e.readFlushes.Load(); got != 1 {
+		t.Fatalf("%d flushes within the interval, want 1", got)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for the flush interval")
+	}
+}
