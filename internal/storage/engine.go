@@ -75,6 +75,10 @@ type Options struct {
 // 2 ms of a read's time.
 const hiddenStepsForFlush = 10000
 
+// readFlushMinBytes is the least a memtable must hold for a read's flush
+// (see flusher).
+const readFlushMinBytes = 1 << 20
+
 // DefaultMinFreeBytes is the default free-space floor: a quarter of a
 // memtable. It does not keep room for every flush; it is there because
 // an ext4 that refuses new files can still show a few megabytes free.
@@ -107,8 +111,11 @@ type Engine struct {
 	// flusher, done when flusherDone is closed, serves them.
 	flushWanted chan struct{}
 	flusherDone chan struct{}
-	// readFlushes counts the flushes reads asked for that were started.
-	readFlushes atomic.Int64
+	// readFlushes counts the flushes reads asked for that were started;
+	// unflushed is about how many bytes of batches the memtable holds
+	// (set to 0 as a flush begins).
+	readFlushes, readFlushSkips atomic.Int64
+	unflushed                   *atomic.Int64
 
 	// logEpoch is the epoch of the log space new log entries go to
 	// (logspace.go): later than every stored entry's, and moved on at
@@ -180,6 +187,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	defer cache.Unref()
 	fail := &failure{done: make(chan struct{})}
 	logEpoch := new(atomic.Uint32)
+	unflushed := new(atomic.Int64)
 	po := &pebble.Options{
 		FormatMajorVersion: pebble.FormatNewest,
 		Cache:              cache,
@@ -194,6 +202,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 			// The memtable being flushed holds the entries of the epoch
 			// ending now (logspace.go).
 			logEpoch.Add(1)
+			unflushed.Store(0)
 		}},
 	}
 	if opts.SeparateValuesFrom > 0 {
@@ -226,7 +235,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	logEpoch.Store(max(logEpoch.Load(), last+1, 1))
 	e := &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail, rows: newRowCache(opts.RowCacheBytes),
 		logEpoch: logEpoch, stopProbe: make(chan struct{}), probeDone: make(chan struct{}),
-		flushWanted: make(chan struct{}, 1), flusherDone: make(chan struct{})}
+		flushWanted: make(chan struct{}, 1), flusherDone: make(chan struct{}), unflushed: unflushed}
 	if opts.ProbeInterval > 0 {
 		go e.probeDisk(dir)
 	} else {
@@ -286,10 +295,18 @@ func (e *Engine) flusher() {
 			case <-t.C:
 			}
 		}
+		last = time.Now()
 		if e.Failed() != nil {
 			continue
 		}
-		last = time.Now()
+		// A memtable this small cannot hold the values the read stepped
+		// over: they are in tables (tombstones of deleted keys, which
+		// compactions drop), and flushing it again would only add small
+		// tables.
+		if e.unflushed.Load() < readFlushMinBytes {
+			e.readFlushSkips.Add(1)
+			continue
+		}
 		if err := e.guarded(func() error { _, err := e.db.AsyncFlush(); return err }); err != nil {
 			e.opts.Logger.Warn("storage: a flush reads asked for", "err", err)
 			continue
@@ -357,6 +374,7 @@ func (e *Engine) FailedC() <-chan struct{} { return e.fail.done }
 // commit commits b with the engine's durability, or fails fast with
 // ErrFailed once the engine has failed.
 func (e *Engine) commit(b *pebble.Batch) error {
+	e.unflushed.Add(int64(b.Len()))
 	return e.guarded(func() error { return b.Commit(e.writeOptions()) })
 }
 
@@ -387,6 +405,7 @@ func (e *Engine) apply(b *pebble.Batch) (wait func() error, err error) {
 	if e.opts.NoSync {
 		return func() error { return nil }, e.commit(b)
 	}
+	e.unflushed.Add(int64(b.Len()))
 	if err := e.guarded(func() error { return e.db.ApplyNoSyncWait(b, pebble.Sync) }); err != nil {
 		return nil, err
 	}

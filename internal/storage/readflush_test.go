@@ -106,3 +106,61 @@ func TestReadsAskForAFlush(t *testing.T) {
 		t.Fatal("Close waits for the flush interval")
 	}
 }
+
+// TestReadFlushesSkipASmallMemtable: a collection whose 20,000 documents
+// were each inserted and deleted (a queue) leaves that many tombstones,
+// which a read of it steps over. The first read's flush takes them out
+// of the memtable, where they can be stepped over fast; the reads after
+// it step over them in a table, which only compactions clear, and a
+// flush of a memtable that holds nothing would only add a small table:
+// they are not granted one.
+func TestReadFlushesSkipASmallMemtable(t *testing.T) {
+	e, err := Open(t.TempDir(), Options{ReadFlushInterval: time.Millisecond, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p, err := e.Partition("db", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(i int64) []keys.Part { return []keys.Part{keys.S("q"), keys.I(i)} }
+	for i := range int64(20000) {
+		if _, err := p.Update(func(tx *Tx) error {
+			if _, err := tx.Put("T", key(i), 1, []byte("job")); err != nil {
+				return err
+			}
+			_, err := tx.Delete("T", key(i))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Update(func(tx *Tx) error { _, err := tx.Put("T", key(20000), 1, []byte("live")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	read := func() {
+		n := 0
+		if err := p.Scan(ScanOptions{Table: "T", Prefix: []keys.Part{keys.S("q")}}, func([]keys.Part, []byte, Doc) bool { n++; return true }); err != nil || n != 1 {
+			t.Fatalf("%d documents, %v", n, err)
+		}
+	}
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("30 s without %s", what)
+			}
+		}
+	}
+	read()
+	await("the first flush", func() bool {
+		m := e.db.Metrics()
+		return e.readFlushes.Load() == 1 && m.Flush.Count >= 1 && m.Flush.NumInProgress == 0
+	})
+	read()
+	await("the second read's request answered", func() bool { return e.readFlushSkips.Load() >= 1 })
+	if got := e.readFlushes.Load(); got != 1 {
+		t.Fatalf("%d flushes, want 1: the second read's memtable held nothing", got)
+	}
+}
