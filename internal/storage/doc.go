@@ -49,4 +49,8 @@
 //     what may leave the log behind it (a truncation, a trim, an install).
 //   - Once Pebble meets a write error it cannot go on from (or the disk
 //     probe fails), the engine fails: every later write is ErrFailed.
+//   - Scans step past a key's older values at once (NextPrefix), and a
+//     read that still stepped over many values it did not return asks for
+//     a memtable flush, at most one every Options.ReadFlushInterval
+//     (engine.go): a key rewritten many times costs reads until then only.
 package storage
