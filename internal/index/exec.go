@@ -700,9 +700,14 @@ func ComparePositions(o Order, a, b []byte) int {
 }
 
 // Merge merges hit lists sorted in o's order into the first limit hits;
-// more reports whether any hit was left out.
+// more reports whether any hit was left out. The first list's array is
+// reused for the result: the caller gives it up.
 func Merge(o Order, lists [][]Hit, limit int) (hits []Hit, more bool) {
 	cmp := compare(o)
+	if len(lists) > 0 {
+		hits = lists[0] // a partition's query merges each collection's hits into one list
+		lists = lists[1:]
+	}
 	for _, l := range lists {
 		hits = append(hits, l...)
 	}

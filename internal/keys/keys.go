@@ -211,12 +211,22 @@ func DecodePart(b []byte) (Part, int, error) {
 // PrefixEnd returns the smallest key greater than every key with the given
 // prefix, or nil when there is none (the prefix is all 0xFF).
 func PrefixEnd(prefix []byte) []byte {
-	end := append([]byte(nil), prefix...)
-	for i := len(end) - 1; i >= 0; i-- {
-		end[i]++
-		if end[i] != 0 {
-			return end[:i+1]
-		}
+	if end := AppendPrefixEnd(nil, prefix); len(end) > 0 {
+		return end
 	}
 	return nil
+}
+
+// AppendPrefixEnd appends PrefixEnd(prefix) to dst (nothing when it is
+// nil: no key is past every key with the prefix) and returns dst.
+func AppendPrefixEnd(dst, prefix []byte) []byte {
+	n := len(dst)
+	dst = append(dst, prefix...)
+	for i := len(dst) - 1; i >= n; i-- {
+		dst[i]++
+		if dst[i] != 0 {
+			return dst[:i+1]
+		}
+	}
+	return dst[:n]
 }

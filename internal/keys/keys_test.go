@@ -91,8 +91,13 @@ func TestPrefixEnd(t *testing.T) {
 		{[]byte{1, 0xFF}, []byte{2}},
 		{[]byte{0xFF}, nil},
 	} {
-		if got := PrefixEnd(tc.in); !bytes.Equal(got, tc.want) {
+		if got := PrefixEnd(tc.in); !bytes.Equal(got, tc.want) || (tc.want == nil) != (got == nil) {
 			t.Errorf("PrefixEnd(%x) = %x, want %x", tc.in, got, tc.want)
+		}
+		// Appended after other bytes, which it leaves alone.
+		dst := []byte{0xFF, 7}
+		if got := AppendPrefixEnd(dst, tc.in); !bytes.Equal(got, append([]byte{0xFF, 7}, tc.want...)) {
+			t.Errorf("AppendPrefixEnd(ff07, %x) = %x, want ff07%x", tc.in, got, tc.want)
 		}
 	}
 }

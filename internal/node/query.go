@@ -144,9 +144,12 @@ func queryPartition(ctx context.Context, r *storage.IndexReader, table string, p
 			runErr = err
 			return false
 		}
-		var cut bool
-		hits, cut = index.Merge(order, [][]index.Hit{hits, h}, limit)
-		more = more || cut || next != nil
+		more = more || next != nil
+		if len(h) > 0 { // most collections have no hit for most queries
+			var cut bool
+			hits, cut = index.Merge(order, [][]index.Hit{hits, h}, limit)
+			more = more || cut
+		}
 		return true
 	})
 	if err == nil {

@@ -498,6 +498,11 @@ type IndexReader struct {
 	p    *Partition
 	snap *pebble.Snapshot
 	SCN  SCN
+	// iters are the reader's iterators, one per key prefix (a field's
+	// postings, its statistics), reused (iter); bounds is where their
+	// bounds are built (the iterators copy them).
+	iters  map[string]*pebble.Iterator
+	bounds []byte
 }
 
 // IndexReader opens a reader of the partition's index and documents as
@@ -510,23 +515,82 @@ func (p *Partition) IndexReader() *IndexReader {
 }
 
 // Close releases the reader.
-func (r *IndexReader) Close() error { return r.snap.Close() }
+func (r *IndexReader) Close() error {
+	var errs []error
+	for _, it := range r.iters {
+		errs = append(errs, r.p.e.closeIter(it))
+	}
+	return errors.Join(append(errs, r.snap.Close())...)
+}
+
+// iter returns the reader's iterator of the keys under prefix, bounded to
+// [lower, upper) and to be positioned. There is one per prefix, reused: a
+// query of every collection of a partition reads each of its fields once
+// a collection, and a new iterator opens again every table it reads
+// (about half of such a query's time, docs/performance.md).
+func (r *IndexReader) iter(prefix, lower, upper []byte) (*pebble.Iterator, error) {
+	if it := r.iters[string(prefix)]; it != nil {
+		it.SetBounds(lower, upper)
+		return it, nil
+	}
+	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	if r.iters == nil {
+		r.iters = map[string]*pebble.Iterator{}
+	}
+	r.iters[string(prefix)] = it
+	return it, nil
+}
+
+// seek reads key k, which starts with prefix, with the reader's iterator
+// of prefix (iter): a point read that opens no iterator of its own. The
+// value is valid until the reader's next read.
+func (r *IndexReader) seek(prefix, k []byte) ([]byte, bool, error) {
+	r.bounds = keys.AppendPrefixEnd(r.bounds[:0], prefix)
+	upper := r.bounds
+	if len(upper) == 0 {
+		upper = nil
+	}
+	it, err := r.iter(prefix, prefix, upper)
+	if err != nil {
+		return nil, false, err
+	}
+	if !it.SeekGE(k) || !bytes.Equal(it.Key(), k) {
+		return nil, false, it.Error()
+	}
+	v, err := it.ValueAndErr()
+	return v, err == nil, err
+}
 
 // Postings calls fn for each posting of field in table with a term in
 // [lo, hi) (nil: unbounded) and a key in collection coll (the encoded
 // first key part), in term then key order (reverse: both backwards),
-// until fn returns false.
+// until fn returns false. fn must not read the same field's postings or
+// statistics (the reader's iterator of them is in use: iter).
 func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, reverse bool, fn func(term, key []byte, ord uint64, payload []byte) bool) error {
-	prefix := append(PostingPrefix(r.p.DB, r.p.ID, table, field), coll...)
-	lower, upper := append(append([]byte(nil), prefix...), lo...), keys.PrefixEnd(prefix)
+	field0 := PostingPrefix(r.p.DB, r.p.ID, table, field)
+	prefix := append(field0, coll...) // after field0's bytes, which stay
+	b := append(append(r.bounds[:0], prefix...), lo...)
+	n := len(b)
 	if hi != nil {
-		upper = append(append([]byte(nil), prefix...), hi...)
+		b = append(append(b, prefix...), hi...)
+	} else {
+		b = keys.AppendPrefixEnd(b, prefix)
 	}
-	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	r.bounds = b
+	lower, upper := b[:n], b[n:]
+	if len(upper) == 0 {
+		upper = nil // past every key
+	}
+	if upper != nil && bytes.Compare(lower, upper) >= 0 {
+		return nil // an empty range
+	}
+	it, err := r.iter(field0, lower, upper)
 	if err != nil {
 		return err
 	}
-	defer r.p.e.closeIter(it)
 	// Forwards past a posting's older values at once (see scan): an
 	// attribute toggled many times has as many values of its posting in
 	// the memtable. Backwards there is no such step: Prev visits each.
@@ -583,14 +647,10 @@ func (r *IndexReader) KeysInOrder(table string, coll, after []byte, fn func(ord 
 
 // Posting reads one posting: the ordinal and payload of key under term.
 func (r *IndexReader) Posting(table, field string, term, key []byte) (uint64, []byte, bool, error) {
-	v, c, err := r.snap.Get(postingKey(r.p.DB, r.p.ID, table, field, term, key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil, false, nil
-	}
-	if err != nil {
+	v, ok, err := r.seek(PostingPrefix(r.p.DB, r.p.ID, table, field), postingKey(r.p.DB, r.p.ID, table, field, term, key))
+	if !ok || err != nil {
 		return 0, nil, false, err
 	}
-	defer c.Close()
 	ord, w := binary.Uvarint(v)
 	if w <= 0 {
 		return 0, nil, false, keys.ErrCorrupt
@@ -642,21 +702,25 @@ func (r *IndexReader) Collections(table string, fn func(coll []byte) bool) error
 
 // Key returns the key of the document with ordinal ord in coll.
 func (r *IndexReader) Key(table string, coll []byte, ord uint64) ([]byte, bool, error) {
-	v, c, err := r.snap.Get(ordinalKey(r.p.DB, r.p.ID, table, coll, ord))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
+	v, ok, err := r.seek(idxPrefix(r.p.DB, r.p.ID, idxKey, table), ordinalKey(r.p.DB, r.p.ID, table, coll, ord))
+	if !ok || err != nil {
 		return nil, false, err
 	}
-	defer c.Close()
 	return append([]byte(nil), v...), true, nil
 }
 
 // Stats returns how many documents of coll have text field, and their
 // total length in words.
 func (r *IndexReader) Stats(table, field string, coll []byte) (docs, total uint64, err error) {
-	return readStats(r.snap, statsKey(r.p.DB, r.p.ID, table, field, coll))
+	k := statsKey(r.p.DB, r.p.ID, table, field, coll)
+	v, ok, err := r.seek(k[:len(k)-len(coll)], k)
+	if !ok || err != nil {
+		return 0, 0, err
+	}
+	if len(v) != 16 {
+		return 0, 0, fmt.Errorf("index statistics %x: %w", k, keys.ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:]), nil
 }
 
 // Doc reads a document by encoded key.
