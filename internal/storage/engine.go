@@ -111,9 +111,10 @@ type Engine struct {
 	// flusher, done when flusherDone is closed, serves them.
 	flushWanted chan struct{}
 	flusherDone chan struct{}
-	// readFlushes counts the flushes reads asked for that were started;
-	// unflushed is about how many bytes of batches the memtable holds
-	// (set to 0 as a flush begins).
+	// readFlushes counts the flushes reads asked for that were started,
+	// readFlushSkips the requests let go for a small memtable; unflushed
+	// is about how many bytes of batches the memtable holds (set to 0 as
+	// a flush begins).
 	readFlushes, readFlushSkips atomic.Int64
 	unflushed                   *atomic.Int64
 
