@@ -72,14 +72,36 @@ func deleteOneByOne(tx *Tx, table string, prefix []keys.Part) error {
 
 func openIndexed(t *testing.T) *Partition {
 	t.Helper()
-	e := open(t, t.TempDir())
-	t.Cleanup(func() { e.Close() })
+	return openIndexedWith(t, Options{})
+}
+
+// openIndexedWith opens an engine with opts and wordIndexer (closed when
+// the test ends) and returns its partition db/1.
+func openIndexedWith(tb testing.TB, opts Options) *Partition {
+	tb.Helper()
+	e, err := Open(tb.TempDir(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close() })
 	e.SetIndexer(wordIndexer{})
 	p, err := e.Partition("db", 1)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return p
+}
+
+// putWords writes document (coll, i) of table T as words (see
+// wordIndexer), version 1, in a commit of its own.
+func putWords(tb testing.TB, p *Partition, coll string, i int64, words string) {
+	tb.Helper()
+	if _, err := p.Update(func(tx *Tx) error {
+		_, err := tx.Put("T", []keys.Part{keys.S(coll), keys.I(i)}, 1, []byte(words))
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // TestSumsCoverTheIndex: a replica's checksum holds its index's digest

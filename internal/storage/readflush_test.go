@@ -37,18 +37,11 @@ func TestReadsAskForAFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.SetIndexer(wordIndexer{})
-	p, err := e.Partition("db", 1)
+	p, err := e.Partition("db", 1) // the test closes e itself
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := func(i int64, tag string) {
-		if _, err := p.Update(func(tx *Tx) error {
-			_, err := tx.Put("T", []keys.Part{keys.S("c"), keys.I(i)}, 1, []byte(tag+" word"))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(i int64, tag string) { putWords(t, p, "c", i, tag+" word") }
 	for i := range int64(10) {
 		put(i, "a")
 	}
