@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -339,6 +340,12 @@ func TestIndexBuild(t *testing.T) {
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != 409 || !strings.Contains(ce.Detail, "still to be rewritten") {
 		t.Fatalf("a query on the new index before it is built: %v", err)
+	}
+	// Without a partition key, the count is the partition's that
+	// answered so, and the detail names it.
+	_, err = c.Query(ctx, "b", "B", nil, client.Query{Where: "color:red"}, nil)
+	if !errors.As(err, &ce) || ce.Status != 409 || !regexp.MustCompile(`^partition [01]: index building: .* [0-9]+ document\(s\) .* still to be rewritten`).MatchString(ce.Detail) {
+		t.Fatalf("a query of every partition on the new index before it is built: %v", err)
 	}
 	// cluster status shows what is left, on the masters.
 	if left := buildLeft(t, s.URL, "b", "B"); left == 0 || left > docs {

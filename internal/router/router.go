@@ -655,6 +655,10 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 		// one document), so the router holds about one page's worth.
 		q.MaxBytes = max(req.ByteLimit()/len(parts), 64<<10)
 		results[i], err = n.Scan(ctx, q)
+		if errors.Is(err, node.ErrIndexBuilding) {
+			// Its count of documents left is this partition's.
+			err = fmt.Errorf("partition %d: %w", q.Partition, err)
+		}
 		return err
 	})
 	if err != nil {
