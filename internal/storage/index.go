@@ -624,15 +624,23 @@ func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, reverse
 // (nil: the start), until fn returns false.
 func (r *IndexReader) KeysInOrder(table string, coll, after []byte, fn func(ord uint64, key []byte) bool) error {
 	prefix := idxPrefix(r.p.DB, r.p.ID, idxOrdinal, table)
-	lower := append(append([]byte(nil), prefix...), coll...)
+	b := append(r.bounds[:0], prefix...)
 	if after != nil && bytes.Compare(after, coll) > 0 {
-		lower = append(append(append([]byte(nil), prefix...), after...), 0)
+		b = append(append(b, after...), 0)
+	} else {
+		b = append(b, coll...)
 	}
-	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: keys.PrefixEnd(append(append([]byte(nil), prefix...), coll...))})
+	n := len(b)
+	b = keys.AppendPrefixEnd(b, append(prefix, coll...)) // after prefix's bytes, which stay
+	r.bounds = b
+	upper := b[n:]
+	if len(upper) == 0 {
+		upper = nil
+	}
+	it, err := r.iter(prefix, b[:n], upper)
 	if err != nil {
 		return err
 	}
-	defer r.p.e.closeIter(it)
 	for ok := it.First(); ok; ok = it.NextPrefix() { // past a key's older values at once (see scan)
 		ord, w := binary.Uvarint(it.Value())
 		if w <= 0 {
@@ -659,14 +667,20 @@ func (r *IndexReader) Posting(table, field string, term, key []byte) (uint64, []
 }
 
 // Ordinals calls fn with every indexed document of collection coll in
-// table: its ordinal and key, in ordinal order.
+// table: its ordinal and key, in ordinal order. fn must not read keys by
+// ordinal (Key: the reader's iterator of them is in use).
 func (r *IndexReader) Ordinals(table string, coll []byte, fn func(ord uint64, key []byte) bool) error {
-	prefix := append(idxPrefix(r.p.DB, r.p.ID, idxKey, table), coll...)
-	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	table0 := idxPrefix(r.p.DB, r.p.ID, idxKey, table)
+	prefix := append(table0, coll...) // after table0's bytes, which stay
+	r.bounds = keys.AppendPrefixEnd(append(r.bounds[:0], prefix...), prefix)
+	upper := r.bounds[len(prefix):]
+	if len(upper) == 0 {
+		upper = nil
+	}
+	it, err := r.iter(table0, r.bounds[:len(prefix)], upper)
 	if err != nil {
 		return err
 	}
-	defer r.p.e.closeIter(it)
 	for valid := it.First(); valid; valid = it.NextPrefix() { // past a key's older values at once (see scan)
 		k := it.Key()[len(prefix):]
 		if len(k) != 8 {
