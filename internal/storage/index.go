@@ -524,11 +524,19 @@ func (r *IndexReader) Close() error {
 }
 
 // iter returns the reader's iterator of the keys under prefix, bounded to
-// [lower, upper) and to be positioned. There is one per prefix, reused: a
-// query of every collection of a partition reads each of its fields once
-// a collection, and a new iterator opens again every table it reads
-// (about half of such a query's time, docs/performance.md).
+// [lower, upper) and to be positioned; an empty upper is no bound (what
+// AppendPrefixEnd gives when no key is past the prefix's), and a lower
+// past upper an empty range (a page token's key past a collection). There
+// is one per prefix, reused: a query of every collection of a partition
+// reads each of its fields once a collection, and a new iterator opens
+// again every table it reads (about half of such a query's time,
+// docs/performance.md).
 func (r *IndexReader) iter(prefix, lower, upper []byte) (*pebble.Iterator, error) {
+	if len(upper) == 0 {
+		upper = nil
+	} else if bytes.Compare(lower, upper) > 0 {
+		upper = lower // Pebble's bounds are ordered; equal ones hold nothing
+	}
 	if it := r.iters[string(prefix)]; it != nil {
 		it.SetBounds(lower, upper)
 		return it, nil
@@ -549,11 +557,7 @@ func (r *IndexReader) iter(prefix, lower, upper []byte) (*pebble.Iterator, error
 // value is valid until the reader's next read.
 func (r *IndexReader) seek(prefix, k []byte) ([]byte, bool, error) {
 	r.bounds = keys.AppendPrefixEnd(r.bounds[:0], prefix)
-	upper := r.bounds
-	if len(upper) == 0 {
-		upper = nil
-	}
-	it, err := r.iter(prefix, prefix, upper)
+	it, err := r.iter(prefix, prefix, r.bounds)
 	if err != nil {
 		return nil, false, err
 	}
@@ -580,14 +584,7 @@ func (r *IndexReader) Postings(table, field string, lo, hi, coll []byte, reverse
 		b = keys.AppendPrefixEnd(b, prefix)
 	}
 	r.bounds = b
-	lower, upper := b[:n], b[n:]
-	if len(upper) == 0 {
-		upper = nil // past every key
-	}
-	if upper != nil && bytes.Compare(lower, upper) >= 0 {
-		return nil // an empty range
-	}
-	it, err := r.iter(field0, lower, upper)
+	it, err := r.iter(field0, b[:n], b[n:])
 	if err != nil {
 		return err
 	}
@@ -633,11 +630,7 @@ func (r *IndexReader) KeysInOrder(table string, coll, after []byte, fn func(ord 
 	n := len(b)
 	b = keys.AppendPrefixEnd(b, append(prefix, coll...)) // after prefix's bytes, which stay
 	r.bounds = b
-	upper := b[n:]
-	if len(upper) == 0 {
-		upper = nil
-	}
-	it, err := r.iter(prefix, b[:n], upper)
+	it, err := r.iter(prefix, b[:n], b[n:])
 	if err != nil {
 		return err
 	}
@@ -673,11 +666,7 @@ func (r *IndexReader) Ordinals(table string, coll []byte, fn func(ord uint64, ke
 	table0 := idxPrefix(r.p.DB, r.p.ID, idxKey, table)
 	prefix := append(table0, coll...) // after table0's bytes, which stay
 	r.bounds = keys.AppendPrefixEnd(append(r.bounds[:0], prefix...), prefix)
-	upper := r.bounds[len(prefix):]
-	if len(upper) == 0 {
-		upper = nil
-	}
-	it, err := r.iter(table0, r.bounds[:len(prefix)], upper)
+	it, err := r.iter(table0, r.bounds[:len(prefix)], r.bounds[len(prefix):])
 	if err != nil {
 		return err
 	}

@@ -408,3 +408,35 @@ func TestVersionCounts(t *testing.T) {
 		t.Fatalf("version counts %s, want %s", g, w)
 	}
 }
+
+// TestKeysInOrderPastACollection: a page token's key in a later
+// collection bounds a collection's read past its end (a query of every
+// collection resumes each from the token's key): it reads nothing, and
+// the reader's iterator, reused, then reads the next collection whole.
+func TestKeysInOrderPastACollection(t *testing.T) {
+	p := openIndexedWith(t, Options{NoSync: true})
+	for _, coll := range []string{"a", "b"} {
+		for i := range int64(3) {
+			putWords(t, p, coll, i, "tag word")
+		}
+	}
+	r := p.IndexReader()
+	defer r.Close()
+	read := func(coll string, after []byte) int {
+		n := 0
+		if err := r.KeysInOrder("T", keys.AppendPart(nil, keys.S(coll)), after, func(uint64, []byte) bool { n++; return true }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	token := keys.AppendParts(nil, []keys.Part{keys.S("b"), keys.I(1)})
+	if n := read("a", token); n != 0 {
+		t.Fatalf("collection a after a key of b: %d keys", n)
+	}
+	if n := read("b", token); n != 1 {
+		t.Fatalf("collection b after its second key: %d keys, want 1", n)
+	}
+	if n := read("a", nil); n != 3 {
+		t.Fatalf("collection a whole: %d keys, want 3", n)
+	}
+}
