@@ -102,10 +102,11 @@ type Engine struct {
 	mu         sync.Mutex
 	partitions map[partitionID]*Partition
 
-	rows      *rowCache // nil: none
-	fail      *failure
-	indexer   Indexer
-	stopProbe chan struct{}
+	rows    *rowCache // nil: none
+	fail    *failure
+	indexer Indexer
+	// stop is closed by Close: the disk probe and the flusher return.
+	stop      chan struct{}
 	probeDone chan struct{}
 	// flushWanted takes reads' requests for a flush (noteSteps);
 	// flusher, done when flusherDone is closed, serves them.
@@ -235,7 +236,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	// Epoch 0 is for logs stored before the log space (migrateLog).
 	logEpoch.Store(max(logEpoch.Load(), last+1, 1))
 	e := &Engine{db: db, opts: opts, partitions: map[partitionID]*Partition{}, fail: fail, rows: newRowCache(opts.RowCacheBytes),
-		logEpoch: logEpoch, stopProbe: make(chan struct{}), probeDone: make(chan struct{}),
+		logEpoch: logEpoch, stop: make(chan struct{}), probeDone: make(chan struct{}),
 		flushWanted: make(chan struct{}, 1), flusherDone: make(chan struct{}), unflushed: unflushed}
 	if opts.ProbeInterval > 0 {
 		go e.probeDisk(dir)
@@ -283,14 +284,14 @@ func (e *Engine) flusher() {
 	var last time.Time
 	for {
 		select {
-		case <-e.stopProbe:
+		case <-e.stop:
 			return
 		case <-e.flushWanted:
 		}
 		if wait := e.opts.ReadFlushInterval - time.Since(last); !last.IsZero() && wait > 0 {
 			t := time.NewTimer(wait)
 			select {
-			case <-e.stopProbe:
+			case <-e.stop:
 				t.Stop()
 				return
 			case <-t.C:
@@ -323,7 +324,7 @@ func (e *Engine) probeDisk(dir string) {
 	defer t.Stop()
 	for n := 0; ; n++ {
 		select {
-		case <-e.stopProbe:
+		case <-e.stop:
 			return
 		case <-t.C:
 		}
@@ -346,7 +347,7 @@ func (e *Engine) probeDisk(dir string) {
 		case <-time.After(e.opts.StallTimeout):
 			e.opts.Logger.Error("storage: a disk probe stalled", "after", e.opts.StallTimeout)
 			e.fail.set(fmt.Errorf("%w: a disk probe stalled for %v", ErrFailed, e.opts.StallTimeout))
-		case <-e.stopProbe:
+		case <-e.stop:
 			return
 		}
 	}
@@ -423,7 +424,7 @@ func (e *Engine) apply(b *pebble.Batch) (wait func() error, err error) {
 // Close stops the disk probe and closes Pebble. Callers stop all writes
 // first.
 func (e *Engine) Close() error {
-	close(e.stopProbe)
+	close(e.stop)
 	<-e.probeDone
 	<-e.flusherDone
 	return errors.Join(e.storeWatermarks(), e.db.Close())
