@@ -26,6 +26,17 @@ func hiddenSteps(t *testing.T, p *Partition) int {
 	return st.ForwardStepCount[pebble.InternalIterCall] - st.ForwardStepCount[pebble.InterfaceCall]
 }
 
+// awaitFor polls cond until it holds, failing the test after 30 s
+// without what.
+func awaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s without %s", what)
+		}
+	}
+}
+
 // TestReadsAskForAFlush: a message whose tag flipped 20,000 times has
 // as many values of its posting in the memtable, which every read of
 // the tag steps over; the first such read asks for a flush, after which
@@ -66,13 +77,7 @@ func TestReadsAskForAFlush(t *testing.T) {
 	if n := read(); n != 10 {
 		t.Fatalf("%d postings, want 10", n)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for hiddenSteps(t, p) > 100 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no flush 30 s after the read: %d flushes started", e.readFlushes.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitFor(t, "reads that step over a few values after the read's flush", func() bool { return hiddenSteps(t, p) <= 100 })
 	if got := e.readFlushes.Load(); got != 1 {
 		t.Fatalf("%d flushes, want 1", got)
 	}
@@ -138,21 +143,13 @@ func TestReadFlushesSkipASmallMemtable(t *testing.T) {
 			t.Fatalf("%d documents, %v", n, err)
 		}
 	}
-	await := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("30 s without %s", what)
-			}
-		}
-	}
 	read()
-	await("the first flush", func() bool {
+	awaitFor(t, "the first flush", func() bool {
 		m := e.db.Metrics()
 		return e.readFlushes.Load() == 1 && m.Flush.Count >= 1 && m.Flush.NumInProgress == 0
 	})
 	read()
-	await("the second read's request answered", func() bool { return e.readFlushSkips.Load() >= 1 })
+	awaitFor(t, "the second read's request answered", func() bool { return e.readFlushSkips.Load() >= 1 })
 	if got := e.readFlushes.Load(); got != 1 {
 		t.Fatalf("%d flushes, want 1: the second read's memtable held nothing", got)
 	}
