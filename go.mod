@@ -10,6 +10,7 @@ require (
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/hamba/avro/v2 v2.31.0
+	github.com/maypok86/otter/v2 v2.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rs/zerolog v1.33.0
 	github.com/soheilhy/cmux v0.1.5

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/keycache"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/relay"
@@ -83,6 +85,8 @@ type roleFlags struct {
 	indexBuildRate                 *int
 	quotaRate, quotaBurst          *float64
 	maxConns, maxStreams           *int
+	cacheBytes                     *int64
+	cacheMaxAge                    *time.Duration
 	streamBytes                    *int
 	streamBacklogReaders           *int
 	idleTimeout, writeTimeout      *time.Duration
@@ -146,6 +150,8 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
 		f.writeTimeout = fs.Duration("write-timeout", router.DefaultWriteTimeout, "how long a client may take to read a response after its request's deadline (a change stream: each write); then its connection is closed")
 		f.maxStreams = fs.Int("max-streams", router.DefaultMaxStreams, "change streams served at once; more are refused with 503 overloaded")
+		f.cacheBytes = fs.Int64("router-cache-bytes", keycache.DefaultMaxBytes, "bytes of documents the router's hot-key cache keeps for reads that accept staleness (Cache-Control: max-stale), the keys read most often (0 or -1: no cache)")
+		f.cacheMaxAge = fs.Duration("router-cache-max-age", keycache.DefaultMaxAge, "the oldest answer the router's hot-key cache gives, whatever the read's max-stale accepts")
 		f.streamBytes = fs.Int("stream-bytes", changes.DefaultStreamBytes, "bytes one change stream holds: its events on their way to the consumer (one at least), and room for the log answers its partitions read next")
 		f.streamBacklogReaders = fs.Int("stream-backlog-readers", changes.DefaultBacklogReaders, "partitions, of all change streams, that read their first log answer at once (an answer holds at least one commit)")
 	}
@@ -188,7 +194,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	}
 	if f.maxBody != nil {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge},
-			WriteTimeout: *f.writeTimeout, MaxStreams: *f.maxStreams}
+			WriteTimeout: *f.writeTimeout, MaxStreams: *f.maxStreams, Cache: keycache.Options{MaxBytes: cmp.Or(*f.cacheBytes, -1), MaxAge: *f.cacheMaxAge}}
 		o.StreamBytes = *f.streamBytes
 		o.StreamBacklogReaders = *f.streamBacklogReaders
 		o.Registry = registry.Limits{Partitions: *f.maxPartitions, Tables: *f.maxTables, Versions: *f.maxVersions, SchemaTextBytes: *f.maxSchemaText}
@@ -304,7 +310,7 @@ func runController(args []string) error {
 var (
 	positiveFlags = []string{"nodes", "lease-ttl", "max-transitions", "max-body-bytes", "max-response-bytes", "max-streams", "stream-bytes", "stream-backlog-readers",
 		"max-partitions", "max-tables", "max-versions", "max-schema-text-bytes", "buffer", "buffer-bytes", "snapshot-rate",
-		"idle-timeout", "body-timeout", "write-timeout", "queue-timeout", "standing-timeout", "stall-after", "disk-stall-timeout"}
+		"idle-timeout", "body-timeout", "write-timeout", "router-cache-max-age", "queue-timeout", "standing-timeout", "stall-after", "disk-stall-timeout"}
 	nonNegativeFlags = []string{"retention-interval", "check-interval", "quota-rate", "quota-burst"}
 )
 

@@ -29,7 +29,10 @@ import (
 const (
 	HeaderSCN = "X-Cortado-SCN"
 	// HeaderReplica says a slave answered (a read with max-stale).
-	HeaderReplica       = "X-Cortado-Replica"
+	HeaderReplica = "X-Cortado-Replica"
+	// HeaderCache says the router's hot-key cache answered (a read with
+	// max-stale; Age says how old its answer may be).
+	HeaderCache         = "X-Cortado-Cache"
 	HeaderSchemaVersion = "X-Cortado-Schema-Version"
 	MediaAvro           = "avro/binary"
 )
@@ -802,10 +805,15 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 	// One array holds the values (Header.Set allocates a slice each).
 	v := []string{d.ETag, httpDate(d.Modified), d.SCN.String()}
 	h["Etag"], h["Last-Modified"], h[keySCN] = v[0:1:1], v[1:2:2], v[2:3:3]
-	if d.FromSlave {
+	if d.FromSlave || d.FromCache {
 		// RFC 9111 Age: how long the answer may have been stale.
 		h.Set("Age", strconv.Itoa(int((d.Stale+time.Second-1)/time.Second)))
+	}
+	if d.FromSlave {
 		h.Set(HeaderReplica, "slave")
+	}
+	if d.FromCache {
+		h.Set(HeaderCache, "hit")
 	}
 }
 

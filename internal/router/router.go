@@ -19,7 +19,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/index"
-
+	"github.com/cortado-db/cortado/internal/keycache"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
@@ -56,6 +56,9 @@ type Options struct {
 	// MaxStreams bounds the change streams open at once (default 1024;
 	// more are refused with 503 overloaded).
 	MaxStreams int
+	// Cache is the hot-key cache of reads that accept staleness
+	// (keycache.Options: on by default; MaxBytes negative: off).
+	Cache keycache.Options
 }
 
 // Defaults of Options.
@@ -112,12 +115,13 @@ type Router struct {
 	fanFull, fanPartial, fanFailed atomic.Uint64
 	hedges                         *hosts
 	streams                        atomic.Int64 // change streams open
+	cache                          *keycache.Cache
 }
 
 // New returns a router.
 func New(reg *registry.Registry, plans *schema.Plans, backend Backend, opts Options, log *slog.Logger) *Router {
 	opts.fill()
-	return &Router{reg: reg, plans: plans, backend: backend, opts: opts, log: log, hedges: newHosts(opts.Hedge)}
+	return &Router{reg: reg, plans: plans, backend: backend, opts: opts, log: log, hedges: newHosts(opts.Hedge), cache: keycache.New(opts.Cache)}
 }
 
 // Options returns the router's effective options.
@@ -154,10 +158,11 @@ type Document struct {
 	// Body is JSON, or Avro of schema BodyVersion.
 	Body        []byte
 	BodyVersion int
-	// FromSlave is set when a slave answered (max-stale); Stale bounds
-	// how far behind the master it was.
-	FromSlave bool
-	Stale     time.Duration
+	// FromSlave is set when a slave answered (max-stale), FromCache when
+	// the router's hot-key cache did; Stale bounds how far behind the
+	// master the answer may be.
+	FromSlave, FromCache bool
+	Stale                time.Duration
 }
 
 // Page is a rendered multi-document response (collection or multi-get).
@@ -339,10 +344,13 @@ func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Precon
 	}
 	req := node.GetRequest{DB: tg.db.Name, Table: tg.table.Name, Partition: tg.part, Key: tg.key, Read: spec, Cond: cond}
 	var it *node.Item
-	var fromSlave bool
-	if f.MaxStale > 0 {
+	var fromSlave, fromCache bool
+	switch {
+	case f.MaxStale > 0 && cond.Empty() && r.cache != nil:
+		it, fromSlave, fromCache, err = r.cachedGet(ctx, n, tg, req, f.MaxStale)
+	case f.MaxStale > 0:
 		it, fromSlave, err = r.hedgedGet(ctx, n, req, f.MaxStale)
-	} else {
+	default:
 		it, err = n.Get(ctx, req)
 	}
 	if err != nil {
@@ -356,7 +364,7 @@ func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Precon
 		return nil, err
 	}
 	doc.ETag = schema.WithSuffix(doc.ETag, suffix)
-	doc.FromSlave, doc.Stale = fromSlave, it.Stale
+	doc.FromSlave, doc.FromCache, doc.Stale = fromSlave, fromCache, it.Stale
 	if len(doc.Body) > r.opts.MaxResponseBytes {
 		return nil, &responseTooLarge{size: len(doc.Body), limit: r.opts.MaxResponseBytes}
 	}

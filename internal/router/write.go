@@ -55,6 +55,7 @@ func (r *Router) write(ctx context.Context, tg *target, ops []node.Op) (*node.Wr
 	if err != nil {
 		return nil, err
 	}
+	defer r.writing(tg.db.Name, ops)()
 	return n.Write(ctx, node.WriteRequest{DB: tg.db.Name, Partition: tg.part, Ops: ops})
 }
 

@@ -427,6 +427,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	}
 	s.Metrics.RegisterFanOut(s.Router.FanOutStats)
 	s.Metrics.RegisterHedges(s.Router.HedgeStats)
+	s.Metrics.RegisterCache(s.Router.CacheStats)
 	s.Metrics.RegisterStreams(s.Router.Streams, s.Router.AnswersLetGo)
 	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
 	return s, nil
