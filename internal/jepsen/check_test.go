@@ -169,3 +169,33 @@ func TestRegistersDecided(t *testing.T) {
 		t.Fatalf("a value nobody wrote: %s", verdict)
 	}
 }
+
+// TestFloorBefore: a counter's floor at a moment is the greatest value
+// acknowledged or read by then; a rise added late (operations are added
+// as they complete) counts from the last rise's moment, never earlier,
+// and a value lower than the floor changes nothing.
+func TestFloorBefore(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	h := newHistory()
+	h.add(Op{Kind: "cas", Key: "C/cas0", Value: 1, Outcome: Ok, End: at(1)})
+	h.add(Op{Kind: "read", Key: "C/cas0", Value: 3, Outcome: Ok, End: at(3)})
+	h.add(Op{Kind: "cas", Key: "C/cas0", Value: 2, Outcome: Ok, End: at(2)})   // lower: nothing
+	h.add(Op{Kind: "cas", Key: "C/cas0", Value: 4, Outcome: Ok, End: at(2.5)}) // late: from 3 s on
+	h.add(Op{Kind: "cas", Key: "C/cas0", Value: 9, Outcome: Maybe, End: at(4)})
+	h.add(Op{Kind: "stale-read", Key: "C/cas0", Value: 7, Outcome: Ok, End: at(4)})
+	h.add(Op{Kind: "inc", Key: "C/inc0", Outcome: Ok, End: at(1)})
+	h.add(Op{Kind: "inc", Key: "C/inc0", Outcome: Ok, End: at(2)})
+	for _, c := range []struct {
+		key  string
+		s    float64
+		want int64
+	}{
+		{"C/cas0", 0.5, 0}, {"C/cas0", 1, 1}, {"C/cas0", 2.9, 1}, {"C/cas0", 3, 4}, {"C/cas0", 10, 4},
+		{"C/inc0", 1.5, 1}, {"C/inc0", 2, 2}, {"C/other", 5, 0},
+	} {
+		if got := h.floorBefore(c.key, at(c.s)); got != c.want {
+			t.Errorf("floor of %s at %.1f s: %d, want %d", c.key, c.s, got, c.want)
+		}
+	}
+}

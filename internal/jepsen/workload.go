@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,10 @@ import (
 //     they go, that no read returns less than what was already known
 //     (acknowledged, or read) when it started, and no acknowledged key is
 //     missing;
+//   - stale readers read counters accepting a second's staleness
+//     (Cache-Control: max-stale=1: a router's hot-key cache, a slave or
+//     the master answers) and check that no read returns less than what
+//     was known a second (and a tenth) before it started;
 //   - register clients put and get C/reg<j>-<period> for porcupine: three
 //     registers at a time, new ones every registerPeriod, so that each
 //     register's history stays short enough to decide (Jepsen's
@@ -88,6 +93,15 @@ type History struct {
 	// acked unique keys, for readers to pick from.
 	ackedKeys []string
 	ackedAt   map[string]time.Time
+	// floors: per counter key, when each rise of its floor was known
+	// (staleReader checks a stale read against the floor of a moment).
+	floors map[string][]floorAt
+}
+
+// floorAt is a counter's floor from a moment on.
+type floorAt struct {
+	at time.Time
+	v  int64
 }
 
 // Anomaly is one violation found.
@@ -98,7 +112,7 @@ type Anomaly struct {
 }
 
 func newHistory() *History {
-	return &History{floor: map[string]int64{}, incs: map[string]int64{}, ackedAt: map[string]time.Time{}}
+	return &History{floor: map[string]int64{}, incs: map[string]int64{}, ackedAt: map[string]time.Time{}, floors: map[string][]floorAt{}}
 }
 
 func (h *History) add(op Op) {
@@ -117,9 +131,40 @@ func (h *History) add(op Op) {
 			return
 		}
 		h.floor[op.Key] = max(h.floor[op.Key], op.Value)
+		h.floorRose(op.Key, op.End)
 	case "inc":
 		h.incs[op.Key]++
+		h.floorRose(op.Key, op.End)
 	}
+}
+
+// floorRose records key's floor as known from at on (or from the last
+// rise's moment, if later: operations are added as they complete, not
+// quite in the order of their ends; a later moment only makes the
+// floor of a moment lower).
+func (h *History) floorRose(key string, at time.Time) {
+	v := max(h.floor[key], h.incs[key])
+	fs := h.floors[key]
+	if n := len(fs); n > 0 {
+		if fs[n-1].v >= v {
+			return
+		}
+		at = later(at, fs[n-1].at)
+	}
+	h.floors[key] = append(fs, floorAt{at, v})
+}
+
+// floorBefore is key's floor as known at t: every value a read that
+// accepts staleness back to t may return is at least it.
+func (h *History) floorBefore(key string, t time.Time) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fs := h.floors[key]
+	i := sort.Search(len(fs), func(i int) bool { return fs[i].at.After(t) })
+	if i == 0 {
+		return 0
+	}
+	return fs[i-1].v
 }
 
 func (h *History) anomaly(kind, format string, args ...any) {
@@ -164,17 +209,29 @@ type response struct {
 	scn    string // X-Cortado-SCN: the commit written, or read
 	base   string // the router that answered
 	err    error
+	// answeredBy says who answered a read (a router's cache, a slave,
+	// the master) and age how old it said the answer may be.
+	answeredBy, age string
 }
 
 func (c *httpClient) send(method, path, body, ifMatch string) response {
+	var h http.Header
+	if ifMatch != "" {
+		h = http.Header{"If-Match": {ifMatch}}
+	}
+	return c.sendWith(method, path, body, h)
+}
+
+// sendWith sends a request with more headers, through the next router.
+func (c *httpClient) sendWith(method, path, body string, h http.Header) response {
 	c.n++
 	base := c.bases[c.n%len(c.bases)]
 	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	for k, v := range h {
+		req.Header[k] = v
+	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
-	}
-	if ifMatch != "" {
-		req.Header.Set("If-Match", ifMatch)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -182,7 +239,14 @@ func (c *httpClient) send(method, path, body, ifMatch string) response {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, body: b, etag: resp.Header.Get("ETag"), scn: resp.Header.Get("X-Cortado-SCN"), base: base}
+	by := "the master"
+	if resp.Header.Get("X-Cortado-Cache") == "hit" {
+		by = base + "'s cache"
+	} else if resp.Header.Get("X-Cortado-Replica") == "slave" {
+		by = "a slave"
+	}
+	return response{status: resp.StatusCode, body: b, etag: resp.Header.Get("ETag"), scn: resp.Header.Get("X-Cortado-SCN"), base: base,
+		answeredBy: by, age: resp.Header.Get("Age")}
 }
 
 func (c *httpClient) do(method, path, body, ifMatch string) (int, []byte) {
@@ -346,6 +410,7 @@ func StartWorkload(c *Cluster, seed uint64) *Workload {
 	run(3, w.casIncrementer)
 	run(3, w.patchIncrementer)
 	run(3, w.reader)
+	run(2, w.staleReader)
 	run(2, w.registers)
 	run(2, w.transferrer)
 	run(1, w.bankReader)
@@ -487,6 +552,35 @@ func (w *Workload) reader(id int, rng *rand.Rand, hc *httpClient) {
 			if r.err == nil && r.status == 200 {
 				w.h.add(Op{Kind: "read", Key: "U/" + key, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id})
 			}
+		}
+		w.pause(time.Duration(1+rng.IntN(5)) * time.Millisecond)
+	}
+}
+
+// staleBound is what staleReader's reads accept (Cache-Control:
+// max-stale=1), and staleSlack the time a commit takes from its
+// master's state to an answer that carries it (an answer built before
+// it is sent): a read may miss what was acknowledged within that much
+// before its bound.
+const staleBound, staleSlack = time.Second, 100 * time.Millisecond
+
+// staleReader reads the counters accepting a second's staleness, through
+// either router: answered by a router's hot-key cache, a slave (when the
+// master is slow or gone) or the master. Each value must be at least
+// what was acknowledged or read a second before the read began.
+func (w *Workload) staleReader(id int, rng *rand.Rand, hc *httpClient) {
+	for !w.stopped() {
+		key := fmt.Sprintf("C/%s%d", []string{"cas", "inc"}[rng.IntN(2)], rng.IntN(counters))
+		start := time.Now()
+		floor := w.h.floorBefore(key, start.Add(-staleBound-staleSlack))
+		r := hc.sendWith("GET", "/d/"+key, "", http.Header{"Cache-Control": {"max-stale=1"}})
+		if r.err == nil && r.status == 200 {
+			n, _ := readValue(r.body)
+			if n < floor {
+				w.h.anomaly("stale read beyond its bound", "%s read %d with max-stale=1 at %s (answered by %s, Age %s), but %d was acknowledged or read %v before the read began",
+					key, n, start.Format("15:04:05.000"), r.answeredBy, r.age, floor, staleBound+staleSlack)
+			}
+			w.h.add(Op{Kind: "stale-read", Key: key, Value: n, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id, SCN: r.scn})
 		}
 		w.pause(time.Duration(1+rng.IntN(5)) * time.Millisecond)
 	}
