@@ -83,7 +83,7 @@ func TestJepsen(t *testing.T) {
 	h := w.Stop()
 	res := Check(c, h, n.log)
 	table := res.Markdown()
-	t.Logf("%s; registers %s; %s\n%s", time.Since(start).Round(time.Second), res.Linearizable, h.transfers(), table)
+	t.Logf("%s; registers %s; %s; reads with max-stale=1: %s\n%s", time.Since(start).Round(time.Second), res.Linearizable, h.transfers(), w.StaleReads(), table)
 	// The change stream, against what clients were told and what the
 	// database holds.
 	lost, anomalies := CheckChanges(c, h, changes)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/keys"
@@ -361,6 +362,15 @@ type Workload struct {
 	seed  uint64
 	probe []string  // a key per partition
 	begin time.Time // when the clients started: registers' periods count from it
+	// staleBy counts staleReader's answers by who gave them: a router's
+	// cache, a slave, the master.
+	staleBy [3]atomic.Int64
+}
+
+// StaleReads says how many of the stale readers' reads each kind of
+// replica answered.
+func (w *Workload) StaleReads() string {
+	return fmt.Sprintf("%d from a router's cache, %d from a slave, %d from the master", w.staleBy[0].Load(), w.staleBy[1].Load(), w.staleBy[2].Load())
 }
 
 // registerPeriod is how long the register clients use the same three
@@ -576,6 +586,14 @@ func (w *Workload) staleReader(id int, rng *rand.Rand, hc *httpClient) {
 		r := hc.sendWith("GET", "/d/"+key, "", http.Header{"Cache-Control": {"max-stale=1"}})
 		if r.err == nil && r.status == 200 {
 			n, _ := readValue(r.body)
+			switch {
+			case strings.HasSuffix(r.answeredBy, "cache"):
+				w.staleBy[0].Add(1)
+			case r.answeredBy == "a slave":
+				w.staleBy[1].Add(1)
+			default:
+				w.staleBy[2].Add(1)
+			}
 			if n < floor {
 				w.h.anomaly("stale read beyond its bound", "%s read %d with max-stale=1 at %s (answered by %s, Age %s), but %d was acknowledged or read %v before the read began",
 					key, n, start.Format("15:04:05.000"), r.answeredBy, r.age, floor, staleBound+staleSlack)
