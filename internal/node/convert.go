@@ -232,7 +232,8 @@ func commitFrom(w *wire.Commit) storage.Commit {
 
 func logResultTo(r *LogResult) *wire.LogResult {
 	w := &wire.LogResult{Diverged: r.Diverged, Common: scnTo(r.Common), Holds: r.Holds, SourceRole: int32(r.SourceRole),
-		SourceScn: scnTo(r.SourceSCN), Acked: scnTo(r.Acked), Trimmed: r.Trimmed, LogStart: scnTo(r.LogStart), Commits: make([]*wire.Commit, len(r.Commits))}
+		SourceScn: scnTo(r.SourceSCN), Acked: scnTo(r.Acked), Trimmed: r.Trimmed, LogStart: scnTo(r.LogStart), SourceBehindNanos: int64(r.SourceBehind),
+		Commits: make([]*wire.Commit, len(r.Commits))}
 	for i := range r.Commits {
 		w.Commits[i] = commitTo(&r.Commits[i])
 	}
@@ -241,7 +242,10 @@ func logResultTo(r *LogResult) *wire.LogResult {
 
 func logResultFrom(w *wire.LogResult) *LogResult {
 	r := &LogResult{Diverged: w.Diverged, Common: scnFrom(w.Common), Holds: w.Holds, SourceRole: Role(w.SourceRole),
-		SourceSCN: scnFrom(w.SourceScn), Acked: scnFrom(w.Acked), Trimmed: w.Trimmed, LogStart: scnFrom(w.LogStart)}
+		SourceSCN: scnFrom(w.SourceScn), Acked: scnFrom(w.Acked), Trimmed: w.Trimmed, LogStart: scnFrom(w.LogStart),
+		// Never ahead of the master (which would stretch a slave's
+		// freshness into the future).
+		SourceBehind: max(0, time.Duration(w.SourceBehindNanos))}
 	if len(w.Commits) > 0 {
 		r.Commits = make([]storage.Commit, len(w.Commits))
 		for i, c := range w.Commits {

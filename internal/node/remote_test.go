@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // A call on a connection closed meanwhile (the router dropped a node that
@@ -50,6 +51,21 @@ func TestLogRequestWire(t *testing.T) {
 		if got := logFrom(w).MaxBytes; got < 0 || got > MaxLogBytes {
 			t.Fatalf("max_bytes %d from the wire became %d", hostile, got)
 		}
+	}
+}
+
+// TestLogResultWire: a relay's word of how long ago it heard from the
+// master crosses the wire; a negative one (which would make a slave
+// fresher than its master) arrives as 0.
+func TestLogResultWire(t *testing.T) {
+	r := &LogResult{Holds: true, SourceRole: Offline, SourceSCN: storage.SCN{Gen: 2, Seq: 9}, SourceBehind: 1500 * time.Millisecond}
+	if got := logResultFrom(logResultTo(r)); got.SourceBehind != r.SourceBehind || got.SourceSCN != r.SourceSCN || got.SourceRole != Offline {
+		t.Fatalf("%+v crossed the wire as %+v", r, got)
+	}
+	w := logResultTo(r)
+	w.SourceBehindNanos = -int64(time.Hour)
+	if got := logResultFrom(w).SourceBehind; got != 0 {
+		t.Fatalf("source_behind_nanos -1h from the wire became %v", got)
 	}
 }
 

@@ -62,6 +62,11 @@ type LogResult struct {
 	// from a snapshot. Holds is false with it.
 	Trimmed  bool
 	LogStart storage.SCN
+	// SourceBehind is how long before the answer its source last heard
+	// from the partition's master: a relay's answer may lack what the
+	// master committed since (0 from the master itself, and from a relay
+	// of an earlier release). A slave's staleness counts from then.
+	SourceBehind time.Duration
 }
 
 // LogSource is where a slave reads its master's log: a local Node, or a
@@ -315,7 +320,6 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 				quiet.Handling()
 				defer quiet.Heard()
 			}
-			e.heardFromMaster()
 			if res.Diverged {
 				return n.truncate(p, res.Common, o) // the stream ends here
 			}
@@ -329,6 +333,14 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			// replica's.
 			if err := p.ApplyAcknowledged(res.Commits, res.Acked); err != nil {
 				return err
+			}
+			// This replica now holds what the master had when the answer
+			// was made (or when the relay last heard from it): its
+			// staleness counts from then. A source that is neither the
+			// master nor a relay (a master that stepped down) says
+			// nothing of the master.
+			if res.SourceRole == Master || o.Master != nil {
+				e.heardFromMaster(time.Now().Add(-res.SourceBehind))
 			}
 			if n.opts.ReplicationLag != nil {
 				for _, c := range res.Commits {

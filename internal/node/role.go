@@ -503,11 +503,12 @@ func (r *Role) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// heardFromMaster records that a slave's master just answered.
-func (e *partRole) heardFromMaster() {
+// heardFromMaster records that a slave holds what its master had at
+// asOf (never moving the time back).
+func (e *partRole) heardFromMaster(asOf time.Time) {
 	e.ackMu.Lock()
-	if !e.rebuilding {
-		e.heard = time.Now()
+	if !e.rebuilding && asOf.After(e.heard) {
+		e.heard = asOf
 	}
 	e.ackMu.Unlock()
 }

@@ -89,6 +89,10 @@ type partition struct {
 	commits []storage.Commit
 	bytes   int         // the commits' Size, summed
 	acked   storage.SCN // the master's acknowledged SCN, last heard
+	// heard is when the pull last had an answer from the partition's
+	// master: the buffer holds what the master had then (answers say
+	// how long ago, LogResult.SourceBehind).
+	heard   time.Time
 	changed chan struct{}
 	cancel  context.CancelFunc
 	pulled  chan struct{} // closed when the current puller has returned
@@ -327,6 +331,9 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 			case len(res.Commits) > 0:
 				return errRestart // the buffer moved under the stream
 			}
+			if res.SourceRole == node.Master && !res.Diverged {
+				p.heard = time.Now() // the buffer holds what the master had
+			}
 			p.notify()
 			return nil
 		})
@@ -342,6 +349,10 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 }
 
 var errRestart = errors.New("relay: restart the log stream")
+
+// neverHeard is the SourceBehind of a buffer whose pull has had no
+// answer from the master: a reader's staleness is then unbounded.
+const neverHeard = 100 * 365 * 24 * time.Hour
 
 // Log serves a partition's commits after req.After from the buffer,
 // waiting up to req.Wait for one; a request the buffer cannot answer (the
@@ -370,7 +381,10 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 			}
 			return r.remotes.Source(master).Log(ctx, req)
 		}
-		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last(), Holds: true, Acked: p.acked}
+		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last(), Holds: true, Acked: p.acked, SourceBehind: neverHeard}
+		if !p.heard.IsZero() {
+			res.SourceBehind = time.Since(p.heard)
+		}
 		if start < len(p.commits) {
 			end, size := start, 0
 			for end < len(p.commits) && end-start < req.Max && size < req.ByteLimit() {

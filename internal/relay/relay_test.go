@@ -2,8 +2,12 @@ package relay
 
 import (
 	"bytes"
+	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
@@ -92,5 +96,82 @@ func TestBufferShare(t *testing.T) {
 	}
 	if got := r.share(); got != minShare {
 		t.Fatalf("4,160 partitions: share %d, want the floor %d", got, minShare)
+	}
+}
+
+// TestAnswersSayWhenTheMasterWasHeard: a relay's answers say how long ago
+// its pull last had an answer from the partition's master, so that a
+// slave reading it counts its staleness from then: a relay whose master
+// stopped answering goes on answering its readers (with nothing new),
+// and those answers must not pass for fresh.
+func TestAnswersSayWhenTheMasterWasHeard(t *testing.T) {
+	var answering atomic.Bool
+	answering.Store(true)
+	master := node.LogFunc(func(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+		if !answering.Load() {
+			<-ctx.Done() // a stopped or cut-off master
+			return nil, ctx.Err()
+		}
+		res := &node.LogResult{SourceRole: node.Master, Holds: true}
+		if req.After.IsZero() {
+			res.Commits = []storage.Commit{commit(1, 10), commit(2, 10)}
+			return res, nil
+		}
+		select { // a heartbeat
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return res, nil
+	})
+	r := &Relay{Buffer: 100, BufferBytes: 1 << 20, parts: map[partKey]*partition{}}
+	p := r.part("d", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.pull(ctx, "d", 0, p, master) }()
+	defer func() { cancel(); <-done }()
+
+	req := node.LogRequest{DB: "d", Partition: 0, After: storage.SCN{Gen: 1, Seq: 2}, Wait: 10 * time.Millisecond}
+	ask := func() *node.LogResult {
+		t.Helper()
+		res, err := r.Log(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// Until the pull has filled the buffer, the relay cannot answer a
+	// reader after 1:2 (and, with no master to pass it to, says so).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if res, err := r.Log(ctx, req); err == nil && res.Holds && res.SourceSCN == (storage.SCN{Gen: 1, Seq: 2}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the relay never held the master's commits")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range 10 {
+		if res := ask(); res.SourceBehind > 500*time.Millisecond {
+			t.Fatalf("the master answers every 20 ms, the relay says it heard %v ago", res.SourceBehind)
+		}
+	}
+	answering.Store(false)
+	stopped := time.Now()
+	for {
+		res := ask()
+		if len(res.Commits) > 0 || !res.Holds {
+			t.Fatalf("a relay whose master stopped answered %+v", res)
+		}
+		// The master's last answer came before it stopped.
+		if since := time.Since(stopped); res.SourceBehind < since-50*time.Millisecond {
+			t.Fatalf("%v after the master stopped answering, the relay says it heard %v ago", since, res.SourceBehind)
+		}
+		if res.SourceBehind > time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay's answers never said the master was silent: %v", res.SourceBehind)
+		}
 	}
 }

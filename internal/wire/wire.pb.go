@@ -1404,10 +1404,15 @@ type LogResult struct {
 	// trimmed (protocol 3): the asker's SCN is on the source's timeline but
 	// before log_start, the SCN the retained log starts after; the asker
 	// rebuilds from a snapshot. The stream ends after it.
-	Trimmed       bool `protobuf:"varint,8,opt,name=trimmed,proto3" json:"trimmed,omitempty"`
-	LogStart      *SCN `protobuf:"bytes,9,opt,name=log_start,json=logStart,proto3" json:"log_start,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Trimmed  bool `protobuf:"varint,8,opt,name=trimmed,proto3" json:"trimmed,omitempty"`
+	LogStart *SCN `protobuf:"bytes,9,opt,name=log_start,json=logStart,proto3" json:"log_start,omitempty"`
+	// source_behind_nanos: how long before the answer its source (a
+	// relay) last heard from the partition's master; the asker's staleness
+	// counts from then. 0 from a master, and from a relay that does not
+	// know the field.
+	SourceBehindNanos int64 `protobuf:"varint,10,opt,name=source_behind_nanos,json=sourceBehindNanos,proto3" json:"source_behind_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *LogResult) Reset() {
@@ -1501,6 +1506,13 @@ func (x *LogResult) GetLogStart() *SCN {
 		return x.LogStart
 	}
 	return nil
+}
+
+func (x *LogResult) GetSourceBehindNanos() int64 {
+	if x != nil {
+		return x.SourceBehindNanos
+	}
+	return 0
 }
 
 type AckRequest struct {
@@ -2492,7 +2504,7 @@ const file_wire_proto_rawDesc = "" +
 	"\areplica\x18\a \x01(\tR\areplica\x12\x1f\n" +
 	"\vbuffer_only\x18\b \x01(\bR\n" +
 	"bufferOnly\x12\x1b\n" +
-	"\tmax_bytes\x18\t \x01(\x03R\bmaxBytes\"\xed\x02\n" +
+	"\tmax_bytes\x18\t \x01(\x03R\bmaxBytes\"\x9d\x03\n" +
 	"\tLogResult\x121\n" +
 	"\acommits\x18\x01 \x03(\v2\x17.cortado.wire.v1.CommitR\acommits\x12\x1a\n" +
 	"\bdiverged\x18\x02 \x01(\bR\bdiverged\x12,\n" +
@@ -2504,7 +2516,9 @@ const file_wire_proto_rawDesc = "" +
 	"source_scn\x18\x06 \x01(\v2\x14.cortado.wire.v1.SCNR\tsourceScn\x12*\n" +
 	"\x05acked\x18\a \x01(\v2\x14.cortado.wire.v1.SCNR\x05acked\x12\x18\n" +
 	"\atrimmed\x18\b \x01(\bR\atrimmed\x121\n" +
-	"\tlog_start\x18\t \x01(\v2\x14.cortado.wire.v1.SCNR\blogStart\"|\n" +
+	"\tlog_start\x18\t \x01(\v2\x14.cortado.wire.v1.SCNR\blogStart\x12.\n" +
+	"\x13source_behind_nanos\x18\n" +
+	" \x01(\x03R\x11sourceBehindNanos\"|\n" +
 	"\n" +
 	"AckRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +

@@ -1,0 +1,83 @@
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/schema"
+)
+
+// TestSlaveStalenessCountsFromTheRelaysMaster: a slave that reads its
+// master's log through a relay counts its staleness from when the relay
+// last heard from the master (LogResult.SourceBehind), not from the
+// relay's last answer: a relay cut off from its master still answers,
+// with nothing new, and a max-stale read of the slave must not take that
+// for fresh. Over the internal protocol, as between processes.
+func TestSlaveStalenessCountsFromTheRelaysMaster(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	a, b, c := newStorageNode(t, reg), newStorageNode(t, reg), newStorageNode(t, reg)
+	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	c.SetRole("d", 0, node.Slave, 0, 0)
+	master := remote(t, a.url)
+	// b reads through a "relay" that heard from the master 10 s before
+	// each answer; c reads the master.
+	const behind = 10 * time.Second
+	viaRelay := node.LogFunc(func(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+		res, err := master.Log(ctx, req)
+		if err == nil {
+			res.SourceRole, res.SourceBehind = node.Offline, behind
+		}
+		return res, err
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() {
+		if err := b.Follow(ctx, "d", 0, node.FollowOptions{Source: viaRelay, Master: master, Replica: "b"}); err != nil {
+			t.Error(err)
+		}
+	})
+	wg.Go(func() {
+		if err := c.Follow(ctx, "d", 0, node.FollowOptions{Source: master, Replica: "c"}); err != nil {
+			t.Error(err)
+		}
+	})
+	last := write(t, a, "k", "v")
+	awaitSCN(t, b, last)
+	awaitSCN(t, c, last)
+
+	get := func(n *storageNode, maxStale time.Duration) (*node.Item, error) {
+		return n.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}, MaxStale: maxStale})
+	}
+	// c heard from its master within a second (heartbeats come every
+	// second at most): a read accepting 2 s is answered.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		it, err := get(c, 2*time.Second)
+		if err == nil && it.Stale < 2*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a slave reading its master directly: %v %v", it, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := get(b, 2*time.Second); !errors.Is(err, node.ErrTooStale) {
+		t.Fatalf("a slave whose relay heard from the master %v ago answered a read accepting 2 s: %v", behind, err)
+	}
+	it, err := get(b, time.Minute)
+	if err != nil {
+		t.Fatalf("a read accepting a minute: %v", err)
+	}
+	if it.Stale < behind {
+		t.Fatalf("a read accepting a minute says it is %v stale; want at least %v", it.Stale, behind)
+	}
+}
