@@ -337,9 +337,9 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			// This replica now holds what the master had when the answer
 			// was made (or when the relay last heard from it): its
 			// staleness counts from then. A source that is neither the
-			// master nor a relay (a master that stepped down) says
-			// nothing of the master.
-			if res.SourceRole == Master || o.Master != nil {
+			// master nor a relay (a master that stepped down, or one a
+			// relay passed the request to) says nothing of the master.
+			if res.SourceRole == Master || res.SourceRole == Offline && o.Master != nil {
 				e.heardFromMaster(time.Now().Add(-res.SourceBehind))
 			}
 			if n.opts.ReplicationLag != nil {
