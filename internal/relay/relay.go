@@ -8,8 +8,10 @@
 // master's retained log starts, not from before it. The relay's copy is in
 // memory, so it acknowledges nothing: a semi-sync write is acknowledged
 // once slaves durably hold it (slaves that read through the relay
-// acknowledge to the master directly). A new master chosen in a failover
-// drains the relay before it takes over.
+// acknowledge to the master directly). Its answers say how long ago it
+// last heard from the master, so that its readers never take its own
+// answers for the master's word. A new master chosen in a failover drains
+// the relay before it takes over.
 package relay
 
 import (

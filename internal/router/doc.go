@@ -2,7 +2,9 @@
 // typed calls from the embedded client), validates documents against the
 // registry's latest schema, computes each key's partition, sends the work to
 // the storage node that serves it, merges fan-out results (or streams a
-// multi-get's as they come), and renders documents as JSON or Avro.
+// multi-get's as they come), and renders documents as JSON or Avro. Reads
+// that accept staleness may be answered from its hot-key cache
+// (internal/keycache), which its writes keep exact for its own clients.
 //
 // It never touches storage directly: every partition is reached through a
 // node.Service, which later becomes a network call. Every error leaving the
