@@ -123,6 +123,10 @@ type Engine struct {
 	// (logspace.go): later than every stored entry's, and moved on at
 	// every flush.
 	logEpoch *atomic.Uint32
+
+	// closeOnce makes Close run once; closeErr is what it returned.
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // failure is an engine's first fatal error, shared with its Pebble logger.
@@ -421,13 +425,17 @@ func (e *Engine) apply(b *pebble.Batch) (wait func() error, err error) {
 	}, nil
 }
 
-// Close stops the disk probe and closes Pebble. Callers stop all writes
-// first.
+// Close stops the disk probe and the flusher and closes Pebble. Callers
+// stop all writes first. Closing again returns the first Close's error
+// (a shutdown path and a deferred cleanup may both close).
 func (e *Engine) Close() error {
-	close(e.stop)
-	<-e.probeDone
-	<-e.flusherDone
-	return errors.Join(e.storeWatermarks(), e.db.Close())
+	e.closeOnce.Do(func() {
+		close(e.stop)
+		<-e.probeDone
+		<-e.flusherDone
+		e.closeErr = errors.Join(e.storeWatermarks(), e.db.Close())
+	})
+	return e.closeErr
 }
 
 // storeWatermarks stores each partition's acknowledged watermark where

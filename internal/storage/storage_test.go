@@ -41,6 +41,33 @@ func solo(t *testing.T, id int) *Partition {
 	return p
 }
 
+// TestCloseTwice: a second Close (a shutdown path and a deferred cleanup
+// both closing) returns the first one's answer instead of panicking, and
+// the data the first one stored is there on reopening.
+func TestCloseTwice(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	p, _ := e.Partition("db", 1)
+	if _, err := p.Update(func(tx *Tx) error {
+		_, err := tx.Put("T", []keys.Part{keys.S("k")}, 1, []byte{7})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+	e = open(t, dir)
+	defer e.Close()
+	p, _ = e.Partition("db", 1)
+	if d, ok, err := p.Get("T", []keys.Part{keys.S("k")}); err != nil || !ok || len(d.Value) != 1 || d.Value[0] != 7 {
+		t.Fatalf("after two closes: %v %v %v", d.Value, ok, err)
+	}
+}
+
 func TestCommitsGetConsecutiveSCNsAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	e := open(t, dir)
