@@ -111,33 +111,44 @@ func (n *Node) open(db, table string, part int) (*schema.Table, *storage.Partiti
 
 // render converts a stored document for a reader.
 func (n *Node) render(t *schema.Table, key []keys.Part, d *storage.Doc, spec ReadSpec) (*Item, error) {
-	version := spec.Version
-	if version == 0 {
-		version = d.Version
-	}
-	if t.Version(d.Version) == nil || t.Version(version) == nil {
-		// Written (or asked for) with a version registered through
-		// another process that this one has not seen yet.
-		var err error
-		if t, err = n.reg.TableAtLeast(context.Background(), t.Database, t.Name, max(d.Version, version)); err != nil {
-			return nil, fmt.Errorf("document %v of schema version %d: %w", key, d.Version, err)
-		}
-	}
-	plan, err := n.plans.Plan(t, d.Version, version, spec.Fields)
-	if err != nil {
-		return nil, err
-	}
 	// The stored bytes were copied out of Pebble once (storage.Get); a
 	// read as written, or of an unchanged version unprojected, returns
 	// that copy itself.
-	body := d.Value
+	it := &Item{Key: key, SCN: d.SCN, Modified: d.Modified, ETag: d.ETag(), Body: d.Value, BodyVersion: d.Version}
+	return Render(context.Background(), n.reg, n.plans, t, it, spec)
+}
+
+// Render converts whole, a document as written (its body of the version
+// it was written with, its entity tag), for a reader: to spec's version
+// (0: as written) and projection, with the entity tag of that
+// representation — what a storage node's read returns, in a new Item.
+// The body is whole's own when nothing changes it. A version t does not
+// hold yet (registered through another process) is looked up in reg.
+func Render(ctx context.Context, reg *registry.Registry, plans *schema.Plans, t *schema.Table, whole *Item, spec ReadSpec) (*Item, error) {
+	written, version := whole.BodyVersion, spec.Version
+	if version == 0 {
+		version = written
+	}
+	if t.Version(written) == nil || t.Version(version) == nil {
+		var err error
+		if t, err = reg.TableAtLeast(ctx, t.Database, t.Name, max(written, version)); err != nil {
+			return nil, fmt.Errorf("document %v of schema version %d: %w", whole.Key, written, err)
+		}
+	}
+	plan, err := plans.Plan(t, written, version, spec.Fields)
+	if err != nil {
+		return nil, err
+	}
+	body := whole.Body
 	if !plan.Identity() {
-		body, err = plan.Apply(nil, d.Value)
+		body, err = plan.Apply(nil, whole.Body)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s %v (version %d as %d): %w", t.Name, key, d.Version, version, err)
+		return nil, fmt.Errorf("read %s %v (version %d as %d): %w", t.Name, whole.Key, written, version, err)
 	}
-	return &Item{Key: key, SCN: d.SCN, Modified: d.Modified, ETag: etagAt(d, version), Body: body, BodyVersion: version}, nil
+	it := *whole
+	it.ETag, it.Body, it.BodyVersion = schema.WithSuffix(whole.ETag, schema.VersionSuffix(written, version)), body, version
+	return &it, nil
 }
 
 // Get reads one document.
