@@ -136,8 +136,13 @@ func (c *Cache) Begin(k string) Read {
 	if c == nil {
 		return Read{}
 	}
-	s := &c.writes[maphash.String(c.seed, k)%stripes]
+	s := c.stripe(k)
 	return Read{k: k, stripe: s, writes: s.Load(), sent: c.opts.Now()}
+}
+
+// stripe is the write counter of k's stripe.
+func (c *Cache) stripe(k string) *atomic.Uint64 {
+	return &c.writes[maphash.String(c.seed, k)%stripes]
 }
 
 // Put keeps the answer of read r, as stale as the slave that answered
@@ -166,7 +171,7 @@ func (c *Cache) Writing(k string) {
 	if c == nil {
 		return
 	}
-	c.writes[maphash.String(c.seed, k)%stripes].Add(1)
+	c.stripe(k).Add(1)
 	c.c.Invalidate(k)
 }
 

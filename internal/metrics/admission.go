@@ -174,7 +174,7 @@ func (m *Metrics) RegisterRelayBuffer(bytes func() int64) {
 }
 
 var (
-	descCacheReads         = prometheus.NewDesc("cortado_router_cache_reads_total", "Reads that accept staleness (Cache-Control: max-stale) the router's hot-key cache was asked for: hit (it answered), miss (a storage node did), not_kept (the answer was not kept: a write of its key went through this router while it was read).", []string{"result"}, nil)
+	descRouterCacheReads   = prometheus.NewDesc("cortado_router_cache_reads_total", "Reads that accept staleness (Cache-Control: max-stale) the router's hot-key cache was asked for: hit (it answered), miss (a storage node did), not_kept (the answer was not kept: a write of its key went through this router while it was read).", []string{"result"}, nil)
 	descRouterCacheEntries = prometheus.NewDesc("cortado_router_cache_entries", "Documents the router's hot-key cache holds.", nil, nil)
 	descRouterCacheBytes   = prometheus.NewDesc("cortado_router_cache_bytes", "Bytes the router's hot-key cache counts for its documents (--router-cache-bytes bounds them).", nil, nil)
 )
@@ -187,16 +187,16 @@ func (m *Metrics) RegisterCache(stats func() (hits, misses, skipped uint64, entr
 type cacheCollector func() (hits, misses, skipped uint64, entries int, bytes uint64)
 
 func (c cacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descCacheReads
+	ch <- descRouterCacheReads
 	ch <- descRouterCacheEntries
 	ch <- descRouterCacheBytes
 }
 
 func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	hits, misses, skipped, entries, bytes := c()
-	ch <- prometheus.MustNewConstMetric(descCacheReads, prometheus.CounterValue, float64(hits), "hit")
-	ch <- prometheus.MustNewConstMetric(descCacheReads, prometheus.CounterValue, float64(misses), "miss")
-	ch <- prometheus.MustNewConstMetric(descCacheReads, prometheus.CounterValue, float64(skipped), "not_kept")
+	ch <- prometheus.MustNewConstMetric(descRouterCacheReads, prometheus.CounterValue, float64(hits), "hit")
+	ch <- prometheus.MustNewConstMetric(descRouterCacheReads, prometheus.CounterValue, float64(misses), "miss")
+	ch <- prometheus.MustNewConstMetric(descRouterCacheReads, prometheus.CounterValue, float64(skipped), "not_kept")
 	ch <- prometheus.MustNewConstMetric(descRouterCacheEntries, prometheus.GaugeValue, float64(entries))
 	ch <- prometheus.MustNewConstMetric(descRouterCacheBytes, prometheus.GaugeValue, float64(bytes))
 }
