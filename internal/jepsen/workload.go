@@ -210,10 +210,23 @@ type response struct {
 	scn    string // X-Cortado-SCN: the commit written, or read
 	base   string // the router that answered
 	err    error
-	// answeredBy says who answered a read (a router's cache, a slave,
-	// the master) and age how old it said the answer may be.
-	answeredBy, age string
+	// by says who answered a read, and age how old it said the answer
+	// may be.
+	by  answerer
+	age string
 }
+
+// answerer is who answered a read: a router's hot-key cache, a slave, or
+// the master.
+type answerer int
+
+const (
+	byCache answerer = iota
+	bySlave
+	byMaster
+)
+
+func (a answerer) String() string { return [...]string{"a router's cache", "a slave", "the master"}[a] }
 
 func (c *httpClient) send(method, path, body, ifMatch string) response {
 	var h http.Header
@@ -240,14 +253,14 @@ func (c *httpClient) sendWith(method, path, body string, h http.Header) response
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	by := "the master"
+	by := byMaster
 	if resp.Header.Get("X-Cortado-Cache") == "hit" {
-		by = base + "'s cache"
+		by = byCache
 	} else if resp.Header.Get("X-Cortado-Replica") == "slave" {
-		by = "a slave"
+		by = bySlave
 	}
 	return response{status: resp.StatusCode, body: b, etag: resp.Header.Get("ETag"), scn: resp.Header.Get("X-Cortado-SCN"), base: base,
-		answeredBy: by, age: resp.Header.Get("Age")}
+		by: by, age: resp.Header.Get("Age")}
 }
 
 func (c *httpClient) do(method, path, body, ifMatch string) (int, []byte) {
@@ -362,15 +375,14 @@ type Workload struct {
 	seed  uint64
 	probe []string  // a key per partition
 	begin time.Time // when the clients started: registers' periods count from it
-	// staleBy counts staleReader's answers by who gave them: a router's
-	// cache, a slave, the master.
-	staleBy [3]atomic.Int64
+	// staleBy counts staleReader's answers by who gave them (answerer).
+	staleBy [byMaster + 1]atomic.Int64
 }
 
 // StaleReads says how many of the stale readers' reads each kind of
 // replica answered.
 func (w *Workload) StaleReads() string {
-	return fmt.Sprintf("%d from a router's cache, %d from a slave, %d from the master", w.staleBy[0].Load(), w.staleBy[1].Load(), w.staleBy[2].Load())
+	return fmt.Sprintf("%d from a router's cache, %d from a slave, %d from the master", w.staleBy[byCache].Load(), w.staleBy[bySlave].Load(), w.staleBy[byMaster].Load())
 }
 
 // registerPeriod is how long the register clients use the same three
@@ -544,7 +556,7 @@ func (w *Workload) reader(id int, rng *rand.Rand, hc *httpClient) {
 	for !w.stopped() {
 		start := time.Now()
 		if rng.IntN(2) == 0 {
-			key := fmt.Sprintf("C/%s%d", []string{"cas", "inc"}[rng.IntN(2)], rng.IntN(counters))
+			key := anyCounter(rng)
 			floor := w.h.floorOf(key)
 			r := hc.send("GET", "/d/"+key, "", "")
 			if r.err == nil && r.status == 200 {
@@ -567,6 +579,11 @@ func (w *Workload) reader(id int, rng *rand.Rand, hc *httpClient) {
 	}
 }
 
+// anyCounter is one of the shared counters, C/cas<j> or C/inc<j>.
+func anyCounter(rng *rand.Rand) string {
+	return fmt.Sprintf("C/%s%d", []string{"cas", "inc"}[rng.IntN(2)], rng.IntN(counters))
+}
+
 // staleBound is what staleReader's reads accept (Cache-Control:
 // max-stale=1), and staleSlack the time a commit takes from its
 // master's state to an answer that carries it (an answer built before
@@ -580,23 +597,16 @@ const staleBound, staleSlack = time.Second, 100 * time.Millisecond
 // what was acknowledged or read a second before the read began.
 func (w *Workload) staleReader(id int, rng *rand.Rand, hc *httpClient) {
 	for !w.stopped() {
-		key := fmt.Sprintf("C/%s%d", []string{"cas", "inc"}[rng.IntN(2)], rng.IntN(counters))
+		key := anyCounter(rng)
 		start := time.Now()
 		floor := w.h.floorBefore(key, start.Add(-staleBound-staleSlack))
 		r := hc.sendWith("GET", "/d/"+key, "", http.Header{"Cache-Control": {"max-stale=1"}})
 		if r.err == nil && r.status == 200 {
 			n, _ := readValue(r.body)
-			switch {
-			case strings.HasSuffix(r.answeredBy, "cache"):
-				w.staleBy[0].Add(1)
-			case r.answeredBy == "a slave":
-				w.staleBy[1].Add(1)
-			default:
-				w.staleBy[2].Add(1)
-			}
+			w.staleBy[r.by].Add(1)
 			if n < floor {
-				w.h.anomaly("stale read beyond its bound", "%s read %d with max-stale=1 at %s (answered by %s, Age %s), but %d was acknowledged or read %v before the read began",
-					key, n, start.Format("15:04:05.000"), r.answeredBy, r.age, floor, staleBound+staleSlack)
+				w.h.anomaly("stale read beyond its bound", "%s read %d with max-stale=1 at %s through %s (answered by %s, Age %s), but %d was acknowledged or read %v before the read began",
+					key, n, start.Format("15:04:05.000"), r.base, r.by, r.age, floor, staleBound+staleSlack)
 			}
 			w.h.add(Op{Kind: "stale-read", Key: key, Value: n, Found: true, Outcome: Ok, Start: start, End: time.Now(), Client: id, SCN: r.scn})
 		}
