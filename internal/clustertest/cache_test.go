@@ -2,7 +2,6 @@ package clustertest
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -38,21 +37,16 @@ func TestHotKeyCache(t *testing.T) {
 
 	get := func(path, cacheControl, accept string) (response, int64) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", c.url+"/d/T/"+path, nil)
+		h := http.Header{}
 		if cacheControl != "" {
-			req.Header.Set("Cache-Control", cacheControl)
+			h.Set("Cache-Control", cacheControl)
 		}
 		if accept != "" {
-			req.Header.Set("Accept", accept)
+			h.Set("Accept", accept)
 		}
 		before := gets.Load()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return response{resp, string(b)}, gets.Load() - before
+		r := c.getWith(path, h)
+		return r, gets.Load() - before
 	}
 	hit := func(r response) bool { return r.Header.Get(router.HeaderCache) == "hit" }
 

@@ -405,9 +405,19 @@ type response struct {
 // get reads a document through the router with an optional Cache-Control.
 func (c *testCluster) get(k, cacheControl string) response {
 	c.t.Helper()
-	req, _ := http.NewRequest("GET", c.url+"/d/T/"+k, nil)
+	h := http.Header{}
 	if cacheControl != "" {
-		req.Header.Set("Cache-Control", cacheControl)
+		h.Set("Cache-Control", cacheControl)
+	}
+	return c.getWith(k, h)
+}
+
+// getWith reads /d/T/ + path through the router with headers h.
+func (c *testCluster) getWith(path string, h http.Header) response {
+	c.t.Helper()
+	req, _ := http.NewRequest("GET", c.url+"/d/T/"+path, nil)
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
