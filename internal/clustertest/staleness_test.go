@@ -3,13 +3,16 @@ package clustertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // TestSlaveStalenessCountsFromTheRelaysMaster: a slave that reads its
@@ -79,5 +82,75 @@ func TestSlaveStalenessCountsFromTheRelaysMaster(t *testing.T) {
 	}
 	if it.Stale < behind {
 		t.Fatalf("a read accepting a minute says it is %v stale; want at least %v", it.Stale, behind)
+	}
+}
+
+// TestACatchingUpSlaveIsNotFresh: a slave catching up on its master's
+// log (a new replica, or one back from a failure) reads it in batches;
+// an answer that is one batch of many says nothing of how far behind the
+// slave still is, so a max-stale read must not take it for fresh. The
+// fault run found a node that joined answering such reads with values
+// 1,700 increments old.
+func TestACatchingUpSlaveIsNotFresh(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	a, b, c := newStorageNode(t, reg), newStorageNode(t, reg), newStorageNode(t, reg)
+	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	c.SetRole("d", 0, node.Slave, 0, 0)
+	master := remote(t, a.url)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	// c acknowledges the writes.
+	wg.Go(func() {
+		if err := c.Follow(ctx, "d", 0, node.FollowOptions{Source: master, Replica: "c"}); err != nil {
+			t.Error(err)
+		}
+	})
+	var scns []storage.SCN
+	for i := range 6 {
+		scns = append(scns, write(t, a, fmt.Sprint("k", i), "v"))
+	}
+	// b reads the log two commits an answer, and after its first answer
+	// waits until released.
+	release := make(chan struct{})
+	var answers atomic.Int32
+	gated := node.LogFunc(func(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+		if answers.Add(1) > 1 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		req.Max = 2
+		return master.Log(ctx, req)
+	})
+	wg.Go(func() {
+		if err := b.Follow(ctx, "d", 0, node.FollowOptions{Source: gated, Replica: "b"}); err != nil {
+			t.Error(err)
+		}
+	})
+	awaitSCN(t, b, scns[0]) // the first answer (the generation begins with a commit of its own)
+	get := func() (*node.Item, error) {
+		return b.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k0")}, MaxStale: time.Hour})
+	}
+	if it, err := get(); !errors.Is(err, node.ErrTooStale) {
+		t.Fatalf("a slave holding 2 of its master's 7 commits answered a max-stale read: %+v %v", it, err)
+	}
+	close(release)
+	awaitSCN(t, b, scns[5])
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		it, err := get()
+		if err == nil && it.Stale < 2*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a slave that caught up never answered a max-stale read: %+v %v", it, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

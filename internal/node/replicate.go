@@ -334,12 +334,16 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			if err := p.ApplyAcknowledged(res.Commits, res.Acked); err != nil {
 				return err
 			}
-			// This replica now holds what the master had when the answer
-			// was made (or when the relay last heard from it): its
-			// staleness counts from then. A source that is neither the
-			// master nor a relay (a master that stepped down, or one a
-			// relay passed the request to) says nothing of the master.
-			if res.SourceRole == Master || res.SourceRole == Offline && o.Master != nil {
+			// Once it holds all its source had, this replica holds what
+			// the master had when the answer was made (or when the relay
+			// last heard from it): its staleness counts from then. An
+			// answer that is one batch of a longer catch-up (a new
+			// replica, one back from a failure) says nothing of how far
+			// behind the replica is; a source that is neither the master
+			// nor a relay (a master that stepped down, or one a relay
+			// passed the request to) says nothing of the master.
+			caughtUp := !p.SCN().Less(res.SourceSCN)
+			if caughtUp && (res.SourceRole == Master || res.SourceRole == Offline && o.Master != nil) {
 				e.heardFromMaster(time.Now().Add(-res.SourceBehind))
 			}
 			if n.opts.ReplicationLag != nil {

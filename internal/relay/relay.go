@@ -333,8 +333,11 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 			case len(res.Commits) > 0:
 				return errRestart // the buffer moved under the stream
 			}
-			if res.SourceRole == node.Master && !res.Diverged {
-				p.heard = time.Now() // the buffer holds what the master had
+			if res.SourceRole == node.Master && !res.Diverged && !p.last().Less(res.SourceSCN) {
+				// The buffer holds all the master had when it answered.
+				// (An answer that is one batch of a longer catch-up says
+				// nothing of how far behind the buffer is.)
+				p.heard = time.Now()
 			}
 			p.notify()
 			return nil

@@ -175,3 +175,60 @@ func TestAnswersSayWhenTheMasterWasHeard(t *testing.T) {
 		}
 	}
 }
+
+// TestACatchingUpBufferIsNotHeard: a master's answer that is one batch of
+// a longer catch-up (the buffer holds 1:2, the master is at 1:4) says
+// nothing of how far behind the buffer is: the relay's answers say it has
+// not heard from the master until its buffer holds all the master had.
+func TestACatchingUpBufferIsNotHeard(t *testing.T) {
+	release := make(chan struct{})
+	master := node.LogFunc(func(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+		res := &node.LogResult{SourceRole: node.Master, Holds: true, SourceSCN: storage.SCN{Gen: 1, Seq: 4}}
+		switch req.After.Seq {
+		case 0:
+			res.Commits = []storage.Commit{commit(1, 10), commit(2, 10)}
+		case 2:
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			res.Commits = []storage.Commit{commit(3, 10), commit(4, 10)}
+		default:
+			select { // a heartbeat
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+		return res, nil
+	})
+	r := &Relay{Buffer: 100, BufferBytes: 1 << 20, parts: map[partKey]*partition{}}
+	p := r.part("d", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.pull(ctx, "d", 0, p, master) }()
+	defer func() { cancel(); <-done }()
+
+	// await asks after 1:1 until the relay's answer ends at last.
+	await := func(last uint64) *node.LogResult {
+		t.Helper()
+		req := node.LogRequest{DB: "d", Partition: 0, After: storage.SCN{Gen: 1, Seq: 1}, Wait: 10 * time.Millisecond}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if res, err := r.Log(ctx, req); err == nil && res.Holds && res.SourceSCN.Seq == last {
+				return res
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the relay never held 1:%d", last)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if res := await(2); res.SourceBehind < time.Hour {
+		t.Fatalf("a relay holding 1:2 of a master at 1:4 says it heard from it %v ago", res.SourceBehind)
+	}
+	close(release)
+	if res := await(4); res.SourceBehind > time.Second {
+		t.Fatalf("a relay holding all its master had says it heard from it %v ago", res.SourceBehind)
+	}
+}
