@@ -154,3 +154,54 @@ func TestACatchingUpSlaveIsNotFresh(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAReplicaThatLeftTheSlaveRoleIsNotFresh: a slave that became master
+// (and may hold commits of its own that are never acknowledged) or
+// offline is no copy of a master's timeline when it is made slave again,
+// until it has caught up with its new master: a max-stale read is
+// refused meanwhile, however much staleness it accepts.
+func TestAReplicaThatLeftTheSlaveRoleIsNotFresh(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	a, b := newStorageNode(t, reg), newStorageNode(t, reg)
+	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	master := remote(t, a.url)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := b.Follow(ctx, "d", 0, node.FollowOptions{Source: master, Replica: "b"}); err != nil {
+			t.Error(err)
+		}
+	}()
+	scn := write(t, a, "k", "v")
+	awaitSCN(t, b, scn)
+	get := func() error {
+		_, err := b.Get(context.Background(), node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}, MaxStale: time.Hour})
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for get() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("a slave that caught up never answered a max-stale read: %v", get())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	for _, role := range []node.Role{node.Master, node.Offline} {
+		if role == node.Master {
+			if err := b.SetRole("d", 0, node.Master, 2, 0); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			b.SetRole("d", 0, node.Offline, 0, 0)
+		}
+		b.SetRole("d", 0, node.Slave, 0, 0)
+		if err := get(); !errors.Is(err, node.ErrTooStale) {
+			t.Fatalf("a replica made %s and slave again answered a max-stale read before following a master: %v", role, err)
+		}
+	}
+}

@@ -329,6 +329,15 @@ func (n *Node) SetRole(db string, id int, role Role, generation uint32, lease in
 	if role != Slave {
 		e.master = MasterHint{}
 	}
+	if e.role == Slave && role != Slave {
+		// It no longer follows a master: whatever it holds next (its
+		// own commits as a master, which may never be acknowledged, or
+		// nothing new) is no copy of a master's timeline until it
+		// follows one again and catches up.
+		e.ackMu.Lock()
+		e.heard = time.Time{}
+		e.ackMu.Unlock()
+	}
 	if e.role != role {
 		n.log.Info("partition role", "db", db, "partition", id, "from", e.role, "to", role, "generation", p.Generation(), "scn", p.SCN())
 	}
