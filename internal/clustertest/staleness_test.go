@@ -15,74 +15,151 @@ import (
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
-// TestSlaveStalenessCountsFromTheRelaysMaster: a slave that reads its
-// master's log through a relay counts its staleness from when the relay
-// last heard from the master (LogResult.SourceBehind), not from the
-// relay's last answer: a relay cut off from its master still answers,
-// with nothing new, and a max-stale read of the slave must not take that
-// for fresh. Over the internal protocol, as between processes.
-func TestSlaveStalenessCountsFromTheRelaysMaster(t *testing.T) {
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
-	a, b, c := newStorageNode(t, reg), newStorageNode(t, reg), newStorageNode(t, reg)
-	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
-		t.Fatal(err)
+// TestSlaveStalenessCountsFromItsMaster: a slave's staleness counts, on
+// its own clock, from the last time it is known to have held all its
+// master had — known by asking the master (its acknowledgements answer
+// with the master's head), not from its source's last answer: a relay cut
+// off from the master still answers, with nothing new, and an answer
+// applied late (a slave paused, or its disk stalled, with answers
+// waiting) was made long before. Over the internal protocol, as between
+// processes.
+func TestSlaveStalenessCountsFromItsMaster(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		name := "a relay cut off from its master"
+		if late {
+			name = "an answer applied late"
+		}
+		t.Run(name, func(t *testing.T) {
+			reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+			a, b, c := newStorageNode(t, reg), newStorageNode(t, reg), newStorageNode(t, reg)
+			if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+			b.SetRole("d", 0, node.Slave, 0, 0)
+			c.SetRole("d", 0, node.Slave, 0, 0)
+			master := remote(t, a.url)
+			gate := &sourceGate{master: master, release: make(chan struct{})}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			// b reads through the gate, as through a relay; c reads the
+			// master and acknowledges the writes.
+			wg.Go(func() {
+				// A silent source ends the stream (the agent would read
+				// the master then).
+				err := b.Follow(ctx, "d", 0, node.FollowOptions{Source: gate, Master: master, Replica: "b"})
+				if err != nil && !errors.Is(err, node.ErrRelayBehind) {
+					t.Error(err)
+				}
+			})
+			wg.Go(func() {
+				if err := c.Follow(ctx, "d", 0, node.FollowOptions{Source: master, Replica: "c"}); err != nil {
+					t.Error(err)
+				}
+			})
+			v1 := write(t, a, "k", "v1")
+			awaitSCN(t, b, v1)
+			get := func(maxStale time.Duration) (*node.Item, error) {
+				return b.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}, MaxStale: maxStale})
+			}
+			// A slave that holds what its master has answers a read
+			// accepting a second.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				if it, err := get(time.Second); err == nil && it.Stale < time.Second {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("a slave that holds what its master has never answered a read accepting a second")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if late {
+				gate.late(ctx, v1)
+			} else {
+				gate.cut.Store(true)
+			}
+			write(t, a, "k", "v2")
+			acked := time.Now()
+			close(gate.release)
+			// b still holds v1: every answer it gives counts its staleness
+			// from before v2 was acknowledged.
+			for {
+				before := time.Since(acked)
+				it, err := get(time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v1.Less(it.SCN) {
+					t.Fatalf("b read %v through a source that passed nothing after %v", it.SCN, v1)
+				}
+				if it.Stale < before {
+					t.Fatalf("b holds v1, written before v2 was acknowledged %v ago, and says it is %v stale", before, it.Stale)
+				}
+				if before > 1500*time.Millisecond {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if _, err := get(time.Second); !errors.Is(err, node.ErrTooStale) {
+				t.Fatalf("a read accepting a second, 1.5 s after b last held all its master had: %v", err)
+			}
+		})
 	}
-	b.SetRole("d", 0, node.Slave, 0, 0)
-	c.SetRole("d", 0, node.Slave, 0, 0)
-	master := remote(t, a.url)
-	// b reads through a "relay" that heard from the master 10 s before
-	// each answer; c reads the master.
-	const behind = 10 * time.Second
-	viaRelay := node.LogFunc(func(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
-		res, err := master.Log(ctx, req)
-		if err == nil {
-			res.SourceRole, res.SourceBehind = node.Offline, behind
-		}
-		return res, err
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	wg.Go(func() {
-		if err := b.Follow(ctx, "d", 0, node.FollowOptions{Source: viaRelay, Master: master, Replica: "b"}); err != nil {
-			t.Error(err)
-		}
-	})
-	wg.Go(func() {
-		if err := c.Follow(ctx, "d", 0, node.FollowOptions{Source: master, Replica: "c"}); err != nil {
-			t.Error(err)
-		}
-	})
-	last := write(t, a, "k", "v")
-	awaitSCN(t, b, last)
-	awaitSCN(t, c, last)
+}
 
-	get := func(n *storageNode, maxStale time.Duration) (*node.Item, error) {
-		return n.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("k")}, MaxStale: maxStale})
-	}
-	// c heard from its master within a second (heartbeats come every
-	// second at most): a read accepting 2 s is answered.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		it, err := get(c, 2*time.Second)
-		if err == nil && it.Stale < 2*time.Second {
-			break
+// sourceGate passes a master's log on, as a relay would, until told
+// otherwise: cut, it answers heartbeats of its own (nothing new, from a
+// relay that says it heard from the master a moment ago); late, it hands
+// over an answer made at once, when release is closed, and then nothing.
+type sourceGate struct {
+	master  node.LogSource
+	cut     atomic.Bool
+	lateOn  atomic.Bool
+	held    atomic.Pointer[node.LogResult]
+	release chan struct{}
+}
+
+func (g *sourceGate) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+	if g.cut.Load() {
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a slave reading its master directly: %v %v", it, err)
+		return &node.LogResult{SourceRole: node.Offline, Holds: true, SourceSCN: req.After}, nil
+	}
+	if g.lateOn.Load() {
+		res := g.held.Load()
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		time.Sleep(10 * time.Millisecond)
+		if res != nil && g.held.CompareAndSwap(res, nil) {
+			return res, nil
+		}
+		<-ctx.Done() // nothing after it
+		return nil, ctx.Err()
 	}
-	if _, err := get(b, 2*time.Second); !errors.Is(err, node.ErrTooStale) {
-		t.Fatalf("a slave whose relay heard from the master %v ago answered a read accepting 2 s: %v", behind, err)
+	res, err := g.master.Log(ctx, req)
+	if g.cut.Load() || g.lateOn.Load() {
+		// Told otherwise while the master answered: the answer is not
+		// passed on.
+		return g.Log(ctx, req)
 	}
-	it, err := get(b, time.Minute)
-	if err != nil {
-		t.Fatalf("a read accepting a minute: %v", err)
+	return res, err
+}
+
+// late holds back an answer the master makes now to a replica at after
+// (nothing new: the master holds after).
+func (g *sourceGate) late(ctx context.Context, after storage.SCN) {
+	res, err := g.master.Log(ctx, node.LogRequest{DB: "d", Partition: 0, After: after})
+	if err != nil || len(res.Commits) > 0 {
+		panic(fmt.Sprintf("the master's answer after %v: %+v %v", after, res, err))
 	}
-	if it.Stale < behind {
-		t.Fatalf("a read accepting a minute says it is %v stale; want at least %v", it.Stale, behind)
-	}
+	g.held.Store(res)
+	g.lateOn.Store(true)
 }
 
 // TestACatchingUpSlaveIsNotFresh: a slave catching up on its master's
@@ -92,6 +169,15 @@ func TestSlaveStalenessCountsFromTheRelaysMaster(t *testing.T) {
 // fault run found a node that joined answering such reads with values
 // 1,700 increments old.
 func TestACatchingUpSlaveIsNotFresh(t *testing.T) {
+	// The slave asks its master (as every slave in a cluster does), or
+	// has only its source's answers (a source of tests, or a master of
+	// an earlier release).
+	for _, ask := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ask=%v", ask), func(t *testing.T) { catchingUp(t, ask) })
+	}
+}
+
+func catchingUp(t *testing.T, ask bool) {
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
 	a, b, c := newStorageNode(t, reg), newStorageNode(t, reg), newStorageNode(t, reg)
 	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
@@ -128,9 +214,17 @@ func TestACatchingUpSlaveIsNotFresh(t *testing.T) {
 		req.Max = 2
 		return master.Log(ctx, req)
 	})
+	opts := node.FollowOptions{Source: gated, Replica: "b"}
+	if ask {
+		opts.Master = master
+	}
 	wg.Go(func() {
-		if err := b.Follow(ctx, "d", 0, node.FollowOptions{Source: gated, Replica: "b"}); err != nil {
-			t.Error(err)
+		// A silent source ends the stream: b reads it again.
+		for ctx.Err() == nil {
+			if err := b.Follow(ctx, "d", 0, opts); err != nil && !errors.Is(err, node.ErrRelayBehind) {
+				t.Error(err)
+				return
+			}
 		}
 	})
 	awaitSCN(t, b, scns[0]) // the first answer (the generation begins with a commit of its own)

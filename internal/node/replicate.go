@@ -301,6 +301,11 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 	if acker == nil {
 		acker, _ = o.Source.(Acker)
 	}
+	// The acknowledgements measure this replica's staleness, on its own
+	// clock: an answer to one sent at t says what the master held at t
+	// or later (its Head), so once this replica holds that, it holds
+	// all the master had at t.
+	var marks freshMarks
 	var quiet *Quietness
 	if o.Master != nil {
 		// Through a relay: a relay that goes silent while the master
@@ -334,25 +339,19 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			if err := p.ApplyAcknowledged(res.Commits, res.Acked); err != nil {
 				return err
 			}
-			// Once it holds all its source had, this replica holds what
-			// the master had when the answer was made (or when the relay
-			// last heard from it): its staleness counts from then. An
-			// answer that is one batch of a longer catch-up (a new
-			// replica, one back from a failure) says nothing of how far
-			// behind the replica is; a source that is neither the master
-			// nor a relay (a master that stepped down, or one a relay
-			// passed the request to) says nothing of the master.
-			caughtUp := !p.SCN().Less(res.SourceSCN)
-			if caughtUp && (res.SourceRole == Master || res.SourceRole == Offline && o.Master != nil) {
-				e.heardFromMaster(time.Now().Add(-res.SourceBehind))
-			}
 			if n.opts.ReplicationLag != nil {
 				for _, c := range res.Commits {
 					n.opts.ReplicationLag(time.Since(c.Timestamp))
 				}
 			}
 			if acker == nil {
+				// Nobody to ask (a source of tests): the answer's word.
+				heardFromSource(e, p, res, o.Master != nil)
 				return nil
+			}
+			scn := p.SCN()
+			if at, ok := marks.reached(scn); ok {
+				e.heardFromMaster(at)
 			}
 			// After every answer (at least once a second): a new master
 			// counts acknowledgements afresh, and a read there waits
@@ -360,10 +359,31 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			// master that holds everything this replica has confirms
 			// writes it took as a master before a hand-over: they
 			// survived.
-			scn := p.SCN()
+			sent := time.Now()
 			ack, err := acker.Ack(ctx, AckRequest{DB: db, Partition: id, Replica: o.Replica, SCN: scn})
 			if err != nil {
 				return fmt.Errorf("acknowledge %s to the master: %w", scn, err)
+			}
+			switch {
+			case ack.Head.IsZero():
+				// A master of an earlier release says nothing of its
+				// head: the answer's word.
+				heardFromSource(e, p, res, o.Master != nil)
+			case !ack.Authoritative:
+				// Not a master in force: it says nothing of the
+				// partition's master.
+				marks.clear()
+			case !ack.Held:
+				// Off its master's timeline (commits of a master
+				// before a failover, to be truncated): what it holds
+				// was never the master's.
+				marks.clear()
+				e.forgetMaster()
+			case !scn.Less(ack.Head):
+				e.heardFromMaster(sent)
+				marks.clear()
+			default:
+				marks.add(sent, ack.Head)
 			}
 			if ack.Held && ack.Authoritative {
 				e.confirm(scn)
@@ -379,6 +399,62 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 	}
 	return nil
 }
+
+// heardFromSource records, for a replica that cannot ask its master, that
+// it holds what the master had when the answer res was made (or when the
+// relay that made it last heard from the master) — once it holds all
+// its source had: an answer that is one batch of a longer catch-up says
+// nothing of how far behind the replica is, and a source that is
+// neither the master nor a relay (a master that stepped down, or one a
+// relay passed the request to) nothing of the master. It trusts the
+// answer to be fresh when it is applied; asking the master (freshMarks)
+// does not.
+func heardFromSource(e *partRole, p *storage.Partition, res *LogResult, viaRelay bool) {
+	caughtUp := !p.SCN().Less(res.SourceSCN)
+	if caughtUp && (res.SourceRole == Master || res.SourceRole == Offline && viaRelay) {
+		e.heardFromMaster(time.Now().Add(-res.SourceBehind))
+	}
+}
+
+// freshMarks are a slave's acknowledgements whose answers named a master's
+// head it did not hold yet: each says that once the replica holds that
+// head, it holds all the master had when the acknowledgement was sent.
+// The oldest few are kept (when full, the newest is replaced): a slave
+// reaches them in order.
+type freshMarks struct {
+	n     int
+	marks [4]freshMark
+}
+
+type freshMark struct {
+	sent time.Time
+	head storage.SCN
+}
+
+func (f *freshMarks) add(sent time.Time, head storage.SCN) {
+	if f.n == len(f.marks) {
+		f.n--
+	}
+	f.marks[f.n] = freshMark{sent, head}
+	f.n++
+}
+
+// reached drops the marks a replica at scn holds and returns the newest
+// one's time.
+func (f *freshMarks) reached(scn storage.SCN) (time.Time, bool) {
+	i := 0
+	for i < f.n && !scn.Less(f.marks[i].head) {
+		i++
+	}
+	if i == 0 {
+		return time.Time{}, false
+	}
+	at := f.marks[i-1].sent
+	f.n = copy(f.marks[:], f.marks[i:f.n])
+	return at, true
+}
+
+func (f *freshMarks) clear() { f.n = 0 }
 
 // relayDoubt is how long a slave lets a relay's stream stay silent before
 // it asks the master whether it is behind. A working relay answers at

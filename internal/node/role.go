@@ -334,9 +334,7 @@ func (n *Node) SetRole(db string, id int, role Role, generation uint32, lease in
 		// own commits as a master, which may never be acknowledged, or
 		// nothing new) is no copy of a master's timeline until it
 		// follows one again and catches up.
-		e.ackMu.Lock()
-		e.heard = time.Time{}
-		e.ackMu.Unlock()
+		e.forgetMaster()
 	}
 	if e.role != role {
 		n.log.Info("partition role", "db", db, "partition", id, "from", e.role, "to", role, "generation", p.Generation(), "scn", p.SCN())
@@ -519,6 +517,15 @@ func (e *partRole) heardFromMaster(asOf time.Time) {
 	if !e.rebuilding && asOf.After(e.heard) {
 		e.heard = asOf
 	}
+	e.ackMu.Unlock()
+}
+
+// forgetMaster records that a replica no longer holds a copy of its
+// master's timeline: it answers no max-stale read until it has caught up
+// with a master again.
+func (e *partRole) forgetMaster() {
+	e.ackMu.Lock()
+	e.heard = time.Time{}
 	e.ackMu.Unlock()
 }
 
