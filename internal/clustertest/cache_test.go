@@ -101,6 +101,66 @@ func TestHotKeyCache(t *testing.T) {
 		}
 	}
 
+	// Revalidation (If-None-Match, If-Modified-Since) is answered from
+	// the cache too, 304 or 200 as the node answers it, with the node's
+	// headers; If-Match goes to the node.
+	hits, misses, _, _, _ := c.router.CacheStats()
+	if hits != 8 || misses != 3 {
+		t.Fatalf("cache hits %d, misses %d; want 8 and 3", hits, misses)
+	}
+	condGet := func(path, accept, header, value, cacheControl string) (response, int64) {
+		t.Helper()
+		h := http.Header{}
+		h.Set(header, value)
+		if accept != "" {
+			h.Set("Accept", accept)
+		}
+		if cacheControl != "" {
+			h.Set("Cache-Control", cacheControl)
+		}
+		before := gets.Load()
+		r := c.getWith(path, h)
+		return r, gets.Load() - before
+	}
+	cached := 0
+	for _, form := range []struct{ path, accept string }{
+		{"a", ""}, {"a?fields=w", ""}, {"a", "avro/binary; version=2"}, {"a?fields=v", "avro/binary; version=2"},
+	} {
+		plain, _ := get(form.path, "", form.accept)
+		tag, lastMod := plain.Header.Get("Etag"), plain.Header.Get("Last-Modified")
+		for _, cond := range []struct{ header, value string }{
+			{"If-None-Match", tag}, {"If-None-Match", "W/" + tag}, {"If-None-Match", `"other", ` + tag},
+			{"If-None-Match", `"other"`}, {"If-Modified-Since", lastMod},
+			{"If-Modified-Since", "Mon, 02 Jan 2006 15:04:05 GMT"},
+		} {
+			fresh, _ := condGet(form.path, form.accept, cond.header, cond.value, "")
+			fromCache, calls := condGet(form.path, form.accept, cond.header, cond.value, "max-stale=10")
+			cached++
+			if calls != 0 || !hit(fromCache) || fromCache.Header.Get("Age") == "" {
+				t.Fatalf("%s as %q, %s: %s: %d node reads, cache %q, Age %q", form.path, form.accept, cond.header, cond.value, calls, fromCache.Header.Get(router.HeaderCache), fromCache.Header.Get("Age"))
+			}
+			if fresh.StatusCode != fromCache.StatusCode || fresh.body != fromCache.body {
+				t.Fatalf("%s as %q, %s: %s: %d %q from the node, %d %q from the cache", form.path, form.accept, cond.header, cond.value, fresh.StatusCode, fresh.body, fromCache.StatusCode, fromCache.body)
+			}
+			for _, h := range []string{"Etag", "X-Cortado-Scn", "Last-Modified"} {
+				if fresh.Header.Get(h) != fromCache.Header.Get(h) {
+					t.Fatalf("%s as %q, %s: %s: %s %q from the node, %q from the cache", form.path, form.accept, cond.header, cond.value, h, fresh.Header.Get(h), fromCache.Header.Get(h))
+				}
+			}
+		}
+		// The node's own answers differ by condition: a matching tag is
+		// 304, another is 200.
+		if r, _ := condGet(form.path, form.accept, "If-None-Match", tag, "max-stale=10"); r.StatusCode != 304 {
+			t.Fatalf("%s as %q with its own tag: %d", form.path, form.accept, r.StatusCode)
+		}
+		if r, calls := condGet(form.path, form.accept, "If-Match", tag, "max-stale=10"); r.StatusCode != 200 || calls != 1 || hit(r) {
+			t.Fatalf("%s as %q with If-Match: %d, %d node reads, cache %q", form.path, form.accept, r.StatusCode, calls, r.Header.Get(router.HeaderCache))
+		}
+	}
+	if h, m, _, _, _ := c.router.CacheStats(); h-hits != uint64(cached)+4 || m != misses {
+		t.Fatalf("conditional reads: %d hits, %d misses; want %d and 0", h-hits, m-misses, cached+4)
+	}
+
 	// Past the cache's MaxAge, a read accepting any staleness goes to
 	// the node; a deleted document is not found.
 	now.Add(int64(31 * time.Second))
@@ -114,7 +174,7 @@ func TestHotKeyCache(t *testing.T) {
 	if r, _ = get("a", "max-stale=10", ""); r.StatusCode != 404 {
 		t.Fatalf("a read after a delete through the router: %d %s", r.StatusCode, r.body)
 	}
-	if hits, misses, _, _, _ := c.router.CacheStats(); hits != 8 || misses != 5 {
-		t.Fatalf("cache hits %d, misses %d; want 8 and 5", hits, misses)
+	if h, m, _, _, _ := c.router.CacheStats(); h-hits != uint64(cached)+4 || m-misses != 2 {
+		t.Fatalf("after the conditional reads, cache hits %d, misses %d; want 0 and 2", h-hits-uint64(cached)-4, m-misses)
 	}
 }

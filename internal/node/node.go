@@ -180,7 +180,7 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	}
 	if err := req.Cond.Check(&d, ok, true, req.Read.Version); err != nil {
 		if errors.Is(err, ErrNotModified) {
-			return &Item{Key: req.Key, SCN: d.SCN, Modified: d.Modified, ETag: etagAt(&d, req.Read.Version)}, err
+			return &Item{Key: req.Key, SCN: d.SCN, Modified: d.Modified, ETag: etagAt(&d, req.Read.Version), Stale: stale}, err
 		}
 		return nil, err
 	}

@@ -25,16 +25,42 @@ func (c Preconditions) Check(d *storage.Doc, exists, read bool, version int) err
 	if c.Empty() {
 		return nil // nearly every request: no ETag to render
 	}
-	etag := ""
-	var modified time.Time
+	if !exists {
+		return c.check("", 0, time.Time{}, false, read, version)
+	}
+	return c.check(d.ETag(), d.Version, d.Modified, true, read, version)
+}
+
+// CheckRead is Check for a read (at schema version version, 0 as written)
+// of a document held as the Item a read of it as written answers (a
+// router's cache): its ETag, schema version and modification time are
+// the document's.
+func (c Preconditions) CheckRead(whole *Item, version int) error {
+	if c.Empty() {
+		return nil
+	}
+	return c.check(whole.ETag, whole.BodyVersion, whole.Modified, true, true, version)
+}
+
+// NotModified is the answer to a read (at schema version version) of the
+// document whole, read as written, that its conditions found not
+// modified: its key, SCN, modification time and the representation's
+// entity tag, no body.
+func NotModified(whole *Item, version int) *Item {
+	return &Item{Key: whole.Key, SCN: whole.SCN, Modified: whole.Modified, Stale: whole.Stale,
+		ETag: schema.WithSuffix(whole.ETag, schema.VersionSuffix(whole.BodyVersion, version))}
+}
+
+// check is Check of a document with entity tag etag (as written, at
+// schema version written) modified at modified.
+func (c Preconditions) check(etag string, written int, modified time.Time, exists, read bool, version int) error {
 	evolved := false
 	if exists {
-		etag = d.ETag()
-		if s := schema.VersionSuffix(d.Version, version); read && s != "" {
+		if s := schema.VersionSuffix(written, version); read && s != "" {
 			etag, evolved = schema.WithSuffix(etag, s), true
 		}
 		// HTTP dates have one-second resolution.
-		modified = d.Modified.Truncate(time.Second)
+		modified = modified.Truncate(time.Second)
 	}
 	if len(c.IfMatch) > 0 {
 		if !exists || !matches(c.IfMatch, etag, true, !read) {

@@ -86,6 +86,17 @@ func TestPreconditionsAtAnotherVersion(t *testing.T) {
 			if got := tc.c.Check(doc, true, tc.read, tc.version); !errors.Is(got, tc.want) || (tc.want == nil && got != nil) {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
+			// A router's cache checks a read against the document as a
+			// read of it as written answered it: the same answer.
+			if tc.read {
+				whole := &Item{ETag: etag, BodyVersion: doc.Version, Modified: doc.Modified}
+				if got := tc.c.CheckRead(whole, tc.version); !errors.Is(got, tc.want) || (tc.want == nil && got != nil) {
+					t.Fatalf("CheckRead: got %v, want %v", got, tc.want)
+				}
+				if got := NotModified(whole, tc.version).ETag; got != etagAt(doc, tc.version) {
+					t.Fatalf("NotModified's tag %s, the node's %s", got, etagAt(doc, tc.version))
+				}
+			}
 		})
 	}
 	for in, want := range map[string]string{

@@ -9,33 +9,38 @@ import (
 )
 
 // cachedGet answers a read that accepts staleness (and sets no
-// precondition) from the hot-key cache when it holds the document young
-// enough; else it reads the document as written, hedged, and keeps it.
-// The item returned is in req.Read's version and projection, as a
-// storage node answers: the cache keeps whole documents, and projects
-// and converts them here with the node's own node.Render (DESIGN §8).
+// precondition but If-None-Match or If-Modified-Since) from the hot-key
+// cache when it holds the document young enough; else it reads the
+// document as written, hedged, and keeps it. The item returned is in
+// req.Read's version and projection, as a storage node answers: the
+// cache keeps whole documents, and projects and converts them here with
+// the node's own node.Render (DESIGN §8). A read its conditions find not
+// modified returns node.ErrNotModified with the item's headers, as a
+// node does.
 func (r *Router) cachedGet(ctx context.Context, n node.Service, tg *target, req node.GetRequest, maxStale time.Duration) (it *node.Item, fromSlave, fromCache bool, err error) {
 	k := keycache.Key(tg.db.Name, tg.table.Name, tg.key)
-	if whole, age, ok := r.cache.Get(k, maxStale); ok {
-		it, err := node.Render(ctx, r.reg, r.plans, tg.table, whole, req.Read)
-		if err != nil {
-			return nil, false, false, err
+	cond, spec := req.Cond, req.Read
+	whole, age, fromCache := r.cache.Get(k, maxStale)
+	if fromCache {
+		// The entry's age, not the answer's staleness when it was
+		// read.
+		cp := *whole
+		cp.Stale, whole = age, &cp
+	} else {
+		read := r.cache.Begin(k)
+		req.Read, req.Cond = node.ReadSpec{}, node.Preconditions{}
+		if whole, fromSlave, err = r.hedgedGet(ctx, n, req, maxStale); err != nil {
+			return whole, fromSlave, false, err
 		}
-		it.Stale = age
-		return it, false, true, nil
+		r.cache.Put(read, whole)
 	}
-	read := r.cache.Begin(k)
-	spec := req.Read
-	req.Read = node.ReadSpec{}
-	whole, fromSlave, err := r.hedgedGet(ctx, n, req, maxStale)
-	if err != nil {
-		return whole, fromSlave, false, err
+	if err := cond.CheckRead(whole, spec.Version); err != nil {
+		return node.NotModified(whole, spec.Version), fromSlave, fromCache, err
 	}
 	if it, err = node.Render(ctx, r.reg, r.plans, tg.table, whole, spec); err != nil {
 		return nil, false, false, err
 	}
-	r.cache.Put(read, whole)
-	return it, fromSlave, false, nil
+	return it, fromSlave, fromCache, nil
 }
 
 // CacheStats returns the hot-key cache's hits, misses, answers not kept

@@ -346,7 +346,10 @@ func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Precon
 	var it *node.Item
 	var fromSlave, fromCache bool
 	switch {
-	case f.MaxStale > 0 && cond.Empty() && r.cache != nil:
+	case f.MaxStale > 0 && len(cond.IfMatch) == 0 && cond.IfUnmodifiedSince.IsZero() && r.cache != nil:
+		// A plain or revalidating read (If-None-Match,
+		// If-Modified-Since): the cache answers it, 304 or 200, as
+		// RFC 9111 §4.3.2 lets a cache holding a fresh response.
 		it, fromSlave, fromCache, err = r.cachedGet(ctx, n, tg, req, f.MaxStale)
 	case f.MaxStale > 0:
 		it, fromSlave, err = r.hedgedGet(ctx, n, req, f.MaxStale)
@@ -355,7 +358,8 @@ func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Precon
 	}
 	if err != nil {
 		if it != nil { // not modified: headers only
-			return &Document{Key: it.Key, SCN: it.SCN, ETag: schema.WithSuffix(it.ETag, suffix), Modified: it.Modified}, err
+			return &Document{Key: it.Key, SCN: it.SCN, ETag: schema.WithSuffix(it.ETag, suffix), Modified: it.Modified,
+				FromSlave: fromSlave, FromCache: fromCache, Stale: it.Stale}, err
 		}
 		return nil, err
 	}
