@@ -35,18 +35,23 @@ func TestHotKeyCache(t *testing.T) {
 		router: router.Options{Cache: keycache.Options{MaxAge: 30 * time.Second, Now: clock}}})
 	c.put("a", "one")
 
-	get := func(path, cacheControl, accept string) (response, int64) {
+	// read reads path with headers (pairs of name and value; empty
+	// values left out) and counts the node's reads meanwhile.
+	read := func(path string, headers ...string) (response, int64) {
 		t.Helper()
 		h := http.Header{}
-		if cacheControl != "" {
-			h.Set("Cache-Control", cacheControl)
-		}
-		if accept != "" {
-			h.Set("Accept", accept)
+		for i := 0; i+1 < len(headers); i += 2 {
+			if headers[i+1] != "" {
+				h.Set(headers[i], headers[i+1])
+			}
 		}
 		before := gets.Load()
 		r := c.getWith(path, h)
 		return r, gets.Load() - before
+	}
+	get := func(path, cacheControl, accept string) (response, int64) {
+		t.Helper()
+		return read(path, "Cache-Control", cacheControl, "Accept", accept)
 	}
 	hit := func(r response) bool { return r.Header.Get(router.HeaderCache) == "hit" }
 
@@ -110,17 +115,7 @@ func TestHotKeyCache(t *testing.T) {
 	}
 	condGet := func(path, accept, header, value, cacheControl string) (response, int64) {
 		t.Helper()
-		h := http.Header{}
-		h.Set(header, value)
-		if accept != "" {
-			h.Set("Accept", accept)
-		}
-		if cacheControl != "" {
-			h.Set("Cache-Control", cacheControl)
-		}
-		before := gets.Load()
-		r := c.getWith(path, h)
-		return r, gets.Load() - before
+		return read(path, header, value, "Accept", accept, "Cache-Control", cacheControl)
 	}
 	cached := 0
 	for _, form := range []struct{ path, accept string }{

@@ -123,14 +123,10 @@ func write(t *testing.T, n *storageNode, k, v string) storage.SCN {
 // truncates the commits the new timeline lacks and follows to the same
 // state as the new master.
 func TestReplicationAndFailover(t *testing.T) {
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
-	a, b := newStorageNode(t, reg), newStorageNode(t, reg)
-	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	b.SetRole("d", 0, node.Slave, 0, 0)
+	a, master, slaves := onePartition(t, 1)
+	b := slaves[0]
 	var truncatedB, truncatedA int
-	stopB := follow(t, b, remote(t, a.url), &truncatedB)
+	stopB := follow(t, b, master, &truncatedB)
 	var last storage.SCN
 	for i := range 20 {
 		last = write(t, a, fmt.Sprintf("k%d", i%7), fmt.Sprint(i))

@@ -30,14 +30,8 @@ func TestSlaveStalenessCountsFromItsMaster(t *testing.T) {
 			name = "an answer applied late"
 		}
 		t.Run(name, func(t *testing.T) {
-			reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
-			a, b, c := newStorageNode(t, reg), newStorageNode(t, reg), newStorageNode(t, reg)
-			if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
-				t.Fatal(err)
-			}
-			b.SetRole("d", 0, node.Slave, 0, 0)
-			c.SetRole("d", 0, node.Slave, 0, 0)
-			master := remote(t, a.url)
+			a, master, slaves := onePartition(t, 2)
+			b, c := slaves[0], slaves[1]
 			gate := &sourceGate{master: master, release: make(chan struct{})}
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
@@ -178,14 +172,8 @@ func TestACatchingUpSlaveIsNotFresh(t *testing.T) {
 }
 
 func catchingUp(t *testing.T, ask bool) {
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
-	a, b, c := newStorageNode(t, reg), newStorageNode(t, reg), newStorageNode(t, reg)
-	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	b.SetRole("d", 0, node.Slave, 0, 0)
-	c.SetRole("d", 0, node.Slave, 0, 0)
-	master := remote(t, a.url)
+	a, master, slaves := onePartition(t, 2)
+	b, c := slaves[0], slaves[1]
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -255,13 +243,8 @@ func catchingUp(t *testing.T, ask bool) {
 // until it has caught up with its new master: a max-stale read is
 // refused meanwhile, however much staleness it accepts.
 func TestAReplicaThatLeftTheSlaveRoleIsNotFresh(t *testing.T) {
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
-	a, b := newStorageNode(t, reg), newStorageNode(t, reg)
-	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	b.SetRole("d", 0, node.Slave, 0, 0)
-	master := remote(t, a.url)
+	a, master, slaves := onePartition(t, 1)
+	b := slaves[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -298,4 +281,23 @@ func TestAReplicaThatLeftTheSlaveRoleIsNotFresh(t *testing.T) {
 			t.Fatalf("a replica made %s and slave again answered a max-stale read before following a master: %v", role, err)
 		}
 	}
+}
+
+// onePartition starts a storage node mastering partition d/0 in
+// generation 1 and n more as its slaves (following nothing yet), and
+// returns them with the master as a remote.
+func onePartition(t *testing.T, n int) (*storageNode, *node.Remote, []*storageNode) {
+	t.Helper()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	a := newStorageNode(t, reg)
+	if err := a.SetRole("d", 0, node.Master, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	var slaves []*storageNode
+	for range n {
+		s := newStorageNode(t, reg)
+		s.SetRole("d", 0, node.Slave, 0, 0)
+		slaves = append(slaves, s)
+	}
+	return a, remote(t, a.url), slaves
 }

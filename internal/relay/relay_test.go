@@ -117,18 +117,10 @@ func TestAnswersSayWhenTheMasterWasHeard(t *testing.T) {
 			res.Commits = []storage.Commit{commit(1, 10), commit(2, 10)}
 			return res, nil
 		}
-		select { // a heartbeat
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-		}
+		heartbeat(ctx)
 		return res, nil
 	})
-	r := &Relay{Buffer: 100, BufferBytes: 1 << 20, parts: map[partKey]*partition{}}
-	p := r.part("d", 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.pull(ctx, "d", 0, p, master) }()
-	defer func() { cancel(); <-done }()
+	r, ctx := pulling(t, master)
 
 	req := node.LogRequest{DB: "d", Partition: 0, After: storage.SCN{Gen: 1, Seq: 2}, Wait: 10 * time.Millisecond}
 	ask := func() *node.LogResult {
@@ -195,19 +187,11 @@ func TestACatchingUpBufferIsNotHeard(t *testing.T) {
 			}
 			res.Commits = []storage.Commit{commit(3, 10), commit(4, 10)}
 		default:
-			select { // a heartbeat
-			case <-time.After(20 * time.Millisecond):
-			case <-ctx.Done():
-			}
+			heartbeat(ctx)
 		}
 		return res, nil
 	})
-	r := &Relay{Buffer: 100, BufferBytes: 1 << 20, parts: map[partKey]*partition{}}
-	p := r.part("d", 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.pull(ctx, "d", 0, p, master) }()
-	defer func() { cancel(); <-done }()
+	r, ctx := pulling(t, master)
 
 	// await asks after 1:1 until the relay's answer ends at last.
 	await := func(last uint64) *node.LogResult {
@@ -230,5 +214,25 @@ func TestACatchingUpBufferIsNotHeard(t *testing.T) {
 	close(release)
 	if res := await(4); res.SourceBehind > time.Second {
 		t.Fatalf("a relay holding all its master had says it heard from it %v ago", res.SourceBehind)
+	}
+}
+
+// pulling starts a relay pulling partition d/0 from master until the test
+// ends.
+func pulling(t *testing.T, master node.LogSource) (*Relay, context.Context) {
+	r := &Relay{Buffer: 100, BufferBytes: 1 << 20, parts: map[partKey]*partition{}}
+	p := r.part("d", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.pull(ctx, "d", 0, p, master) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r, ctx
+}
+
+// heartbeat is a master's wait before it answers that it has nothing new.
+func heartbeat(ctx context.Context) {
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-ctx.Done():
 	}
 }
