@@ -8,6 +8,10 @@
 // its position is behind the retained log, and trims its logs by their
 // databases' retention. It bounds the bytes of documents its writes handle
 // at once (gate.go), as a count of requests does not bound what they cost.
+// A slave answers a read that accepts staleness only when it knows, from
+// its master's answers to its acknowledgements and on its own clock, that
+// it held all its master had within that long; it never takes a source's
+// word for it.
 //
 // The router reaches a node only through the Service interface, whose
 // requests and results are plain data so that the call can cross a network;
