@@ -147,7 +147,7 @@ func Render(ctx context.Context, reg *registry.Registry, plans *schema.Plans, t 
 		return nil, fmt.Errorf("read %s %v (version %d as %d): %w", t.Name, whole.Key, written, version, err)
 	}
 	it := *whole
-	it.ETag, it.Body, it.BodyVersion = schema.WithSuffix(whole.ETag, schema.VersionSuffix(written, version)), body, version
+	it.ETag, it.Body, it.BodyVersion = tagAt(whole.ETag, written, version), body, version
 	return &it, nil
 }
 

@@ -48,7 +48,7 @@ func (c Preconditions) CheckRead(whole *Item, version int) error {
 // entity tag, no body.
 func NotModified(whole *Item, version int) *Item {
 	return &Item{Key: whole.Key, SCN: whole.SCN, Modified: whole.Modified, Stale: whole.Stale,
-		ETag: schema.WithSuffix(whole.ETag, schema.VersionSuffix(whole.BodyVersion, version))}
+		ETag: tagAt(whole.ETag, whole.BodyVersion, version)}
 }
 
 // check is Check of a document with entity tag etag (as written, at
@@ -108,7 +108,13 @@ func matches(tags []string, etag string, strong, anyVersion bool) bool {
 // etagAt is the ETag of d read at schema version version (0: as
 // written).
 func etagAt(d *storage.Doc, version int) string {
-	return schema.WithSuffix(d.ETag(), schema.VersionSuffix(d.Version, version))
+	return tagAt(d.ETag(), d.Version, version)
+}
+
+// tagAt is the entity tag, at schema version version (0: as written), of
+// a document whose tag as written (at version written) is etag.
+func tagAt(etag string, written, version int) string {
+	return schema.WithSuffix(etag, schema.VersionSuffix(written, version))
 }
 
 // withoutVersion takes a schema version's suffix ("+v" and digits, last
