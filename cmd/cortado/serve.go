@@ -17,6 +17,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/admission"
 	"github.com/cortado-db/cortado/internal/agent"
+	"github.com/cortado-db/cortado/internal/cachetier"
 	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
@@ -87,6 +88,10 @@ type roleFlags struct {
 	maxConns, maxStreams           *int
 	cacheBytes                     *int64
 	cacheMaxAge                    *time.Duration
+	redisURL                       *string
+	redisUpdate                    *bool
+	redisTTL, redisReadTimeout     *time.Duration
+	redisDatabases                 *string
 	streamBytes                    *int
 	streamBacklogReaders           *int
 	idleTimeout, writeTimeout      *time.Duration
@@ -152,6 +157,11 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.maxStreams = fs.Int("max-streams", router.DefaultMaxStreams, "change streams served at once; more are refused with 503 overloaded")
 		f.cacheBytes = fs.Int64("router-cache-bytes", keycache.DefaultMaxBytes, "bytes of documents the router's hot-key cache keeps for reads that accept staleness (Cache-Control: max-stale), the keys read most often (0 or -1: no cache)")
 		f.cacheMaxAge = fs.Duration("router-cache-max-age", keycache.DefaultMaxAge, "the oldest answer the router's hot-key cache gives, whatever the read's max-stale accepts")
+		f.redisURL = fs.String("redis-url", "", "the Redis cache tier (redis://host:port/db): reads that accept staleness (Cache-Control: max-stale) are answered from it after the hot-key cache, when its entries are young enough (empty: no tier)")
+		f.redisUpdate = fs.Bool("redis-update", name == "serve", "run the cache tier's updater and bootstrapper in this process, which keep Redis current from the commit logs (run one in a cluster)")
+		f.redisTTL = fs.Duration("redis-ttl", cachetier.DefaultTTL, "how long a cache-tier entry lives unless written again; the bootstrapper rewrites every partition three times a TTL")
+		f.redisReadTimeout = fs.Duration("redis-read-timeout", cachetier.DefaultReadTimeout, "a read's round trip to the cache tier at most; slower is a miss, and three failures in a row stop reads asking Redis until it answers a ping")
+		f.redisDatabases = fs.String("redis-databases", "", "comma-separated databases the updater keeps in the cache tier (empty: all)")
 		f.streamBytes = fs.Int("stream-bytes", changes.DefaultStreamBytes, "bytes one change stream holds: its events on their way to the consumer (one at least), and room for the log answers its partitions read next")
 		f.streamBacklogReaders = fs.Int("stream-backlog-readers", changes.DefaultBacklogReaders, "partitions, of all change streams, that read their first log answer at once (an answer holds at least one commit)")
 	}
@@ -196,6 +206,11 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.Router = router.Options{MaxBodyBytes: *f.maxBody, MaxResponseBytes: *f.maxResp, BodyTimeout: *f.bodyTimeout, Hedge: router.HedgeOptions{Off: !*f.hedge},
 			WriteTimeout: *f.writeTimeout, MaxStreams: *f.maxStreams, Cache: keycache.Options{MaxBytes: cmp.Or(*f.cacheBytes, -1), MaxAge: *f.cacheMaxAge}}
 		o.StreamBytes = *f.streamBytes
+		o.CacheTier = cachetier.Options{URL: *f.redisURL, TTL: *f.redisTTL, ReadTimeout: *f.redisReadTimeout}
+		if *f.redisDatabases != "" {
+			o.CacheTier.Databases = strings.Split(*f.redisDatabases, ",")
+		}
+		o.CacheTierUpdate = *f.redisUpdate
 		o.StreamBacklogReaders = *f.streamBacklogReaders
 		o.Registry = registry.Limits{Partitions: *f.maxPartitions, Tables: *f.maxTables, Versions: *f.maxVersions, SchemaTextBytes: *f.maxSchemaText}
 		o.Stall = node.StallOptions{Calls: *f.stallCalls, After: *f.stallAfter, MaxCalls: *f.nodeMaxCalls}
@@ -310,7 +325,7 @@ func runController(args []string) error {
 var (
 	positiveFlags = []string{"nodes", "lease-ttl", "max-transitions", "max-body-bytes", "max-response-bytes", "max-streams", "stream-bytes", "stream-backlog-readers",
 		"max-partitions", "max-tables", "max-versions", "max-schema-text-bytes", "buffer", "buffer-bytes", "snapshot-rate",
-		"idle-timeout", "body-timeout", "write-timeout", "router-cache-max-age", "queue-timeout", "standing-timeout", "stall-after", "disk-stall-timeout"}
+		"idle-timeout", "body-timeout", "write-timeout", "router-cache-max-age", "redis-ttl", "redis-read-timeout", "queue-timeout", "standing-timeout", "stall-after", "disk-stall-timeout"}
 	nonNegativeFlags = []string{"retention-interval", "check-interval", "quota-rate", "quota-burst"}
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cortado-db/cortado/internal/cachetier/redistest"
 	"io"
 	"net/http"
 	"os"
@@ -128,9 +129,14 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 		c.Controllers = append(c.Controllers, c.start(id, append([]string{"controller", "--controller-id", id,
 			"--listen", hostPort(t), "--lease-ttl", ttl, "--check-interval", "0"}, c.common(id)...)...))
 	}
+	// Both routers read the Redis cache tier; the first also keeps it
+	// current (its updater stops while it is killed, and the tier's
+	// entries then grow too old to answer).
+	redis := redistest.Start(t)
 	for i := 1; i <= 2; i++ {
 		id := fmt.Sprintf("router%d", i)
-		c.Routers = append(c.Routers, c.start(id, append([]string{"router", "--listen", hostPort(t)}, c.common(id)...)...))
+		args := []string{"router", "--listen", hostPort(t), "--redis-url", redis.URL(), fmt.Sprintf("--redis-update=%v", i == 1)}
+		c.Routers = append(c.Routers, c.start(id, append(args, c.common(id)...)...))
 	}
 	h := newHTTP(c.Routers[0].URL)
 	retention := ""

@@ -224,9 +224,12 @@ const (
 	byCache answerer = iota
 	bySlave
 	byMaster
+	byTier
 )
 
-func (a answerer) String() string { return [...]string{"a router's cache", "a slave", "the master"}[a] }
+func (a answerer) String() string {
+	return [...]string{"a router's cache", "a slave", "the master", "the Redis cache tier"}[a]
+}
 
 func (c *httpClient) send(method, path, body, ifMatch string) response {
 	var h http.Header
@@ -254,8 +257,10 @@ func (c *httpClient) sendWith(method, path, body string, h http.Header) response
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	by := byMaster
-	if resp.Header.Get("X-Cortado-Cache") == "hit" {
+	if c := resp.Header.Get("X-Cortado-Cache"); c == "hit" {
 		by = byCache
+	} else if c == "redis" {
+		by = byTier
 	} else if resp.Header.Get("X-Cortado-Replica") == "slave" {
 		by = bySlave
 	}
@@ -376,7 +381,7 @@ type Workload struct {
 	probe []string  // a key per partition
 	begin time.Time // when the clients started: registers' periods count from it
 	// staleBy counts staleReader's answers by who gave them (answerer).
-	staleBy [byMaster + 1]atomic.Int64
+	staleBy [byTier + 1]atomic.Int64
 	// notModified counts its revalidations answered 304.
 	notModified atomic.Int64
 }
@@ -384,8 +389,8 @@ type Workload struct {
 // StaleReads says how many of the stale readers' reads each kind of
 // replica answered.
 func (w *Workload) StaleReads() string {
-	return fmt.Sprintf("%d from a router's cache, %d from a slave, %d from the master (%d revalidations answered 304)",
-		w.staleBy[byCache].Load(), w.staleBy[bySlave].Load(), w.staleBy[byMaster].Load(), w.notModified.Load())
+	return fmt.Sprintf("%d from a router's cache, %d from the Redis cache tier, %d from a slave, %d from the master (%d revalidations answered 304)",
+		w.staleBy[byCache].Load(), w.staleBy[byTier].Load(), w.staleBy[bySlave].Load(), w.staleBy[byMaster].Load(), w.notModified.Load())
 }
 
 // registerPeriod is how long the register clients use the same three

@@ -200,3 +200,43 @@ func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRouterCacheEntries, prometheus.GaugeValue, float64(entries))
 	ch <- prometheus.MustNewConstMetric(descRouterCacheBytes, prometheus.GaugeValue, float64(bytes))
 }
+
+var (
+	descTierReads  = prometheus.NewDesc("cortado_cache_tier_reads_total", "Reads the Redis cache tier was asked for after the hot-key cache: hit (it answered), miss (it held no current entry), too_old (its partition's entries were staler than the read accepts), failed (an error, or slower than --redis-read-timeout), skipped (not asked: the tier was unhealthy).", []string{"result"}, nil)
+	descTierWrites = prometheus.NewDesc("cortado_cache_tier_updater_total", "What this process's cache-tier updater did: entries written, snapshot loads (a partition started over in a new epoch), bootstrap passes over a partition.", []string{"what"}, nil)
+)
+
+// RegisterTier exports the Redis cache tier's read counts.
+func (m *Metrics) RegisterTier(stats func() (hits, misses, tooOld, failed, skipped uint64)) {
+	m.Registry.MustRegister(tierCollector(stats))
+}
+
+type tierCollector func() (hits, misses, tooOld, failed, skipped uint64)
+
+func (c tierCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descTierReads }
+
+func (c tierCollector) Collect(ch chan<- prometheus.Metric) {
+	hits, misses, tooOld, failed, skipped := c()
+	for _, v := range []struct {
+		n     uint64
+		label string
+	}{{hits, "hit"}, {misses, "miss"}, {tooOld, "too_old"}, {failed, "failed"}, {skipped, "skipped"}} {
+		ch <- prometheus.MustNewConstMetric(descTierReads, prometheus.CounterValue, float64(v.n), v.label)
+	}
+}
+
+// RegisterTierUpdater exports the cache-tier updater's counts.
+func (m *Metrics) RegisterTierUpdater(stats func() (written, loads, passes uint64)) {
+	m.Registry.MustRegister(tierUpdaterCollector(stats))
+}
+
+type tierUpdaterCollector func() (written, loads, passes uint64)
+
+func (c tierUpdaterCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descTierWrites }
+
+func (c tierUpdaterCollector) Collect(ch chan<- prometheus.Metric) {
+	written, loads, passes := c()
+	ch <- prometheus.MustNewConstMetric(descTierWrites, prometheus.CounterValue, float64(written), "written")
+	ch <- prometheus.MustNewConstMetric(descTierWrites, prometheus.CounterValue, float64(loads), "loads")
+	ch <- prometheus.MustNewConstMetric(descTierWrites, prometheus.CounterValue, float64(passes), "passes")
+}

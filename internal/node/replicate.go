@@ -139,6 +139,17 @@ type Acker interface {
 	Ack(ctx context.Context, req AckRequest) (*AckResult, error)
 }
 
+// acknowledged is the newest commit of p known to have been
+// acknowledged to its writer: the watermark slaves' acknowledgements
+// move, or, on a node that masters every partition alone (serve with
+// one node, where nothing else holds the commits), its durable commits.
+func (n *Node) acknowledged(p *storage.Partition) storage.SCN {
+	if n.roles.mastersAll() {
+		return p.DurableSCN()
+	}
+	return p.AcknowledgedSCN()
+}
+
 // Ack records that a slave durably holds a commit, if it is on this
 // replica's timeline.
 func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
@@ -185,7 +196,7 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 	deadline := time.Now().Add(req.Wait)
 	for {
 		changed := p.Changed()
-		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN(), Acked: p.AcknowledgedSCN(), Holds: true}
+		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN(), Acked: n.acknowledged(p), Holds: true}
 		if start := p.LogStart(); req.After.Less(start) && p.OnTimeline(req.After) {
 			// The asker's position is on this timeline, but the log no
 			// longer holds what follows it.

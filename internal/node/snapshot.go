@@ -70,13 +70,18 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
 		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
 	}
+	// Taken before the snapshot, so the snapshot holds what it names.
+	acked := n.acknowledged(p)
 	snap, err := p.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
 	defer snap.Close()
 	pace := pacer{rate: rate, start: time.Now()}
-	chunk := &SnapshotChunk{SCN: snap.SCN, History: snap.History, Acked: snap.Acked}
+	if snap.SCN.Less(acked) {
+		acked = snap.SCN
+	}
+	chunk := &SnapshotChunk{SCN: snap.SCN, History: snap.History, Acked: later(snap.Acked, acked)}
 	size := 0
 	flush := func() error {
 		if err := pace.wait(ctx, size); err != nil {

@@ -4,43 +4,79 @@ import (
 	"context"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/cachetier"
 	"github.com/cortado-db/cortado/internal/keycache"
+	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 )
 
 // cachedGet answers a read that accepts staleness (and sets no
 // precondition but If-None-Match or If-Modified-Since) from the hot-key
-// cache when it holds the document young enough; else it reads the
-// document as written, hedged, and keeps it. The item returned is in
+// cache, or else the Redis cache tier, when it holds the document young
+// enough; else it reads the document as written, hedged, and keeps it. The item returned is in
 // req.Read's version and projection, as a storage node answers: the
 // cache keeps whole documents, and projects and converts them here with
 // the node's own node.Render (DESIGN §8). A read its conditions find not
 // modified returns node.ErrNotModified with the item's headers, as a
 // node does.
-func (r *Router) cachedGet(ctx context.Context, n node.Service, tg *target, req node.GetRequest, maxStale time.Duration) (it *node.Item, fromSlave, fromCache bool, err error) {
+func (r *Router) cachedGet(ctx context.Context, n node.Service, tg *target, req node.GetRequest, maxStale time.Duration) (it *node.Item, from source, err error) {
 	k := keycache.Key(tg.db.Name, tg.table.Name, tg.key)
 	cond, spec := req.Cond, req.Read
-	whole, age, fromCache := r.cache.Get(k, maxStale)
-	if fromCache {
+	whole, age, hit := r.cache.Get(k, maxStale)
+	if hit {
 		// The entry's age, not the answer's staleness when it was
 		// read.
 		cp := *whole
-		cp.Stale, whole = age, &cp
+		cp.Stale, whole, from = age, &cp, fromHotKeys
 	} else {
 		read := r.cache.Begin(k)
-		req.Read, req.Cond = node.ReadSpec{}, node.Preconditions{}
-		if whole, fromSlave, err = r.hedgedGet(ctx, n, req, maxStale); err != nil {
-			return whole, fromSlave, false, err
+		if d, age, ok := r.tier.Get(ctx, tg.db.Name, tg.part, tg.table.Name, keys.Encode(tg.key), maxStale); ok {
+			whole = &node.Item{Key: tg.key, SCN: d.SCN, Modified: d.Modified, ETag: d.ETag(), Body: d.Value, BodyVersion: d.Version, Stale: age}
+			from = fromTier
+		} else {
+			req.Read, req.Cond = node.ReadSpec{}, node.Preconditions{}
+			var fromSlave bool
+			if whole, fromSlave, err = r.hedgedGet(ctx, n, req, maxStale); err != nil {
+				return whole, sourceOf(fromSlave), err
+			}
+			from = sourceOf(fromSlave)
 		}
 		r.cache.Put(read, whole)
 	}
 	if err := cond.CheckRead(whole, spec.Version); err != nil {
-		return node.NotModified(whole, spec.Version), fromSlave, fromCache, err
+		return node.NotModified(whole, spec.Version), from, err
 	}
 	if it, err = node.Render(ctx, r.reg, r.plans, tg.table, whole, spec); err != nil {
-		return nil, false, false, err
+		return nil, fromNode, err
 	}
-	return it, fromSlave, fromCache, nil
+	return it, from, nil
+}
+
+// source says what answered a read.
+type source uint8
+
+const (
+	fromNode    source = iota // the master, or a node that answered as one
+	fromSlave                 // a slave, within the read's max-stale
+	fromHotKeys               // the router's hot-key cache
+	fromTier                  // the Redis cache tier
+)
+
+func sourceOf(slave bool) source {
+	if slave {
+		return fromSlave
+	}
+	return fromNode
+}
+
+// SetTier makes the router answer reads that accept staleness from the
+// Redis cache tier t, after its hot-key cache and before the storage
+// nodes (DESIGN §8); nil: no tier.
+func (r *Router) SetTier(t *cachetier.Tier) { r.tier = t }
+
+// TierStats returns the cache tier's read counts (cachetier.Tier.Stats).
+func (r *Router) TierStats() (hits, misses, tooOld, failed, skipped uint64) {
+	return r.tier.Stats()
 }
 
 // CacheStats returns the hot-key cache's hits, misses, answers not kept

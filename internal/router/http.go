@@ -805,15 +805,18 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 	// One array holds the values (Header.Set allocates a slice each).
 	v := []string{d.ETag, httpDate(d.Modified), d.SCN.String()}
 	h["Etag"], h["Last-Modified"], h[keySCN] = v[0:1:1], v[1:2:2], v[2:3:3]
-	if d.FromSlave || d.FromCache {
+	if d.FromSlave || d.FromCache || d.FromTier {
 		// RFC 9111 Age: how long the answer may have been stale.
 		h.Set("Age", strconv.Itoa(int((d.Stale+time.Second-1)/time.Second)))
 	}
 	if d.FromSlave {
 		h.Set(HeaderReplica, "slave")
 	}
-	if d.FromCache {
+	switch {
+	case d.FromCache:
 		h.Set(HeaderCache, "hit")
+	case d.FromTier:
+		h.Set(HeaderCache, "redis")
 	}
 }
 

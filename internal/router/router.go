@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/cachetier"
 	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/index"
 	"github.com/cortado-db/cortado/internal/keycache"
@@ -116,6 +117,7 @@ type Router struct {
 	hedges                         *hosts
 	streams                        atomic.Int64 // change streams open
 	cache                          *keycache.Cache
+	tier                           *cachetier.Tier
 }
 
 // New returns a router.
@@ -159,10 +161,14 @@ type Document struct {
 	Body        []byte
 	BodyVersion int
 	// FromSlave is set when a slave answered (max-stale), FromCache when
-	// the router's hot-key cache did; Stale bounds how far behind the
-	// master the answer may be.
-	FromSlave, FromCache bool
-	Stale                time.Duration
+	// the router's hot-key cache did, FromTier when the Redis cache tier
+	// did; Stale bounds how far behind the master the answer may be.
+	FromSlave, FromCache, FromTier bool
+	Stale                          time.Duration
+}
+
+func (d *Document) setSource(s source) {
+	d.FromSlave, d.FromCache, d.FromTier = s == fromSlave, s == fromHotKeys, s == fromTier
 }
 
 // Page is a rendered multi-document response (collection or multi-get).
@@ -344,22 +350,25 @@ func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Precon
 	}
 	req := node.GetRequest{DB: tg.db.Name, Table: tg.table.Name, Partition: tg.part, Key: tg.key, Read: spec, Cond: cond}
 	var it *node.Item
-	var fromSlave, fromCache bool
+	var from source
 	switch {
-	case f.MaxStale > 0 && len(cond.IfMatch) == 0 && cond.IfUnmodifiedSince.IsZero() && r.cache != nil:
+	case f.MaxStale > 0 && len(cond.IfMatch) == 0 && cond.IfUnmodifiedSince.IsZero() && (r.cache != nil || r.tier != nil):
 		// A plain or revalidating read (If-None-Match,
-		// If-Modified-Since): the cache answers it, 304 or 200, as
+		// If-Modified-Since): the caches answer it, 304 or 200, as
 		// RFC 9111 §4.3.2 lets a cache holding a fresh response.
-		it, fromSlave, fromCache, err = r.cachedGet(ctx, n, tg, req, f.MaxStale)
+		it, from, err = r.cachedGet(ctx, n, tg, req, f.MaxStale)
 	case f.MaxStale > 0:
-		it, fromSlave, err = r.hedgedGet(ctx, n, req, f.MaxStale)
+		var slave bool
+		it, slave, err = r.hedgedGet(ctx, n, req, f.MaxStale)
+		from = sourceOf(slave)
 	default:
 		it, err = n.Get(ctx, req)
 	}
 	if err != nil {
 		if it != nil { // not modified: headers only
-			return &Document{Key: it.Key, SCN: it.SCN, ETag: schema.WithSuffix(it.ETag, suffix), Modified: it.Modified,
-				FromSlave: fromSlave, FromCache: fromCache, Stale: it.Stale}, err
+			d := &Document{Key: it.Key, SCN: it.SCN, ETag: schema.WithSuffix(it.ETag, suffix), Modified: it.Modified, Stale: it.Stale}
+			d.setSource(from)
+			return d, err
 		}
 		return nil, err
 	}
@@ -368,7 +377,8 @@ func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Precon
 		return nil, err
 	}
 	doc.ETag = schema.WithSuffix(doc.ETag, suffix)
-	doc.FromSlave, doc.FromCache, doc.Stale = fromSlave, fromCache, it.Stale
+	doc.Stale = it.Stale
+	doc.setSource(from)
 	if len(doc.Body) > r.opts.MaxResponseBytes {
 		return nil, &responseTooLarge{size: len(doc.Body), limit: r.opts.MaxResponseBytes}
 	}

@@ -176,6 +176,16 @@ func (s *ChangeSources) Snapshot(db string, part int) (node.Snapshotter, error) 
 	return s.remotes.Get(url), nil
 }
 
+// Master is the partition's master, asked for its newest commit (the
+// Redis cache tier's updater).
+func (s *ChangeSources) Master(db string, part int) (node.Acker, error) {
+	m, err := s.master(db, part)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // master is the partition's master, called directly (change streams are
 // not the traffic whose failures routers report).
 func (s *ChangeSources) master(db string, part int) (*node.Remote, error) {

@@ -9,3 +9,4 @@ type localSources struct{ n *node.Node }
 
 func (s localSources) Log(string, int) (node.LogSource, error)        { return s.n, nil }
 func (s localSources) Snapshot(string, int) (node.Snapshotter, error) { return s.n, nil }
+func (s localSources) Master(string, int) (node.Acker, error)         { return s.n, nil }

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cortado-db/cortado/internal/admission"
+	"github.com/cortado-db/cortado/internal/cachetier"
 	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
@@ -70,6 +71,11 @@ type Options struct {
 	Prefix  string
 	Storage storage.Options
 	Router  router.Options
+	// CacheTier is the Redis cache tier routers read (CacheTier.URL
+	// empty: none); CacheTierUpdate makes this process also run its
+	// updater and bootstrapper (run one in a cluster).
+	CacheTier       cachetier.Options
+	CacheTierUpdate bool
 	// Registry bounds what the schema registry takes (registry.Limits;
 	// checked where a database is created or a version registered).
 	Registry registry.Limits
@@ -177,6 +183,7 @@ type Options struct {
 // Server is one Cortado process: every role (serve), or one of them.
 type Server struct {
 	Router  *router.Router
+	tier    *cachetier.Tier
 	Metrics *metrics.Metrics
 
 	opts    Options
@@ -360,6 +367,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	}
 	s.cluster = s.Metrics.Cluster()
 	plans := schema.NewPlans(4096)
+	var tierSources cachetier.Sources
 	switch {
 	case r == roleController:
 		s.startController()
@@ -393,6 +401,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		s.retain(n)
 		s.Router = router.New(s.reg, plans, localBackend{inProcess{n}}, opts.Router, opts.Logger)
 		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Sources: localSources{n}, Logger: opts.Logger, StreamBytes: opts.StreamBytes, BacklogReaders: opts.StreamBacklogReaders})
+		tierSources = localSources{n}
 	default: // a router, or serve with several nodes
 		if r == roleAll {
 			if err := s.startLocalCluster(ctx, plans); err != nil {
@@ -424,6 +433,10 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			sources.CallLocally(s.localLogs, s.localSnaps)
 		}
 		s.Router.SetChanges(&changes.Feed{Reg: s.reg, Plans: plans, Logger: opts.Logger, Sources: sources, StreamBytes: opts.StreamBytes, BacklogReaders: opts.StreamBacklogReaders})
+		tierSources = sources
+	}
+	if err := s.startTier(tierSources); err != nil {
+		return nil, err
 	}
 	s.Metrics.RegisterFanOut(s.Router.FanOutStats)
 	s.Metrics.RegisterHedges(s.Router.HedgeStats)
@@ -431,6 +444,24 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	s.Metrics.RegisterStreams(s.Router.Streams, s.Router.AnswersLetGo)
 	s.api, s.routeOf = s.logRequests(s.Router), router.RouteOf
 	return s, nil
+}
+
+// startTier connects the router to the Redis cache tier, and runs its
+// updater when asked, until Close.
+func (s *Server) startTier(src cachetier.Sources) error {
+	t, err := cachetier.New(s.opts.CacheTier)
+	if err != nil || t == nil {
+		return err
+	}
+	s.tier = t
+	s.Router.SetTier(t)
+	s.Metrics.RegisterTier(s.Router.TierStats)
+	if s.opts.CacheTierUpdate {
+		u := cachetier.NewUpdater(t, s.reg, src, s.opts.Logger)
+		s.Metrics.RegisterTierUpdater(u.Stats)
+		s.background(u.Run)
+	}
+	return nil
 }
 
 // retained records a retention pass in the metrics.
@@ -646,6 +677,7 @@ func (s *Server) close() error {
 	if s.engine != nil {
 		errs = append(errs, s.engine.Close())
 	}
+	s.tier.Close() // after the handlers that read it
 	if s.reg != nil {
 		s.reg.Close()
 	}

@@ -78,3 +78,11 @@ func decodeRow(b []byte) (Doc, error) {
 	}
 	return d, nil
 }
+
+// AppendRow appends d as a stored row (its header, then its bytes): the
+// form a document takes outside the store too (the Redis cache tier).
+func AppendRow(dst []byte, d *Doc) []byte { return encodeRow(dst, d) }
+
+// DecodeRow parses a row AppendRow made, checking its header and CRC;
+// Value aliases b.
+func DecodeRow(b []byte) (Doc, error) { return decodeRow(b) }

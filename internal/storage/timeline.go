@@ -220,6 +220,13 @@ func (p *Partition) noteAcked(scn SCN) {
 	p.acked = later(p.acked, scn)
 }
 
+// DurableSCN returns the newest commit this replica has made durable.
+func (p *Partition) DurableSCN() SCN {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.durable
+}
+
 // AcknowledgedSCN returns the acknowledged watermark (see Acknowledged).
 func (p *Partition) AcknowledgedSCN() SCN {
 	p.mu.Lock()
