@@ -155,8 +155,11 @@ func (u *Updater) followOnce(ctx context.Context, db string, part int) error {
 	if ok && pos != "" {
 		at, err = storage.ParseSCN(pos)
 	}
+	// fallback, after a load, is the snapshot's SCN: where to go on
+	// from if the log no longer holds the position the load left.
+	var fallback storage.SCN
 	if !ok || pos == "" || err != nil {
-		if epoch, at, err = u.load(ctx, db, part); err != nil {
+		if epoch, at, fallback, err = u.load(ctx, db, part); err != nil {
 			return err
 		}
 	}
@@ -173,7 +176,7 @@ func (u *Updater) followOnce(ctx context.Context, db string, part int) error {
 			t0, head, err := u.head(ctx, db, part, at)
 			switch {
 			case errors.Is(err, errOffTimeline):
-				if epoch, at, err = u.load(ctx, db, part); err != nil {
+				if epoch, at, fallback, err = u.load(ctx, db, part); err != nil {
 					return err
 				}
 				continue
@@ -199,11 +202,20 @@ func (u *Updater) followOnce(ctx context.Context, db string, part int) error {
 		switch {
 		case err != nil:
 			return err
+		case res.Trimmed && at.Less(fallback):
+			// Just loaded, from a watermark the log no longer holds:
+			// on from the snapshot itself (its unacknowledged rows stay
+			// placeholders until written again, or the bootstrapper).
+			if err := u.tier.putEntries(ctx, db, part, epoch, at.String(), fallback.String(), nil); err != nil {
+				return err
+			}
+			at, fallback = fallback, storage.SCN{}
+			continue
 		case res.Trimmed || res.Diverged:
 			// Behind the retained log, or (which acknowledged commits
 			// alone never make) off the timeline: start again from a
 			// snapshot, in a new epoch.
-			if epoch, at, err = u.load(ctx, db, part); err != nil {
+			if epoch, at, fallback, err = u.load(ctx, db, part); err != nil {
 				return err
 			}
 			continue
@@ -225,7 +237,7 @@ func (u *Updater) followOnce(ctx context.Context, db string, part int) error {
 		if last != at {
 			if err := u.tier.putEntries(ctx, db, part, epoch, at.String(), last.String(), es); err != nil {
 				if errors.Is(err, errLost) {
-					if epoch, at, err = u.load(ctx, db, part); err != nil {
+					if epoch, at, fallback, err = u.load(ctx, db, part); err != nil {
 						return err
 					}
 					continue
@@ -296,43 +308,48 @@ func (u *Updater) head(ctx context.Context, db string, part int, at storage.SCN)
 }
 
 // load starts the partition's next epoch and fills it from a snapshot;
-// it returns the epoch and the snapshot's SCN, which the log is followed
-// from.
-func (u *Updater) load(ctx context.Context, db string, part int) (int64, storage.SCN, error) {
-	epoch, err := u.tier.newEpoch(ctx, db, part)
-	if err != nil {
-		return 0, storage.SCN{}, err
+// it returns the epoch and where to follow the log from: the
+// snapshot's acknowledged watermark, so that the commits the snapshot
+// held before they were acknowledged (placeholders) are written when the
+// log says they are, and the snapshot's SCN, to follow from if the log
+// no longer holds the watermark.
+func (u *Updater) load(ctx context.Context, db string, part int) (epoch int64, from, snapAt storage.SCN, err error) {
+	if epoch, err = u.tier.newEpoch(ctx, db, part); err != nil {
+		return 0, from, snapAt, err
 	}
-	at, err := u.walk(ctx, db, part, epoch, "", time.Time{})
+	snapAt, acked, err := u.walk(ctx, db, part, epoch, "", time.Time{})
 	if err != nil {
-		return 0, storage.SCN{}, err
+		return 0, from, snapAt, err
+	}
+	from = snapAt
+	if acked.Less(snapAt) && !acked.IsZero() {
+		from = acked
 	}
 	// The position last: until it is set, a follower elsewhere (or
 	// this one, restarted) loads again.
-	if err := u.tier.putEntries(ctx, db, part, epoch, "", at.String(), nil); err != nil {
-		return 0, storage.SCN{}, err
+	if err := u.tier.putEntries(ctx, db, part, epoch, "", from.String(), nil); err != nil {
+		return 0, from, snapAt, err
 	}
 	u.loads.Add(1)
-	return epoch, at, nil
+	return epoch, from, snapAt, nil
 }
 
 // walk writes a snapshot of the partition into epoch, checking its
 // position is expect (anyPos: any) at each batch, and returns the SCN
-// it was taken at. Rows of commits not yet acknowledged when it was
+// it was taken at and the acknowledged watermark it carried. Rows of commits not yet acknowledged when it was
 // taken, and documents larger than MaxDocBytes, are placeholders. A
 // walk with a deadline stops there (errTooLong).
-func (u *Updater) walk(ctx context.Context, db string, part int, epoch int64, expect string, deadline time.Time) (storage.SCN, error) {
+func (u *Updater) walk(ctx context.Context, db string, part int, epoch int64, expect string, deadline time.Time) (at, acked storage.SCN, err error) {
 	select {
 	case u.walks <- struct{}{}:
 		defer func() { <-u.walks }()
 	case <-ctx.Done():
-		return storage.SCN{}, ctx.Err()
+		return at, acked, ctx.Err()
 	}
 	snap, err := u.src.Snapshot(db, part)
 	if err != nil {
-		return storage.SCN{}, err
+		return at, acked, err
 	}
-	var at, acked storage.SCN
 	first := true
 	req := node.SnapshotRequest{DB: db, Partition: part}
 	if !deadline.IsZero() { // a bootstrap pass, not a load the follower waits for
@@ -364,7 +381,7 @@ func (u *Updater) walk(ctx context.Context, db string, part int, epoch int64, ex
 		u.written.Add(uint64(len(es)))
 		return nil
 	})
-	return at, err
+	return at, acked, err
 }
 
 // errTooLong stops a bootstrap pass that outlived half the TTL: a
@@ -394,7 +411,7 @@ func (u *Updater) bootstrap(ctx context.Context) {
 				}
 				// Each partition's pass gets half the TTL from its own
 				// snapshot's start.
-				_, err = u.walk(ctx, db.Name, p, epoch, anyPos, time.Now().Add(u.tier.opts.TTL/2))
+				_, _, err = u.walk(ctx, db.Name, p, epoch, anyPos, time.Now().Add(u.tier.opts.TTL/2))
 				if err != nil && ctx.Err() == nil {
 					u.log.Warn("cache tier: bootstrap pass", "db", db.Name, "partition", p, "err", err)
 					continue
