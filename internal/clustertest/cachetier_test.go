@@ -283,8 +283,22 @@ func TestCacheTierServe(t *testing.T) {
 	h.put("/demo/MailboxStats/alice", `{"total":1}`)
 	awaitRead(`{"total":1,"unread":0}`)
 	t.Logf("first read from the tier %v after the write", time.Since(start))
-	if r := h.get("/demo/MailboxStats/alice"); r.header.Get(router.HeaderCache) != "" || r.header.Get("Age") != "" {
-		t.Fatalf("a read without max-stale answered from a cache: %v", r.header)
+	node := h.get("/demo/MailboxStats/alice")
+	if node.header.Get(router.HeaderCache) != "" || node.header.Get("Age") != "" {
+		t.Fatalf("a read without max-stale answered from a cache: %v", node.header)
+	}
+	// The tier's answer is the node's: body, tag, time and SCN, and
+	// projected the node's way.
+	tier := h.get("/demo/MailboxStats/alice", "Cache-Control", "max-stale=5")
+	for _, name := range []string{"Etag", "Last-Modified", "X-Cortado-Scn", "X-Cortado-Schema-Version", "Content-Type"} {
+		if tier.header.Get(name) != node.header.Get(name) {
+			t.Errorf("%s: the tier's %q, the node's %q", name, tier.header.Get(name), node.header.Get(name))
+		}
+	}
+	pn := h.get("/demo/MailboxStats/alice?fields=total")
+	pt := h.get("/demo/MailboxStats/alice?fields=total", "Cache-Control", "max-stale=5")
+	if pt.header.Get(router.HeaderCache) != "redis" || pt.body != pn.body || pt.header.Get("Etag") != pn.header.Get("Etag") {
+		t.Errorf("projected: the tier answered %q %s (%s), the node %q %s", pt.body, pt.header.Get("Etag"), pt.header.Get(router.HeaderCache), pn.body, pn.header.Get("Etag"))
 	}
 	h.put("/demo/MailboxStats/alice", `{"total":2}`)
 	awaitRead(`{"total":2,"unread":0}`)

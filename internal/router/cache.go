@@ -13,10 +13,11 @@ import (
 // cachedGet answers a read that accepts staleness (and sets no
 // precondition but If-None-Match or If-Modified-Since) from the hot-key
 // cache, or else the Redis cache tier, when it holds the document young
-// enough; else it reads the document as written, hedged, and keeps it. The item returned is in
-// req.Read's version and projection, as a storage node answers: the
-// cache keeps whole documents, and projects and converts them here with
-// the node's own node.Render (DESIGN §8). A read its conditions find not
+// enough; else it reads the document as written, hedged. It keeps what
+// it read in the hot-key cache. The item returned is in req.Read's
+// version and projection, as a storage node answers: the caches keep
+// whole documents, projected and converted here with the node's own
+// node.Render (DESIGN §8). A read its conditions find not
 // modified returns node.ErrNotModified with the item's headers, as a
 // node does.
 func (r *Router) cachedGet(ctx context.Context, n node.Service, tg *target, req node.GetRequest, maxStale time.Duration) (it *node.Item, from source, err error) {
