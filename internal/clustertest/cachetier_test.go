@@ -23,6 +23,26 @@ import (
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
+// startTier gives c's router the cache tier o names, and runs its
+// updater (reading through the returned sources) until the test ends.
+func startTier(t *testing.T, c *testCluster, o cachetier.Options) (*cachetier.Tier, *gatedSources) {
+	t.Helper()
+	tier, err := cachetier.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tier.Close)
+	c.router.SetTier(tier)
+	ctx, cancel := context.WithCancel(c.ctx)
+	remotes := &node.Remotes{}
+	gated := &gatedSources{ChangeSources: routing.NewChangeSources(c.view, topo.WatchRelays(ctx, c.cli, "/c"), remotes)}
+	u := cachetier.NewUpdater(tier, c.reg, gated, slog.New(slog.DiscardHandler))
+	done := make(chan struct{})
+	go func() { defer close(done); u.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; remotes.Close() })
+	return tier, gated
+}
+
 // gatedSources are a cache-tier updater's sources whose log reads hang
 // while hold is set: an updater that falls behind.
 type gatedSources struct {
@@ -67,20 +87,7 @@ func TestCacheTierBound(t *testing.T) {
 	srv := redistest.Start(t)
 	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: partitions, replicas: 2,
 		router: router.Options{Cache: keycache.Options{MaxBytes: -1}}})
-	tier, err := cachetier.New(cachetier.Options{URL: srv.URL(), FreshEvery: 100 * time.Millisecond, ProbeEvery: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tier.Close)
-	c.router.SetTier(tier)
-	ctx, cancel := context.WithCancel(c.ctx)
-	remotes := &node.Remotes{}
-	sources := routing.NewChangeSources(c.view, topo.WatchRelays(ctx, c.cli, "/c"), remotes)
-	gated := &gatedSources{ChangeSources: sources}
-	u := cachetier.NewUpdater(tier, c.reg, gated, slog.New(slog.DiscardHandler))
-	done := make(chan struct{})
-	go func() { defer close(done); u.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; remotes.Close() })
+	tier, gated := startTier(t, c, cachetier.Options{URL: srv.URL(), FreshEvery: 100 * time.Millisecond, ProbeEvery: 100 * time.Millisecond})
 
 	type write struct {
 		v   int
@@ -377,19 +384,7 @@ func TestCacheTierAfterFailover(t *testing.T) {
 	srv := redistest.Start(t)
 	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 1, replicas: 3,
 		router: router.Options{Cache: keycache.Options{MaxBytes: -1}}})
-	tier, err := cachetier.New(cachetier.Options{URL: srv.URL(), FreshEvery: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tier.Close)
-	c.router.SetTier(tier)
-	ctx, cancel := context.WithCancel(c.ctx)
-	remotes := &node.Remotes{}
-	gated := &gatedSources{ChangeSources: routing.NewChangeSources(c.view, topo.WatchRelays(ctx, c.cli, "/c"), remotes)}
-	u := cachetier.NewUpdater(tier, c.reg, gated, slog.New(slog.DiscardHandler))
-	done := make(chan struct{})
-	go func() { defer close(done); u.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; remotes.Close() })
+	_, gated := startTier(t, c, cachetier.Options{URL: srv.URL(), FreshEvery: 50 * time.Millisecond})
 
 	c.put("k", "one")
 	fromTier := func() response {
