@@ -40,6 +40,7 @@ var (
 // running the old file keeps its inode.
 func Binary(t testing.TB) string {
 	t.Helper()
+	skipUnderRace(t)
 	buildOnce.Do(func() {
 		binPath, buildErr = build()
 	})
@@ -91,6 +92,18 @@ type ServeOptions struct {
 	Dir string
 	// Args are extra flags.
 	Args []string
+}
+
+// skipUnderRace skips a test that runs Cortado in processes of its own
+// when the test runs under the race detector: those processes are built
+// without it, so the detector would watch only the test's HTTP clients
+// (the run without it, in scripts/test, runs the test). It kept the race
+// step of CI past its 20 minutes.
+func skipUnderRace(t testing.TB) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("runs Cortado in processes built without the race detector; run without -race")
+	}
 }
 
 // StartServe starts `cortado serve` on free loopback ports and waits until
