@@ -140,6 +140,10 @@ func (u *Updater) follow(ctx context.Context, db string, part int) {
 	}
 }
 
+// markLife is how long a follower waits to reach the newest commit a
+// master named before it asks again.
+const markLife = 2 * time.Second
+
 // heldBackPause is how long a follower first waits before asking again
 // when its source had commits but none yet acknowledged.
 const heldBackPause = 5 * time.Millisecond
@@ -171,8 +175,19 @@ func (u *Updater) followOnce(ctx context.Context, db string, part int) error {
 	var asked time.Time
 	heldBack := heldBackPause
 	for ctx.Err() == nil {
-		if !mark.set && time.Since(asked) >= u.tier.opts.FreshEvery {
-			asked = time.Now()
+		if time.Since(asked) >= u.tier.opts.FreshEvery && (!mark.set || time.Since(asked) >= markLife) {
+			// Each time, Redis must still hold what this follower left:
+			// an idle partition's follower writes nothing that would
+			// find out it lost it (restarted empty, meta evicted).
+			if e, pos, ok, err := u.tier.meta(ctx, db, part); err != nil {
+				return err
+			} else if !ok || e != epoch || pos != at.String() {
+				return errLost
+			}
+			// A mark not reached in markLife (its head a commit not
+			// acknowledged yet, which may stay so until a later write
+			// is) gives way to a new one.
+			asked, mark.set = time.Now(), false
 			t0, head, err := u.head(ctx, db, part, at)
 			switch {
 			case errors.Is(err, errOffTimeline):
