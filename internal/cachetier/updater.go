@@ -13,6 +13,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
 )
 
@@ -95,19 +96,14 @@ func (u *Updater) Run(ctx context.Context) {
 }
 
 // databases are those the updater follows.
-func (u *Updater) databases() []*databaseRef {
-	var out []*databaseRef
+func (u *Updater) databases() []*schema.Database {
+	var out []*schema.Database
 	for _, d := range u.reg.Databases() {
 		if len(u.tier.opts.Databases) == 0 || slices.Contains(u.tier.opts.Databases, d.Name) {
-			out = append(out, &databaseRef{Name: d.Name, Partitions: d.Partitions})
+			out = append(out, d)
 		}
 	}
 	return out
-}
-
-type databaseRef struct {
-	Name       string
-	Partitions int
 }
 
 // sleep waits d or until ctx ends.

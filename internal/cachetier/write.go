@@ -70,8 +70,8 @@ type entry struct {
 	known bool
 }
 
-// any is what putEntries' position arguments take for "do not check" and
-// "do not set".
+// anyPos is what putEntries' position arguments take for "do not check"
+// and "do not set".
 const anyPos = "*"
 
 // maxBatch bounds the entries and bytes of one script call.
