@@ -97,10 +97,11 @@ type TableSchema struct {
 
 // TableInfo describes a table.
 type TableInfo struct {
-	Name     string    `json:"name"`
-	Key      []KeyPart `json:"key"`
-	Latest   int       `json:"latest"`
-	Versions []int     `json:"versions"`
+	Name          string    `json:"name"`
+	Key           []KeyPart `json:"key"`
+	Latest        int       `json:"latest"`
+	Versions      []int     `json:"versions"`
+	Compatibility string    `json:"compatibility"`
 }
 
 // Conditions are conditional request headers (compare-and-swap).
@@ -289,6 +290,8 @@ type Transport interface {
 	CreateDatabase(ctx context.Context, name string, body []byte) error
 	RegisterSchema(ctx context.Context, db, table string, body []byte) (int, error)
 	TableInfo(ctx context.Context, db, table string) ([]byte, error)
+	DatabaseInfo(ctx context.Context, db string) ([]byte, error)
+	SetCompatibility(ctx context.Context, db, table string, body []byte) error
 	SchemaVersion(ctx context.Context, db, table string, version int) ([]byte, error)
 	Get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error)
 	Collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *ReadOptions) (body []byte, scn string, err error)
@@ -307,6 +310,12 @@ type Transport interface {
 	// to fn until ctx ends, the stream breaks, or fn fails. An event is
 	// valid only during fn's call.
 	Changes(ctx context.Context, db string, query url.Values, fn func(event []byte) error) error
+	// Backup streams a backup's lines to fn until the backup ends (its
+	// last line) or fails (an "error" line, or the stream breaking).
+	Backup(ctx context.Context, db string, query url.Values, fn func(line []byte) error) error
+	// Restore sends row and mark lines of a backup and returns the
+	// answer ({"rows","marks","commits"}).
+	Restore(ctx context.Context, db string, body []byte) ([]byte, error)
 	Close() error
 }
 
@@ -328,6 +337,14 @@ func (c *Client) Close() error { return c.t.Close() }
 func (c *Client) CreateDatabase(ctx context.Context, name string, def Database) error {
 	body, _ := json.Marshal(def)
 	return c.t.CreateDatabase(ctx, name, body)
+}
+
+// SetCompatibility sets the compatibility level a table's next schema
+// versions must meet: BACKWARD, FORWARD, FULL (the default), NONE, or a
+// _TRANSITIVE variant (docs/schemas.md).
+func (c *Client) SetCompatibility(ctx context.Context, db, table, level string) error {
+	body, _ := json.Marshal(map[string]string{"compatibility": level})
+	return c.t.SetCompatibility(ctx, db, table, body)
 }
 
 // RegisterSchema registers the next schema version of a table (creating

@@ -226,6 +226,19 @@ func (t *httpTransport) TableInfo(ctx context.Context, db, table string) ([]byte
 	return r.body, nil
 }
 
+func (t *httpTransport) DatabaseInfo(ctx context.Context, db string) ([]byte, error) {
+	r, err := t.do(ctx, http.MethodGet, "/_schemata/"+url.PathEscape(db), nil, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.body, nil
+}
+
+func (t *httpTransport) SetCompatibility(ctx context.Context, db, table string, body []byte) error {
+	_, err := t.do(ctx, http.MethodPut, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table)+"/_config", nil, nil, body)
+	return err
+}
+
 func (t *httpTransport) SchemaVersion(ctx context.Context, db, table string, version int) ([]byte, error) {
 	r, err := t.do(ctx, http.MethodGet, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table)+"/"+strconv.Itoa(version), nil, nil, nil)
 	if err != nil {
@@ -319,7 +332,7 @@ func (t *httpTransport) MultiGetLines(ctx context.Context, db, table string, key
 		accept += fmt.Sprintf("; version=%d", o.Version)
 	}
 	h.Set("Accept", accept)
-	return t.lines(ctx, path, q, h, fn)
+	return t.lines(ctx, path, q, h, maxChangeEventBytes, fn)
 }
 
 // multiGetPath is /db/table/k1/(a,b): every key shares all parts but
@@ -410,19 +423,39 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 // the envelope), or a streamed multi-get's document.
 const maxChangeEventBytes = 16 << 20
 
+// maxBackupLineBytes bounds one line of a backup: a document of the
+// largest body a router takes, in base64.
+const maxBackupLineBytes = 24 << 20
+
 func (t *httpTransport) Changes(ctx context.Context, db string, query url.Values, fn func([]byte) error) error {
 	h := http.Header{}
 	h.Set("Accept", "application/x-ndjson")
-	if err := t.lines(ctx, "/"+url.PathEscape(db)+"/_changes", query, h, fn); err != nil {
+	if err := t.lines(ctx, "/"+url.PathEscape(db)+"/_changes", query, h, maxChangeEventBytes, fn); err != nil {
 		return err
 	}
 	return io.ErrUnexpectedEOF // the server never ends a stream
 }
 
+func (t *httpTransport) Backup(ctx context.Context, db string, query url.Values, fn func([]byte) error) error {
+	h := http.Header{}
+	h.Set("Accept", "application/x-ndjson")
+	return t.lines(ctx, "/"+url.PathEscape(db)+"/_backup", query, h, maxBackupLineBytes, fn)
+}
+
+func (t *httpTransport) Restore(ctx context.Context, db string, body []byte) ([]byte, error) {
+	h := http.Header{}
+	h.Set("Content-Type", "application/x-ndjson")
+	r, err := t.do(ctx, http.MethodPost, "/"+url.PathEscape(db)+"/_restore", nil, h, body)
+	if err != nil {
+		return nil, err
+	}
+	return r.body, nil
+}
+
 // lines sends a GET answered with NDJSON and passes each line to fn
 // until the answer ends, ctx does, or fn fails; an error status is an
 // *Error.
-func (t *httpTransport) lines(ctx context.Context, path string, query url.Values, header http.Header, fn func([]byte) error) error {
+func (t *httpTransport) lines(ctx context.Context, path string, query url.Values, header http.Header, maxLine int, fn func([]byte) error) error {
 	u := t.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -450,7 +483,7 @@ func (t *httpTransport) lines(ctx context.Context, path string, query url.Values
 		return problemOf(resp, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), maxChangeEventBytes)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	for sc.Scan() {
 		if len(sc.Bytes()) == 0 {
 			continue

@@ -167,6 +167,53 @@ func (e *embedded) TableInfo(_ context.Context, db, table string) ([]byte, error
 	return b, problemErr(err)
 }
 
+func (e *embedded) DatabaseInfo(_ context.Context, db string) ([]byte, error) {
+	b, err := e.r.DatabaseInfo(db)
+	return b, problemErr(err)
+}
+
+func (e *embedded) SetCompatibility(ctx context.Context, db, table string, body []byte) error {
+	_, err := e.r.SetCompatibility(ctx, db, table, body)
+	return problemErr(err)
+}
+
+func (e *embedded) Backup(ctx context.Context, db string, query url.Values, fn func([]byte) error) error {
+	b, err := e.r.OpenBackup(db, query)
+	if err != nil {
+		return problemErr(err)
+	}
+	lw := &lineWriter{fn: fn}
+	if _, err := b.Run(ctx, lw, func() error { return nil }); err != nil {
+		return problemErr(err)
+	}
+	return nil
+}
+
+// lineWriter passes what is written to it to fn a line at a time.
+type lineWriter struct {
+	fn  func([]byte) error
+	buf []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if err := w.fn(w.buf[:i]); err != nil {
+			return 0, err
+		}
+		w.buf = w.buf[i+1:]
+	}
+}
+
+func (e *embedded) Restore(ctx context.Context, db string, body []byte) ([]byte, error) {
+	b, err := e.r.Restore(ctx, db, body)
+	return b, problemErr(err)
+}
+
 func (e *embedded) SchemaVersion(_ context.Context, db, table string, version int) ([]byte, error) {
 	b, err := e.r.SchemaVersion(db, table, version)
 	return b, problemErr(err)

@@ -25,6 +25,8 @@ var commands = []struct {
 	{"delete", "delete a document or a collection: delete db/table/key…", runDelete},
 	{"query", "list a collection, or select from a document group by indexed fields: query db/table/prefix… [--where Q] [--sort F]", runQuery},
 	{"tail", "follow a database's change stream: tail db [--tables T] [--since TOKEN|now|beginning]", runTail},
+	{"backup", "write a database's backup to a file: backup db -o FILE", runBackup},
+	{"restore", "restore a backup file into a new database: restore FILE [--as NAME]", runRestore},
 	{"schema", "manage schemas: schema create-db|register|show …", runSchema},
 	{"bench", "measure GET/PUT throughput and latency against a server", runBench},
 }

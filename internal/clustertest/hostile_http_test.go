@@ -42,6 +42,27 @@ var (
 	hostileChangeQueries = []string{"", "?since=now", "?since=beginning", "?since=AQAAAAA", "?since=" + strings.Repeat("A", 200000), "?since=!!",
 		"?tables=Profile,Nope", "?partitions=0,64", "?partitions=-1", "?fields=lastName", "?fields=nosuch", "?version=99", "?before=maybe",
 		"?transactions=true&heartbeat=1ns", "?heartbeat=10h", "?bogus=1", "?tables=" + strings.Repeat("T,", 1000), "?since=now&since=beginning", "?tables=Profile&tables=Message"}
+	// Backup parameters, and lines of restore bodies: a valid row and
+	// mark of the demo database among bad ones (table T's rows never hold
+	// a document T reads: the sentinels stay).
+	hostileBackupQueries = []string{"", "?partitions=0,1", "?partitions=64", "?partitions=-1", "?partitions=x", "?partitions=1&partitions=2", "?since=now"}
+	hostileRestoreLines  = []string{
+		`{"type":"row","table":"Profile","key":[1],"version":1,"ts_ms":1,"avro":"AAAAAA=="}`,
+		`{"type":"mark","table":"Message","key":["alice",9]}`,
+		`{"type":"row","table":"T","key":["1"],"version":1,"avro":"/w=="}`,
+		`{"type":"row","table":"T","key":["1"],"version":1,"avro":"AmE="}` + `,"x":1}`,
+		`{"type":"row","table":"Profile","key":[1],"version":99,"avro":"AAAAAA=="}`,
+		`{"type":"row","table":"Profile","key":["x"],"version":1,"avro":"AAAAAA=="}`,
+		`{"type":"row","table":"Profile","key":[1,2],"version":1,"avro":"AAAAAA=="}`,
+		`{"type":"row","table":"Profile","key":[1],"version":1,"avro":"!!"}`,
+		`{"type":"row","table":"Profile","key":[1],"version":1,"avro":"AAAAAA==","avro":"AA=="}`,
+		`{"type":"mark","table":"Profile","key":[1]}`,
+		`{"type":"mark","table":"Message","key":["alice",9],"avro":"AA=="}`,
+		`{"type":"mark","table":"Message","key":["alice",99999999999999999999]}`,
+		`{"type":"row","table":"Nope","key":[1],"version":1,"avro":"AA=="}`,
+		`{"type":"backup","format":1}`, `{"type":"partition","partition":0}`, `{"type":"row"}`, `{}`, "", "{", "ÿ",
+		`{"type":"row","table":"Profile","key":[` + strings.Repeat("[", 200) + `1` + strings.Repeat("]", 200) + `],"version":1}`,
+	}
 	hostileHeaders = map[string][]string{
 		"If-Match":          {"", "*", `"x"`, `W/"x"`, "garbage", `"a", b`, strings.Repeat(`"x",`, 500)},
 		"If-None-Match":     {"", "*", `"x"`, "garbage"},
@@ -105,6 +126,23 @@ func nextHostile(rng *rand.Rand) hostileRequest {
 	case 3:
 		r.path = "/" + pick(rng, hostileDBs) + "/_changes" + pick(rng, hostileChangeQueries)
 		r.header.Set("Accept", pick(rng, []string{"text/event-stream", "application/x-ndjson", "*/*"}))
+		return r
+	case 4:
+		if rng.IntN(3) == 0 {
+			r.path = "/" + pick(rng, hostileDBs) + "/_backup" + pick(rng, hostileBackupQueries)
+			return r
+		}
+		r.method = pick(rng, []string{"POST", "POST", "POST", "PUT", "GET"})
+		r.path = "/" + pick(rng, hostileDBs) + "/_restore" + pick(rng, []string{"", "", "?x=1"})
+		r.header.Set("Content-Type", pick(rng, []string{"application/x-ndjson", "application/x-ndjson", "application/json", "application/x-ndjson; charset=latin1"}))
+		var b []byte
+		for range 1 + rng.IntN(4) {
+			b = append(append(b, pick(rng, hostileRestoreLines)...), '\n')
+		}
+		if rng.IntN(3) == 0 {
+			b[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
+		}
+		r.body = b
 		return r
 	default:
 		r.path = "/" + pick(rng, hostileDBs) + "/" + pick(rng, hostileTables)

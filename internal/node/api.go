@@ -220,6 +220,12 @@ const (
 	OpPatch            OpKind = "patch"
 	OpDelete           OpKind = "delete"
 	OpDeleteCollection OpKind = "deleteCollection"
+	// OpKeepMark raises the auto-increment mark of the collection of Key
+	// (a full key, its last part the auto-incremented one) to at least
+	// that last part, as if a document of that key had been deleted:
+	// an insert never hands it out. A restore carries the marks of the
+	// database it was backed up from this way.
+	OpKeepMark OpKind = "keepMark"
 )
 
 // Op is one write operation.

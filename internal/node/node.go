@@ -482,6 +482,14 @@ func (n *Node) apply(tx *storage.Tx, t *schema.Table, op *Op) (OpResult, error) 
 			}
 		}
 		return OpResult{Key: op.Key, Deleted: 1}, nil
+	case OpKeepMark:
+		if !t.AutoIncrement() || len(op.Key) != len(t.Key) {
+			return OpResult{}, fmt.Errorf("%w: a mark needs a table whose last key part auto-increments, and a full key", errBadRequest)
+		}
+		if err := tx.KeepMark(op.Table, op.Key); err != nil {
+			return OpResult{}, err
+		}
+		return OpResult{Key: op.Key}, nil
 	case OpDeleteCollection:
 		n, err := tx.DeleteCollection(op.Table, op.Key, t.AutoIncrement())
 		if err != nil {

@@ -99,6 +99,11 @@ func splitPath(path string) ([]string, error) {
 // storage node before protocol version 5 would read as part of a key.
 func pathEscapes(path string) bool { return strings.Contains(path, `\`) }
 
+// keepsMarks reports whether a write raises auto-increment marks.
+func keepsMarks(req WriteRequest) bool {
+	return slices.ContainsFunc(req.Ops, func(op Op) bool { return op.Kind == OpKeepMark })
+}
+
 // escapes reports whether a write's patches use escaped paths.
 func escapes(req WriteRequest) bool {
 	for _, op := range req.Ops {

@@ -348,6 +348,15 @@ func (r *Remote) Write(ctx context.Context, req WriteRequest) (*WriteResult, err
 			return nil, fmt.Errorf("%w: storage node %s speaks protocol version %d, which reads a backslash in a patch path as part of a key; escaped paths work once every node runs a version that speaks 5 (nothing was done)", ErrBadPatch, r.base, v)
 		}
 	}
+	if keepsMarks(req) {
+		v, err := r.protocol(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if v < 6 {
+			return nil, fmt.Errorf("storage node %s speaks protocol %d: %w: restoring auto-increment marks needs 6 (upgrade it; nothing was done)", r.base, v, ErrUnavailable)
+		}
+	}
 	wr, err := writeTo(req)
 	if err != nil {
 		return nil, err

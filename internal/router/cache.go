@@ -96,8 +96,9 @@ func (r *Router) writing(db string, ops []node.Op) (written func()) {
 	var ks []string
 	for _, o := range ops {
 		switch o.Kind {
-		case node.OpInsert:
-			// A new key: no read found it, and none was kept.
+		case node.OpInsert, node.OpKeepMark:
+			// A new key: no read found it, and none was kept. A mark
+			// changes no document.
 		case node.OpDeleteCollection:
 			r.cache.WritingUnder(keycache.Key(db, o.Table, o.Key))
 		default:

@@ -41,12 +41,7 @@ func (r *Router) serveChanges(w http.ResponseWriter, req *http.Request, db strin
 			sse = true
 		}
 	}
-	if r.streams.Add(1) > int64(r.opts.MaxStreams) {
-		r.streams.Add(-1)
-		p := problem.New(http.StatusServiceUnavailable, problem.TypeOverloaded, "Overloaded",
-			fmt.Sprintf("this router serves at most %d change streams at once; retry after a pause or through another router", r.opts.MaxStreams))
-		p.RetryAfter = 1
-		r.fail(w, p)
+	if !r.openStream(w) {
 		return
 	}
 	defer r.streams.Add(-1)
@@ -92,21 +87,44 @@ func (r *Router) serveChanges(w http.ResponseWriter, req *http.Request, db strin
 	}
 	flush() // the headers, at once: the consumer knows it is connected
 	// The stream runs until the consumer goes or the process stops.
-	ctx, cancel := context.WithCancel(req.Context())
-	defer cancel()
-	if stopping := wire.Stopping(ctx); stopping != nil {
-		done := make(chan struct{})
-		defer func() { cancel(); <-done }()
-		go func() {
-			defer close(done)
-			select {
-			case <-stopping:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
+	ctx, stop := untilStopping(req.Context())
+	defer stop()
 	stream.Run(ctx, emit, flush)
+}
+
+// openStream counts a change stream or backup in, or answers 503 when the
+// router serves its most.
+func (r *Router) openStream(w http.ResponseWriter) bool {
+	if r.streams.Add(1) <= int64(r.opts.MaxStreams) {
+		return true
+	}
+	r.streams.Add(-1)
+	p := problem.New(http.StatusServiceUnavailable, problem.TypeOverloaded, "Overloaded",
+		fmt.Sprintf("this router serves at most %d change streams and backups at once; retry after a pause or through another router", r.opts.MaxStreams))
+	p.RetryAfter = 1
+	r.fail(w, p)
+	return false
+}
+
+// untilStopping returns a context that ends with ctx or when the process
+// starts stopping (wire.Stopping), whichever is first; stop releases it
+// and waits for the goroutine watching.
+func untilStopping(parent context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	stopping := wire.Stopping(ctx)
+	if stopping == nil {
+		return ctx, cancel
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(); <-done }
 }
 
 // deadlineWriter renews the connection's write deadline before each

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/cortado-db/cortado/internal/backup"
 	"github.com/cortado-db/cortado/internal/changes"
 	"github.com/cortado-db/cortado/internal/index"
-
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/registry"
@@ -68,6 +68,10 @@ func Problem(err error) *problem.Problem {
 	var p *problem.Problem
 	if errors.As(err, &p) {
 		return p
+	}
+	var le *backup.LineError
+	if errors.As(err, &le) {
+		return restoreProblem(le)
 	}
 	pr := toProblem(err)
 	var oe *node.OpError
@@ -207,4 +211,21 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(499, problem.TypeTimeout, "Request canceled", "")
 	}
 	return problem.New(http.StatusInternalServerError, problem.TypeInternal, "Internal error", err.Error())
+}
+
+// restoreProblem is a restore line's problem: the line's own, its number
+// in the detail.
+func restoreProblem(le *backup.LineError) *problem.Problem {
+	var p *problem.Problem
+	var ke *backup.KeyError
+	switch {
+	case errors.Is(le.Err, backup.ErrMalformed):
+		p = problem.New(http.StatusBadRequest, problem.TypeMalformed, "Malformed restore body", le.Error())
+	case errors.As(le.Err, &ke):
+		p = problem.New(http.StatusBadRequest, problem.TypeInvalidKey, "Invalid key", le.Error())
+	default:
+		p = toProblem(le.Err)
+		p.Detail = fmt.Sprintf("line %d: %s", le.Line, p.Detail)
+	}
+	return p
 }

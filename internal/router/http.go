@@ -59,17 +59,22 @@ func RouteOf(req *http.Request) string {
 		return RouteMultiGet
 	case strings.HasSuffix(p, "/_changes"):
 		return RouteChanges
+	case strings.HasSuffix(p, "/_backup"):
+		return RouteBackup
+	case strings.HasSuffix(p, "/_restore"):
+		return RouteRestore
 	}
 	return RouteDocument
 }
 
-// ClassOf is a request's priority under overload: the change stream is
-// shed before document traffic, schema administration before both.
+// ClassOf is a request's priority under overload: the change stream and
+// backups are shed before document traffic, schema administration and
+// restores before both.
 func ClassOf(req *http.Request) admission.Class {
 	switch RouteOf(req) {
-	case RouteChanges:
+	case RouteChanges, RouteBackup:
 		return admission.Stream
-	case RouteSchemata:
+	case RouteSchemata, RouteRestore:
 		return admission.Bulk
 	}
 	return admission.Interactive
@@ -115,6 +120,14 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if len(raw) == 2 && raw[1] == "_changes" {
 		r.serveChanges(w, req, raw[0])
+		return
+	}
+	if len(raw) == 2 && raw[1] == "_backup" {
+		r.serveBackup(w, req, raw[0])
+		return
+	}
+	if len(raw) == 2 && raw[1] == "_restore" {
+		r.serveRestore(w, req, raw[0])
 		return
 	}
 	if len(raw) >= 2 && raw[1] == "_txn" {
@@ -411,12 +424,17 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 // away is a canceled request (499 in the metrics), and a body that is not
 // valid HTTP (a malformed chunk) is 400.
 func (r *Router) readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
-	if req.ContentLength > r.opts.MaxBodyBytes {
-		return nil, &http.MaxBytesError{Limit: r.opts.MaxBodyBytes}
+	return r.readBodyUpTo(w, req, r.opts.MaxBodyBytes)
+}
+
+// readBodyUpTo is readBody with a size limit of its own.
+func (r *Router) readBodyUpTo(w http.ResponseWriter, req *http.Request, limit int64) ([]byte, error) {
+	if req.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
 	}
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(r.opts.BodyTimeout)) == nil
-	b, err := readAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes), req.ContentLength)
+	b, err := readAll(http.MaxBytesReader(w, req.Body, limit), req.ContentLength)
 	if err != nil {
 		// The connection is of no further use; the expired deadline
 		// keeps the server from waiting for the rest of the body.

@@ -60,12 +60,18 @@ type Options struct {
 	// Cache is the hot-key cache of reads that accept staleness
 	// (keycache.Options: on by default; MaxBytes negative: off).
 	Cache keycache.Options
+	// MaxRestores bounds the restore requests (POST /{db}/_restore)
+	// served at once (default 2; more are refused with 503 overloaded):
+	// each holds its body, up to RestoreBodyBytes, and its checked
+	// documents in memory.
+	MaxRestores int
 }
 
 // Defaults of Options.
 const (
 	DefaultWriteTimeout = 30 * time.Second
 	DefaultMaxStreams   = 1024
+	DefaultMaxRestores  = 2
 )
 
 // WithDefaults returns o with its zero values replaced by the defaults.
@@ -80,6 +86,9 @@ func (o *Options) fill() {
 	}
 	if o.MaxStreams == 0 {
 		o.MaxStreams = DefaultMaxStreams
+	}
+	if o.MaxRestores == 0 {
+		o.MaxRestores = DefaultMaxRestores
 	}
 	if o.BodyTimeout == 0 {
 		o.BodyTimeout = 30 * time.Second
@@ -115,7 +124,8 @@ type Router struct {
 	// Multi-partition reads by quality of service (FanOutStats).
 	fanFull, fanPartial, fanFailed atomic.Uint64
 	hedges                         *hosts
-	streams                        atomic.Int64 // change streams open
+	streams                        atomic.Int64 // change streams and backups open
+	restores                       atomic.Int64 // restore requests being served
 	cache                          *keycache.Cache
 	tier                           *cachetier.Tier
 }

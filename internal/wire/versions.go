@@ -11,13 +11,16 @@ import "fmt"
 // plain scan, so a router sends a query only to a node that speaks 4);
 // version 5 reads escapes in patch paths (`\.`, `\\`: a node of an
 // older version would take the backslash for part of a map key, so a
-// router sends an escaped path only to a node that speaks 5). A binary
+// router sends an escaped path only to a node that speaks 5); version 6
+// adds the keepMark operation a restore writes (an older node would
+// refuse it as unknown, so a router sends it only to a node that speaks
+// 6). A binary
 // speaks [MinVersion, Version]; two
 // binaries use the highest version both speak, so adjacent releases
 // interoperate during a rolling upgrade.
 const (
 	MinVersion uint32 = 1
-	Version    uint32 = 5
+	Version    uint32 = 6
 )
 
 // Negotiate returns the highest version in both ranges, or an error when

@@ -1,0 +1,330 @@
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/client/embedded"
+)
+
+// backupDB builds database src: table Message (a mailbox, an
+// auto-increment id; version 1, then a version 2 adding a field, under
+// BACKWARD) with documents of both versions and deleted keys past the
+// largest kept one, and table Counter (a long key) that writers change
+// while a backup runs.
+func backupDB(t *testing.T, ctx context.Context, c *client.Client) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.CreateDatabase(ctx, "src", client.Database{Partitions: 8}))
+	_, err := c.RegisterSchema(ctx, "src", "Message", client.TableSchema{
+		Key:    []client.KeyPart{{Name: "box"}, {Name: "id", Type: "long", AutoIncrement: true}},
+		Schema: json.RawMessage(`{"type":"record","name":"Message","fields":[{"name":"subject","type":"string","index":"text"}]}`),
+	})
+	must(err)
+	_, err = c.RegisterSchema(ctx, "src", "Counter", client.TableSchema{
+		Key:    []client.KeyPart{{Name: "k", Type: "long"}},
+		Schema: json.RawMessage(`{"type":"record","name":"Counter","fields":[{"name":"n","type":"long"}]}`),
+	})
+	must(err)
+	for _, box := range []string{"alice", "bob", "ćwierć"} {
+		for i := range 6 {
+			_, err := c.Insert(ctx, "src", "Message", client.Key{box}, map[string]any{"subject": fmt.Sprintf("hello %s %d", box, i)})
+			must(err)
+		}
+	}
+	// Keys 5 and 6 of alice deleted: her mark (6) is past her largest key.
+	for _, id := range []int64{5, 6} {
+		_, err := c.Delete(ctx, "src", "Message", client.Key{"alice", id}, nil)
+		must(err)
+	}
+	must(c.SetCompatibility(ctx, "src", "Message", "BACKWARD"))
+	v, err := c.RegisterSchema(ctx, "src", "Message", client.TableSchema{
+		Schema: json.RawMessage(`{"type":"record","name":"Message","fields":[{"name":"subject","type":"string","index":"text"},{"name":"read","type":"boolean","default":false}]}`),
+	})
+	must(err)
+	if v != 2 {
+		t.Fatalf("version %d", v)
+	}
+	_, err = c.Put(ctx, "src", "Message", client.Key{"bob", int64(2)}, map[string]any{"subject": "rewritten in version 2", "read": true}, nil)
+	must(err)
+	for k := range 100 {
+		_, err := c.Put(ctx, "src", "Counter", client.Key{int64(k)}, map[string]any{"n": 0}, nil)
+		must(err)
+	}
+}
+
+// readAll reads every document of src's universe of keys from db: key →
+// JSON body.
+func readAll(t *testing.T, ctx context.Context, c *client.Client, db string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, box := range []string{"alice", "bob", "ćwierć"} {
+		p, err := c.Collection(ctx, db, "Message", client.Key{box}, 1000, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range p.Documents {
+			out[fmt.Sprintf("Message/%v/%v", d.Key[0], d.Key[1])] = string(d.Body)
+		}
+	}
+	for k := range 100 {
+		d, err := c.Get(ctx, db, "Counter", client.Key{int64(k)}, nil)
+		if errors.Is(err, client.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[fmt.Sprintf("Counter/%d", k)] = string(d.Body)
+	}
+	return out
+}
+
+// TestBackupRestore backs a database up while writers change it, restores
+// the backup into a new database, and checks, against the source rather
+// than the backup alone: the restored database plus the change stream
+// from the backup's token is the source's final state (each partition's
+// section is consistent at the SCN its token names, and nothing is
+// missing or extra); documents keep the schema version they were written
+// in; the auto-increment marks carry over (an insert gets the key the
+// source would give, not a deleted one); the text index answers; a
+// damaged or cut backup is refused before anything is created; and a
+// restore sent again into the database it made leaves it the same.
+func TestBackupRestore(t *testing.T) {
+	ctx := context.Background()
+	c, err := embedded.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	backupDB(t, ctx, c)
+
+	// Writers change counters and delete some while the backup runs.
+	wctx, stopWriters := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	acked := map[int]int{} // counter → the last value acknowledged
+	var mu sync.Mutex
+	for w := range 2 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for n := 1; wctx.Err() == nil; n++ {
+				k := rng.IntN(100)
+				if rng.IntN(10) == 0 {
+					if _, err := c.Delete(wctx, "src", "Counter", client.Key{int64(k)}, nil); err == nil || errors.Is(err, client.ErrNotFound) {
+						mu.Lock()
+						acked[k] = -1
+						mu.Unlock()
+					}
+					continue
+				}
+				v := n*10 + w
+				if _, err := c.Put(wctx, "src", "Counter", client.Key{int64(k)}, map[string]any{"n": v}, nil); err == nil {
+					mu.Lock()
+					acked[k] = v
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 50 {
+			break
+		}
+		runtime.Gosched()
+	}
+	var buf bytes.Buffer
+	sum, err := c.Backup(ctx, "src", &buf, nil)
+	stopWriters()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Partitions != 8 || sum.Marks != 3 || sum.Rows < 16 {
+		t.Fatalf("backup summary %+v", sum)
+	}
+	want := readAll(t, ctx, c, "src")
+	for k, v := range acked { // the source itself holds what was acknowledged
+		got, ok := want[fmt.Sprintf("Counter/%d", k)]
+		if v < 0 && ok || v >= 0 && got != fmt.Sprintf(`{"n":%d}`, v) {
+			t.Fatalf("source: counter %d is %q, acknowledged %d", k, got, v)
+		}
+	}
+
+	backup := buf.Bytes()
+	res, err := c.Restore(ctx, bytes.NewReader(backup), int64(len(backup)), &client.RestoreOptions{As: "dst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != sum.Rows || res.Marks != 3 || res.Partitions != 8 {
+		t.Fatalf("restore summary %+v, backup %+v", res, sum)
+	}
+
+	// The restored database and the changes after the token add up to
+	// the source.
+	got := readAll(t, ctx, c, "dst")
+	applied := 0
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for e, err := range c.Changes(sctx, "src", &client.ChangeOptions{Since: sum.Token}) {
+		if err != nil {
+			t.Fatalf("the change stream after the backup: %v (restored plus changes: %d documents, the source %d)", err, len(got), len(want))
+		}
+		if e.Type != "change" {
+			continue
+		}
+		k := fmt.Sprintf("%s/%v", e.Source.Table, e.Source.Key[0])
+		if len(e.Source.Key) == 2 {
+			k += fmt.Sprintf("/%v", e.Source.Key[1])
+		}
+		if e.Op == "d" {
+			delete(got, k)
+		} else {
+			got[k] = string(e.After)
+		}
+		applied++
+		if maps.Equal(got, want) {
+			break
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Fatal("the restored database plus the changes after the backup's token is not the source")
+	}
+	t.Logf("backup: %+v; %d changes after its token", *sum, applied)
+
+	// Documents are as written: version 1 where the source wrote 1.
+	for _, k := range []client.Key{{"alice", int64(1)}, {"bob", int64(2)}} {
+		a, err := c.GetAvro(ctx, "src", "Message", k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.GetAvro(ctx, "dst", "Message", k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.SchemaVersion != b.SchemaVersion || !bytes.Equal(a.Body, b.Body) || a.ETag != b.ETag {
+			t.Fatalf("%v: source version %d %x %s, restored %d %x %s", k, a.SchemaVersion, a.Body, a.ETag, b.SchemaVersion, b.Body, b.ETag)
+		}
+	}
+	info, err := c.Table(ctx, "dst", "Message")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Latest != 2 || info.Compatibility != "BACKWARD" {
+		t.Fatalf("restored table %+v", info)
+	}
+	// Marks: both databases hand out the same next key (7, past the
+	// deleted 6), never a deleted one.
+	for _, db := range []string{"src", "dst"} {
+		w, err := c.Insert(ctx, db, "Message", client.Key{"alice"}, map[string]any{"subject": "after"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Key[1] != int64(7) {
+			t.Fatalf("%s: an insert got key %v, want 7", db, w.Key)
+		}
+	}
+	// The text index answers in the restored database.
+	p, err := c.Query(ctx, "dst", "Message", client.Key{"bob"}, client.Query{Where: `subject:rewritten`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Documents) != 1 || p.Documents[0].Key[1] != int64(2) {
+		t.Fatalf("query in the restored database: %+v", p.Documents)
+	}
+
+	// A restore into an existing database is refused without Existing,
+	// and with it writes the same documents again.
+	if _, err := c.Restore(ctx, bytes.NewReader(backup), int64(len(backup)), &client.RestoreOptions{As: "dst"}); err == nil {
+		t.Fatal("a restore into an existing database was not refused")
+	}
+	before := readAll(t, ctx, c, "dst")
+	if _, err := c.Restore(ctx, bytes.NewReader(backup), int64(len(backup)), &client.RestoreOptions{As: "dst", Existing: true}); err != nil {
+		t.Fatal(err)
+	}
+	after := readAll(t, ctx, c, "dst")
+	// The insert after the first restore is not in the backup: it stays.
+	if !maps.Equal(before, after) {
+		t.Fatal("a second restore into the database changed it")
+	}
+
+	// Damaged and cut backups are refused before anything is created.
+	i := bytes.Index(backup, []byte(`{"type":"row"`))
+	j := bytes.Index(backup[i:], []byte(`"avro":"`)) + i + len(`"avro":"`)
+	damaged := bytes.Clone(backup)
+	if damaged[j] == 'A' {
+		damaged[j] = 'B'
+	} else {
+		damaged[j] = 'A'
+	}
+	cut := backup[:bytes.LastIndex(backup[:len(backup)-1], []byte("\n"))+1]
+	for name, b := range map[string][]byte{"damaged": damaged, "cut": cut} {
+		_, err := c.Restore(ctx, bytes.NewReader(b), int64(len(b)), &client.RestoreOptions{As: name})
+		if err == nil {
+			t.Fatalf("a %s backup was restored", name)
+		}
+		if _, err := c.Table(ctx, name, "Message"); !errors.Is(err, client.ErrNoDatabase) {
+			t.Fatalf("a %s backup created database %s: %v", name, name, err)
+		}
+	}
+}
+
+// TestRestoreBodyChecked sends restore bodies to a `cortado serve`: one
+// bad line among good ones writes nothing and names the line; the
+// answers are problems with their documented types.
+func TestRestoreBodyChecked(t *testing.T) {
+	s := StartServe(t, ServeOptions{Args: []string{"--demo"}})
+	h := httpCase{t, s.URL}
+	good := `{"type":"row","table":"Profile","key":[7],"version":1,"ts_ms":1,"avro":"AAJMAAA="}` + "\n"
+	ndjson := map[string]string{"Content-Type": "application/x-ndjson"}
+	for _, tc := range []struct {
+		name, body, ctype string
+		status            int
+		typ               string
+	}{
+		{"bad avro after a good line", good + `{"type":"row","table":"Profile","key":[8],"version":1,"avro":"/w=="}` + "\n", "", 400, "invalid-document"},
+		{"unknown version", good + `{"type":"row","table":"Profile","key":[8],"version":9,"avro":"AAJMAAA="}`, "", 404, "no-such-schema-version"},
+		{"a key of the wrong type", good + `{"type":"row","table":"Profile","key":["x"],"version":1,"avro":"AAJMAAA="}`, "", 400, "invalid-key"},
+		{"a mark of a table without auto-increment", good + `{"type":"mark","table":"Profile","key":[8]}`, "", 400, "malformed-request"},
+		{"a header line", `{"type":"backup","format":1}`, "", 400, "malformed-request"},
+		{"an unknown table", `{"type":"row","table":"Nope","key":[8],"version":1,"avro":"AA=="}`, "", 404, "no-such-table"},
+		{"JSON instead of NDJSON", good, "application/json", 415, "unsupported-media-type"},
+	} {
+		hdr := ndjson
+		if tc.ctype != "" {
+			hdr = map[string]string{"Content-Type": tc.ctype}
+		}
+		r := h.do("POST", "/demo/_restore", hdr, tc.body)
+		h.problem(r, tc.status, "urn:cortado:problem:"+tc.typ)
+		h.want(h.do("GET", "/demo/Profile/7", nil, ""), 404)
+	}
+	r := h.do("POST", "/demo/_restore", ndjson, good)
+	h.want(r, 200)
+	wantJSON(t, r.body, `{"commits":1,"marks":0,"rows":1}`)
+	r = h.do("GET", "/demo/Profile/7", nil, "")
+	h.want(r, 200)
+	wantJSON(t, r.body, `{"firstName":{},"lastName":"L","headline":null,"positions":{}}`)
+	h.problem(h.do("GET", "/nodb/_backup", nil, ""), 404, "urn:cortado:problem:no-such-database")
+	h.problem(h.do("GET", "/demo/_backup?partitions=64", nil, ""), 400, "urn:cortado:problem:malformed-request")
+	r = h.want(h.do("GET", "/demo/_backup", nil, ""), 200)
+	if !bytes.Contains(r.body, []byte(`{"type":"row","table":"Profile","key":[7],"version":1,`)) || !bytes.Contains(r.body, []byte(`{"type":"end","partitions":64,"rows":1,"marks":0,`)) {
+		t.Fatalf("backup of two partitions:\n%s", r.body)
+	}
+}
