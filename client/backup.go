@@ -130,6 +130,23 @@ type section struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// backupLines reads a backup's lines: split at '\n' only (a '\r' stays
+// in its line, so offsets and checksums count every byte).
+func backupLines(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxBackupLineBytes)
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			return i + 1, data[:i], nil
+		}
+		if atEOF && len(data) > 0 {
+			return len(data), data, nil
+		}
+		return 0, nil, nil
+	})
+	return sc
+}
+
 // backupChecker follows a backup's lines and checks what each partition
 // section and the last line say about them.
 type backupChecker struct {
@@ -316,8 +333,7 @@ func (c *Client) Restore(ctx context.Context, src io.ReaderAt, size int64, o *Re
 		o = &RestoreOptions{}
 	}
 	chk := &backupChecker{}
-	sc := bufio.NewScanner(io.NewSectionReader(src, 0, size))
-	sc.Buffer(make([]byte, 0, 64<<10), maxBackupLineBytes)
+	sc := backupLines(io.NewSectionReader(src, 0, size))
 	for sc.Scan() {
 		if err := chk.line(sc.Bytes()); err != nil {
 			return nil, err
@@ -489,8 +505,7 @@ func sameJSON(a, b json.RawMessage) bool {
 // restoreSection sends a partition's row and mark lines in requests of
 // about restoreChunkBytes.
 func (c *Client) restoreSection(ctx context.Context, db string, src io.ReaderAt, s section, report func(rows, marks, retries int, done bool)) error {
-	sc := bufio.NewScanner(io.NewSectionReader(src, s.start, s.end-s.start))
-	sc.Buffer(make([]byte, 0, 64<<10), maxBackupLineBytes)
+	sc := backupLines(io.NewSectionReader(src, s.start, s.end-s.start))
 	var chunk []byte
 	send := func() error {
 		if len(chunk) == 0 {
