@@ -107,17 +107,9 @@ func Read(reg RestoreRegistry, db string, body []byte) (*Plan, error) {
 
 // readLine checks one line and returns its operation, partition and size.
 func readLine(reg RestoreRegistry, d *schema.Database, line []byte) (node.Op, int, int, error) {
-	// Bounded in nesting, duplicate keys and bad UTF-8 refused, before
-	// encoding/json (which would take the last of two keys) reads it.
-	if _, err := schema.DecodeJSON(line); err != nil {
-		return node.Op{}, 0, 0, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	var l restoreLine
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
-		return node.Op{}, 0, 0, fmt.Errorf("%w: %v", ErrMalformed, err)
+	l, err := parseLine(line)
+	if err != nil {
+		return node.Op{}, 0, 0, err
 	}
 	if l.Type != TypeRow && l.Type != TypeMark {
 		return node.Op{}, 0, 0, fmt.Errorf("%w: a restore body holds %q and %q lines only (the other lines of a backup are the restoring client's)", ErrMalformed, TypeRow, TypeMark)

@@ -61,7 +61,7 @@ type Options struct {
 	// (keycache.Options: on by default; MaxBytes negative: off).
 	Cache keycache.Options
 	// MaxRestores bounds the restore requests (POST /{db}/_restore)
-	// served at once (default 2; more are refused with 503 overloaded):
+	// served at once (default 4; more are refused with 503 overloaded):
 	// each holds its body, up to RestoreBodyBytes, and its checked
 	// documents in memory.
 	MaxRestores int
@@ -71,7 +71,7 @@ type Options struct {
 const (
 	DefaultWriteTimeout = 30 * time.Second
 	DefaultMaxStreams   = 1024
-	DefaultMaxRestores  = 2
+	DefaultMaxRestores  = 4
 )
 
 // WithDefaults returns o with its zero values replaced by the defaults.
