@@ -22,6 +22,7 @@ func runBackup(args []string) error {
 	c := commonFlags(fs)
 	out := fs.String("o", "", "the file to write (required; - for standard output)")
 	parts := fs.String("partitions", "", "comma-separated partitions (default: all)")
+	noDefaultTimeout(fs, "backup")
 	parseArgs(fs, args)
 	if fs.NArg() != 1 || strings.Contains(fs.Arg(0), "/") {
 		return fmt.Errorf("want one database name")
@@ -37,7 +38,7 @@ func runBackup(args []string) error {
 		}
 		o.Partitions = append(o.Partitions, n)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := untilInterrupted(fs, c)
 	defer stop()
 	cl := client.New(*c.url)
 	defer cl.Close()
@@ -82,6 +83,7 @@ func runRestore(args []string) error {
 	replicas := fs.Int("replicas", 0, "replicas of the restored database (default: the backup's)")
 	parallel := fs.Int("parallel", 4, "partitions written at once")
 	quiet := fs.Bool("q", false, "no progress on standard error")
+	noDefaultTimeout(fs, "restore")
 	parseArgs(fs, args)
 	if fs.NArg() != 1 {
 		return fmt.Errorf("want one backup file")
@@ -95,7 +97,7 @@ func runRestore(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := untilInterrupted(fs, c)
 	defer stop()
 	cl := client.New(*c.url)
 	defer cl.Close()
@@ -117,4 +119,26 @@ func runRestore(args []string) error {
 	fmt.Fprintf(os.Stderr, "restored %s: %d partitions, %d documents, %d marks in %s (%d requests retried)\n",
 		sum.Database, sum.Partitions, sum.Rows, sum.Marks, time.Since(start).Round(time.Millisecond), sum.Retries)
 	return nil
+}
+
+// noDefaultTimeout makes --timeout a deadline for the whole command,
+// none unless given.
+func noDefaultTimeout(fs *flag.FlagSet, what string) {
+	f := fs.Lookup("timeout")
+	f.Usage = "a deadline for the whole " + what + " (default: none)"
+	f.DefValue = "0s"
+}
+
+// untilInterrupted is a backup's or restore's context: it ends at an
+// interrupt, and at --timeout only when the flag is given (a backup
+// takes as long as the database is large).
+func untilInterrupted(fs *flag.FlagSet, c common) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	timed := false
+	fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
+	if !timed {
+		return ctx, stop
+	}
+	ctx, cancel := context.WithTimeout(ctx, *c.timeout)
+	return ctx, func() { cancel(); stop() }
 }

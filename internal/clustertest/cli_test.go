@@ -80,6 +80,21 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("delete %s: %v %s", path, err, out)
 		}
 	}
+	// Backup to a file (written whole, no temporary left beside it) and
+	// restore into a new database: the same document, as written.
+	dir := t.TempDir()
+	bak := dir + "/demo.bak"
+	run("backup", "demo", "-o", bak)
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("backup left %d files", len(ents))
+	}
+	run("restore", "-q", "--as", "copy", bak)
+	if a, b := run("get", "demo/Message/box/4"), run("get", "copy/Message/box/4"); a != b || !strings.Contains(a, "Big news") {
+		t.Fatalf("restored:\n%s\nsource:\n%s", b, a)
+	}
+	if out, err := exec.Command(Binary(t), "restore", "--url", s.URL, "--as", "copy", bak).CombinedOutput(); err == nil || !strings.Contains(string(out), "database copy exists") {
+		t.Fatalf("restore into an existing database: %v %s", err, out)
+	}
 	if del := jsonOf(run("delete", "demo/Message/box")); del["deleted"] != float64(5) {
 		t.Fatalf("delete printed %v", del)
 	}

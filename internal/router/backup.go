@@ -24,7 +24,7 @@ const (
 // RestoreBodyBytes bounds a restore request's body, whatever
 // Options.MaxBodyBytes says: it holds the lines of a backup, a document
 // of the largest body a router takes (base64, 4/3 of it) among them.
-const RestoreBodyBytes = MaxBodyBytesLimit
+const RestoreBodyBytes = 24 << 20
 
 // Backup is a backup request checked and ready to run.
 type Backup struct {
