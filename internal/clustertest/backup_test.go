@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,14 @@ func backupDB(t *testing.T, ctx context.Context, c *client.Client) {
 		_, err := c.Put(ctx, "src", "Counter", client.Key{int64(k)}, map[string]any{"n": 0}, nil)
 		must(err)
 	}
+	// A document of 1.5 MB: its row line is 2 MB of base64.
+	_, err = c.RegisterSchema(ctx, "src", "Blob", client.TableSchema{
+		Key:    []client.KeyPart{{Name: "k"}},
+		Schema: json.RawMessage(`{"type":"record","name":"Blob","fields":[{"name":"data","type":"string"}]}`),
+	})
+	must(err)
+	_, err = c.Put(ctx, "src", "Blob", client.Key{"big"}, map[string]any{"data": strings.Repeat("0123456789abcdef", 1<<20*3/32)}, nil)
+	must(err)
 }
 
 // readAll reads every document of src's universe of keys from db: key →
@@ -82,6 +91,11 @@ func readAll(t *testing.T, ctx context.Context, c *client.Client, db string) map
 		for _, d := range p.Documents {
 			out[fmt.Sprintf("Message/%v/%v", d.Key[0], d.Key[1])] = string(d.Body)
 		}
+	}
+	if d, err := c.Get(ctx, db, "Blob", client.Key{"big"}, nil); err == nil {
+		out["Blob/big"] = string(d.Body)
+	} else if !errors.Is(err, client.ErrNotFound) {
+		t.Fatal(err)
 	}
 	for k := range 100 {
 		d, err := c.Get(ctx, db, "Counter", client.Key{int64(k)}, nil)
