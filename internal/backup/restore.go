@@ -2,7 +2,6 @@ package backup
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -118,16 +117,9 @@ func readLine(reg RestoreRegistry, d *schema.Database, line []byte) (node.Op, in
 	if err != nil {
 		return node.Op{}, 0, 0, err
 	}
-	texts := make([]string, len(l.RawKey))
-	for i, k := range l.RawKey {
-		switch v := k.(type) {
-		case string:
-			texts[i] = v
-		case json.Number:
-			texts[i] = v.String()
-		default:
-			return node.Op{}, 0, 0, &KeyError{fmt.Errorf("key parts are strings or integers")}
-		}
+	texts, err := schema.KeyTexts(l.RawKey)
+	if err != nil {
+		return node.Op{}, 0, 0, &KeyError{err}
 	}
 	key, err := t.ParseKey(texts)
 	if err != nil {

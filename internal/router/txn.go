@@ -80,16 +80,9 @@ func (r *Router) Txn(ctx context.Context, db, partitionKey string, body []byte) 
 }
 
 func (r *Router) txnOp(db, partitionKey string, o TxnOp) (node.Op, *target, error) {
-	keyText := make([]string, len(o.Key))
-	for i, k := range o.Key {
-		switch v := k.(type) {
-		case string:
-			keyText[i] = v
-		case json.Number:
-			keyText[i] = v.String()
-		default:
-			return node.Op{}, nil, &keyError{fmt.Errorf("key parts must be strings or integers")}
-		}
+	keyText, err := schema.KeyTexts(o.Key)
+	if err != nil {
+		return node.Op{}, nil, &keyError{err}
 	}
 	tg, err := r.resolve(db, o.Table, keyText, false)
 	if err != nil {

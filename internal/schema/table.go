@@ -406,6 +406,24 @@ func AppendKeyJSON(b []byte, parts []keys.Part) []byte {
 	return append(b, ']')
 }
 
+// KeyTexts turns a key given as JSON values (decoded with UseNumber:
+// strings and json.Numbers) into the text form ParseKey reads, the
+// inverse of AppendKeyJSON.
+func KeyTexts(parts []any) ([]string, error) {
+	texts := make([]string, len(parts))
+	for i, k := range parts {
+		switch v := k.(type) {
+		case string:
+			texts[i] = v
+		case json.Number:
+			texts[i] = v.String()
+		default:
+			return nil, fmt.Errorf("key parts must be strings or integers")
+		}
+	}
+	return texts, nil
+}
+
 // SameKey reports whether two key definitions are identical.
 func SameKey(a, b []KeyPart) bool { return slices.Equal(a, b) }
 
