@@ -154,7 +154,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.maxResp = fs.Int("max-response-bytes", 2<<20, "largest response body; larger is 413")
 		f.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "how long a request body may take to arrive; a slower client gets 408")
 		f.writeTimeout = fs.Duration("write-timeout", router.DefaultWriteTimeout, "how long a client may take to read a response after its request's deadline (a change stream: each write); then its connection is closed")
-		f.maxStreams = fs.Int("max-streams", router.DefaultMaxStreams, "change streams served at once; more are refused with 503 overloaded")
+		f.maxStreams = fs.Int("max-streams", router.DefaultMaxStreams, "change streams and backups served at once; more are refused with 503 overloaded")
 		f.cacheBytes = fs.Int64("router-cache-bytes", keycache.DefaultMaxBytes, "bytes of documents the router's hot-key cache keeps for reads that accept staleness (Cache-Control: max-stale), the keys read most often (0 or -1: no cache)")
 		f.cacheMaxAge = fs.Duration("router-cache-max-age", keycache.DefaultMaxAge, "the oldest answer the router's hot-key cache gives, whatever the read's max-stale accepts")
 		f.redisURL = fs.String("redis-url", "", "the Redis cache tier (redis://host:port/db): reads that accept staleness (Cache-Control: max-stale) are answered from it after the hot-key cache, when its entries are young enough (empty: no tier)")

@@ -54,8 +54,8 @@ type Options struct {
 	// stream, after each write — before its connection is closed: a
 	// client that stops reading holds nothing of the server for longer.
 	WriteTimeout time.Duration
-	// MaxStreams bounds the change streams open at once (default 1024;
-	// more are refused with 503 overloaded).
+	// MaxStreams bounds the change streams and backups open at once
+	// (default 1024; more are refused with 503 overloaded).
 	MaxStreams int
 	// Cache is the hot-key cache of reads that accept staleness
 	// (keycache.Options: on by default; MaxBytes negative: off).
