@@ -122,7 +122,7 @@ func nextHostile(rng *rand.Rand) hostileRequest {
 	case 1:
 		r.path = "/" + pick(rng, hostileDBs) + "/_txn/" + pick(rng, hostileKeys)
 	case 2:
-		r.path = pick(rng, []string{"/", "//", "/demo//Profile/1", "/demo/./Profile/1", "/demo/Profile/../Message/a/1", "/sentinel/T/1/", "/sentinel/T/%2E%2E/", "/demo/Message/alice/", "/healthz", "/metrics", "/_cluster", "/demo", "/_cluster/check?db=nosuch", "/_cluster/check?database=demo&db=a&db=b"})
+		r.path = pick(rng, []string{"/", "//", "/demo//Profile/1", "/demo/./Profile/1", "/demo/Profile/../Message/a/1", "/sentinel/T/1/", "/sentinel/T/%2E%2E/", "/demo/Message/alice/", "/healthz", "/metrics", "/_cluster", "/_admin", "/demo", "/_cluster/check?db=nosuch", "/_cluster/check?database=demo&db=a&db=b"})
 	case 3:
 		r.path = "/" + pick(rng, hostileDBs) + "/_changes" + pick(rng, hostileChangeQueries)
 		r.header.Set("Accept", pick(rng, []string{"text/event-stream", "application/x-ndjson", "*/*"}))

@@ -116,6 +116,27 @@ func TestServeNodes(t *testing.T) {
 	await(t, 10*time.Second, "the relay to pull the write", func() bool {
 		return metric(t, s.URL, "cortado_relay_pulled_commits_total") > 0
 	})
+	// The operators' page shows the nodes, each partition's master and
+	// slaves, and what this process measured (the lag once a slave
+	// applied the write).
+	var page []byte
+	await(t, 10*time.Second, "the operators' page to show the replication lag", func() bool {
+		resp, err := http.Get(s.URL + "/_admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+			t.Fatalf("/_admin: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		return strings.Contains(string(page), "replication lag, commit → a slave")
+	})
+	for _, want := range []string{"<td>node0</td><td>yes</td>", "<h2>Database demo</h2>", "<td>" + st.Databases[0].Partitions[0].Replicas[0].Node + " </td>"} {
+		if !strings.Contains(string(page), want) {
+			t.Fatalf("/_admin lacks %q:\n%s", want, page)
+		}
+	}
 	if b := metric(t, s.URL, "cortado_relay_buffer_bytes"); b <= 0 || b > relay.DefaultBufferBytes {
 		t.Fatalf("the relay's buffers hold %v bytes after a write", b)
 	}

@@ -558,11 +558,12 @@ func (s *Server) operatorsAnd(rest http.Handler) http.Handler {
 		w.Write([]byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET /_cluster", s.serveClusterStatus)
+	mux.HandleFunc("GET /_admin", s.serveAdminPage)
 	mux.HandleFunc("POST /_cluster/check", s.serveClusterCheck)
 	// The document API sees every path as sent: ServeMux would answer a
 	// path with "//" or ".." with a redirect to its cleaned form, which
 	// may be another document.
-	admin := map[string]string{"/metrics": "GET", "/healthz": "GET", "/_cluster": "GET", "/_cluster/check": "POST"}
+	admin := map[string]string{"/metrics": "GET", "/healthz": "GET", "/_cluster": "GET", "/_cluster/check": "POST", "/_admin": "GET"}
 	// Every response must be taken within the write timeout (the router
 	// extends it past a request's deadline): a client that stops reading
 	// does not hold a handler. Set on each request, since the HTTP server
@@ -627,7 +628,7 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 // stops it.
 func (s *Server) ServeAdmin(ln net.Listener) {
 	notHere := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		problem.Write(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "this port serves only /metrics, /healthz and /_cluster; documents are on the other"))
+		problem.Write(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "this port serves only /metrics, /healthz, /_cluster and /_admin; documents are on the other"))
 	})
 	l := wire.Serve(ln, s.httpServer(s.operatorsAnd(notHere)), nil)
 	s.mu.Lock()
