@@ -299,6 +299,44 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("restored %d documents from a backup with an aborted section, want %d", len(got), sum.Rows)
 	}
 
+	// A range-partitioned database comes back with its boundaries: each
+	// document in the partition its key falls in.
+	if err := c.CreateDatabase(ctx, "ranged", client.Database{Partitioning: "range", Boundaries: []any{"h", "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RegisterSchema(ctx, "ranged", "T", client.TableSchema{Key: []client.KeyPart{{Name: "k"}},
+		Schema: json.RawMessage(`{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"apple", "kiwi", "zucchini"} {
+		if _, err := c.Put(ctx, "ranged", "T", client.Key{k}, map[string]any{"v": k}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ranged bytes.Buffer
+	if _, err := c.Backup(ctx, "ranged", &ranged, &client.BackupOptions{Partitions: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(ranged.Bytes(), []byte(`"boundaries":["h","p"]`)) || !bytes.Contains(ranged.Bytes(), []byte(`"key":["kiwi"]`)) || bytes.Contains(ranged.Bytes(), []byte(`"apple"`)) {
+		t.Fatalf("a backup of partition 1 of a range-partitioned database:\n%s", ranged.Bytes())
+	}
+	if _, err := c.Restore(ctx, bytes.NewReader(ranged.Bytes()), int64(ranged.Len()), &client.RestoreOptions{As: "ranged2"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Get(ctx, "ranged2", "T", client.Key{"kiwi"}, nil); err != nil || string(d.Body) != `{"v":"kiwi"}` {
+		t.Fatalf("restored kiwi: %v %v", d, err)
+	}
+	if _, err := c.Get(ctx, "ranged2", "T", client.Key{"apple"}, nil); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("apple, not in the partition backed up, was restored: %v", err)
+	}
+	var again bytes.Buffer
+	if _, err := c.Backup(ctx, "ranged2", &again, &client.BackupOptions{Partitions: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(again.Bytes(), []byte(`"partitioning":"range","partitions":3,"boundaries":["h","p"]`)) || !bytes.Contains(again.Bytes(), []byte(`"key":["kiwi"]`)) {
+		t.Fatalf("the restored range-partitioned database:\n%s", again.Bytes())
+	}
+
 	// Damaged and cut backups are refused before anything is created.
 	i := bytes.Index(backup, []byte(`{"type":"row"`))
 	j := bytes.Index(backup[i:], []byte(`"avro":"`)) + i + len(`"avro":"`)
