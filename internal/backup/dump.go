@@ -63,8 +63,9 @@ type Dumper struct {
 	Reg     Registry
 	Logger  *slog.Logger
 	// Attempts is how many times a partition's snapshot is taken before
-	// the backup fails (default 5), with a pause that doubles from
-	// 250 ms between them: a master that fails over midway, or is
+	// the backup fails (default 10), with a pause that doubles from
+	// 250 ms up to 5 s between them (about 28 s in all, past a
+	// failover's lease): a master that fails over midway, or is
 	// streaming its most snapshots at once, is asked again.
 	Attempts int
 }
@@ -216,7 +217,7 @@ func (o *output) table(t *schema.Table) error {
 func (d *Dumper) partition(ctx context.Context, db string, p int, o *output) (storage.SCN, int, int, error) {
 	attempts := d.Attempts
 	if attempts <= 0 {
-		attempts = 5
+		attempts = 10
 	}
 	pause := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -249,7 +250,7 @@ func (d *Dumper) partition(ctx context.Context, db string, p int, o *output) (st
 			t.Stop()
 			return storage.SCN{}, 0, 0, ctx.Err()
 		}
-		pause *= 2
+		pause = min(2*pause, 5*time.Second)
 	}
 }
 

@@ -531,3 +531,97 @@ func TestRestoreUnderFailover(t *testing.T) {
 		t.Fatalf("the restored database's backup holds %d documents, the source's %d, not the same", len(b), len(a))
 	}
 }
+
+// killOnPartition is a backup's destination that kills a process when
+// the backup opens the section of a partition that process masters.
+type killOnPartition struct {
+	bytes.Buffer
+	masters map[int]string // partition → its master
+	victim  *Serve
+	id      string
+	killed  int // the partition whose section was open, -1 before
+}
+
+func (k *killOnPartition) Write(p []byte) (int, error) {
+	var l struct {
+		Type      string
+		Partition int
+	}
+	if k.killed < 0 && bytes.HasPrefix(p, []byte(`{"type":"partition",`)) && json.Unmarshal(p, &l) == nil && k.masters[l.Partition] == k.id {
+		k.victim.Kill()
+		k.killed = l.Partition
+	}
+	return k.Buffer.Write(p)
+}
+
+// TestBackupUnderFailover backs up a three-node cluster's database whose
+// snapshots stream slowly (1 MiB/s, partitions of more than a chunk)
+// and kills (-9) the master of a partition while its section is being
+// written: the section is marked aborted and taken again from the new
+// master, and the backup, restored (with two replicas, on the two nodes
+// left), holds every document.
+func TestBackupUnderFailover(t *testing.T) {
+	slow := []string{"--snapshot-rate", "1048576"}
+	c := startProcClusterWith(t, 3, 4, map[string][]string{"s0": slow, "s1": slow, "s2": slow})
+	ctx := context.Background()
+	cl := client.New(c.router.URL)
+	defer cl.Close()
+	const docs = 1400 // about 1.4 MB a partition: two snapshot chunks
+	payload := strings.Repeat("x", 4000)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				if status, body := c.put(fmt.Sprintf("k%d", i), fmt.Sprintf("%d%s", i, payload), "10s"); status >= 300 {
+					t.Errorf("put k%d: %d %s", i, status, body)
+				}
+			}
+		})
+	}
+	for i := range docs {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	rt := c.table()
+	masters := map[int]string{}
+	for p := range rt.Partitions {
+		masters[p], _ = rt.Master(p)
+	}
+	victim := busiestMaster(rt)
+	dst := &killOnPartition{masters: map[int]string{}, victim: c.storage[victim], id: victim, killed: -1}
+	for p, id := range masters {
+		if id == victim {
+			dst.masters[p] = victim
+		}
+	}
+	sum, err := cl.Backup(ctx, "d", dst, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dst.killed < 0 || sum.Rows != docs {
+		t.Fatalf("backup %+v, killed during partition %d", sum, dst.killed)
+	}
+	if !bytes.Contains(dst.Bytes(), fmt.Appendf(nil, `{"type":"partition_abort","partition":%d,`, dst.killed)) {
+		t.Fatalf("no aborted section of partition %d", dst.killed)
+	}
+	t.Logf("backup under failover: %d partitions, %d documents; %s killed in partition %d's section", sum.Partitions, sum.Rows, victim, dst.killed)
+	// Two nodes are left: restored with two replicas.
+	b := dst.Bytes()
+	if _, err := cl.Restore(ctx, bytes.NewReader(b), int64(len(b)), &client.RestoreOptions{As: "r", Replicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range docs {
+		await(t, 30*time.Second, "a restored document", func() bool {
+			d, err := cl.Get(ctx, "r", "T", client.Key{fmt.Sprintf("k%d", i)}, nil)
+			if errors.Is(err, client.ErrUnavailable) {
+				return false
+			}
+			if err != nil || string(d.Body) != fmt.Sprintf(`{"v":"%d%s"}`, i, payload) {
+				t.Fatalf("restored k%d: %v", i, err)
+			}
+			return true
+		})
+	}
+}
