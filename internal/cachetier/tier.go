@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,8 @@ type Options struct {
 	// MaxDocBytes: the updater does not cache documents larger than this
 	// (default 1 MiB); a read of one goes to the store.
 	MaxDocBytes int
-	// Databases the updater follows (empty: all).
+	// Databases the tier holds (empty: all): the updater follows them,
+	// and readers ask Redis for their documents only.
 	Databases []string
 }
 
@@ -249,6 +251,9 @@ func (t *Tier) Get(ctx context.Context, db string, part int, table string, key [
 	if t == nil {
 		return storage.Doc{}, 0, false
 	}
+	if !t.holds(db) {
+		return storage.Doc{}, 0, false // not asked, not counted
+	}
 	if t.down.Load() {
 		t.skipped.Add(1)
 		return storage.Doc{}, 0, false
@@ -266,6 +271,11 @@ func (t *Tier) Get(ctx context.Context, db string, part int, table string, key [
 		t.hits.Add(1)
 	}
 	return d, age, ok
+}
+
+// holds reports whether the tier keeps database db's documents.
+func (t *Tier) holds(db string) bool {
+	return len(t.opts.Databases) == 0 || slices.Contains(t.opts.Databases, db)
 }
 
 // entry reads getScript's answer: the entry, if of the partition's epoch,

@@ -229,3 +229,27 @@ func TestUnhealthyTierIsNotAsked(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestOnlyItsDatabases: a tier that holds some databases is not asked
+// for another's documents (no Redis round trip, nothing counted), and
+// answers for its own.
+func TestOnlyItsDatabases(t *testing.T) {
+	tier, _ := newTier(t, Options{Databases: []string{"d"}})
+	ctx := context.Background()
+	epoch, _ := tier.newEpoch(ctx, "d", 0)
+	scn := storage.SCN{Gen: 1, Seq: 1}
+	if err := tier.putEntries(ctx, "d", 0, epoch, "", "1:1", []entry{{table: "T", key: []byte("k"), scn: scn, row: row("v", scn), known: true}}); err != nil {
+		t.Fatal(err)
+	}
+	fresh(t, tier, epoch, "1:1")
+	if _, _, ok := tier.Get(ctx, "d", 0, "T", []byte("k"), time.Minute); !ok {
+		t.Fatal("the tier did not answer for its database")
+	}
+	if _, _, ok := tier.Get(ctx, "other", 0, "T", []byte("k"), time.Minute); ok {
+		t.Fatal("the tier answered for a database it does not hold")
+	}
+	hits, misses, tooOld, failed, skipped := tier.Stats()
+	if hits != 1 || misses+tooOld+failed+skipped != 0 {
+		t.Fatalf("stats %d %d %d %d %d: another database's read was counted", hits, misses, tooOld, failed, skipped)
+	}
+}

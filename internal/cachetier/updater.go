@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +98,7 @@ func (u *Updater) Run(ctx context.Context) {
 func (u *Updater) databases() []*schema.Database {
 	var out []*schema.Database
 	for _, d := range u.reg.Databases() {
-		if len(u.tier.opts.Databases) == 0 || slices.Contains(u.tier.opts.Databases, d.Name) {
+		if u.tier.holds(d.Name) {
 			out = append(out, d)
 		}
 	}

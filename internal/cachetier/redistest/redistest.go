@@ -55,6 +55,7 @@ func Start(t testing.TB) *Server {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.cmd = exec.Command("redis-server", "--port", fmt.Sprint(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir)
+	detach(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
