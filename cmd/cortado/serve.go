@@ -161,7 +161,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.redisUpdate = fs.Bool("redis-update", name == "serve", "run the cache tier's updater and bootstrapper in this process, which keep Redis current from the commit logs (run one in a cluster)")
 		f.redisTTL = fs.Duration("redis-ttl", cachetier.DefaultTTL, "how long a cache-tier entry lives unless written again; the bootstrapper rewrites every partition three times a TTL")
 		f.redisReadTimeout = fs.Duration("redis-read-timeout", cachetier.DefaultReadTimeout, "a read's round trip to the cache tier at most; slower is a miss, and three failures in a row stop reads asking Redis until it answers a ping")
-		f.redisDatabases = fs.String("redis-databases", "", "comma-separated databases the updater keeps in the cache tier (empty: all)")
+		f.redisDatabases = fs.String("redis-databases", "", "comma-separated databases the cache tier holds: the updater keeps them, reads ask Redis for them only (empty: all)")
 		f.streamBytes = fs.Int("stream-bytes", changes.DefaultStreamBytes, "bytes one change stream holds: its events on their way to the consumer (one at least), and room for the log answers its partitions read next")
 		f.streamBacklogReaders = fs.Int("stream-backlog-readers", changes.DefaultBacklogReaders, "partitions, of all change streams, that read their first log answer at once (an answer holds at least one commit)")
 	}
