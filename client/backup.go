@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -316,31 +318,26 @@ type RestoreSummary struct {
 	Retries int
 }
 
-// Restore writes the backup in src (size bytes; a file Backup wrote)
-// into a database: it reads the whole backup first and refuses an
-// incomplete or damaged one before changing anything, creates the
-// database with the backup's definition, registers each table's schema
-// versions as the backup holds them (same numbers, same compatibility
-// level), then writes every partition's documents as they were written
-// (their schema versions kept) and raises the auto-increment marks to
-// the backup's, so that an insert never hands out a key the backed-up
-// database had handed out. Documents get new SCNs and times (their
-// commits are the restore's). Requests that fail for a reason worth
-// retrying (overload, failover, a broken connection) are sent again:
-// writing a backup's documents twice leaves the same database.
-func (c *Client) Restore(ctx context.Context, src io.ReaderAt, size int64, o *RestoreOptions) (*RestoreSummary, error) {
+// Restore writes the backup that open reads (a file Backup wrote; open
+// is called twice, the backup read through each time) into a database:
+// it reads the whole backup first and refuses an incomplete or damaged
+// one before changing anything, creates the database with the backup's
+// definition, registers each table's schema versions as the backup holds
+// them (same numbers, same compatibility level), then writes every
+// partition's documents as they were written (their schema versions
+// kept) and raises the auto-increment marks to the backup's, so that an
+// insert never hands out a key the backed-up database had handed out.
+// Documents get new SCNs and times (their commits are the restore's).
+// Requests that fail for a reason worth retrying (overload, failover, a
+// broken connection) are sent again: writing a backup's documents twice
+// leaves the same database.
+func (c *Client) Restore(ctx context.Context, open func() (io.ReadCloser, error), o *RestoreOptions) (*RestoreSummary, error) {
 	if o == nil {
 		o = &RestoreOptions{}
 	}
 	chk := &backupChecker{}
-	sc := backupLines(io.NewSectionReader(src, 0, size))
-	for sc.Scan() {
-		if err := chk.line(sc.Bytes()); err != nil {
-			return nil, err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cortado: reading the backup: %w", err)
+	if err := readBackup(open, func(line []byte, _ int64) error { return chk.line(line) }); err != nil {
+		return nil, err
 	}
 	if chk.end == nil {
 		return nil, errors.New("cortado: the backup has no last line (incomplete): nothing was restored")
@@ -352,59 +349,210 @@ func (c *Client) Restore(ctx context.Context, src io.ReaderAt, size int64, o *Re
 	if err := c.restoreSchemas(ctx, db, chk, o); err != nil {
 		return nil, err
 	}
-	parts := make([]section, 0, len(chk.sections))
-	for _, s := range chk.sections {
+	r := &restorer{c: c, db: db, o: o, sum: &RestoreSummary{Database: db, Partitions: len(chk.sections)}, parts: map[int]*partState{}}
+	r.progress.Partitions = len(chk.sections)
+	return r.run(ctx, open, chk.sections)
+}
+
+// BackupFile opens a backup file for Restore: as written, or
+// gzip-compressed (Backup's output through gzip: recognized by its
+// first bytes).
+func BackupFile(path string) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		br := bufio.NewReaderSize(f, 1<<20)
+		if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+			zr, err := gzip.NewReader(br)
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			return readCloser{zr, f}, nil
+		}
+		return readCloser{br, f}, nil
+	}
+}
+
+// readCloser reads through r and closes c.
+type readCloser struct {
+	io.Reader
+	c io.Closer
+}
+
+func (r readCloser) Close() error { return r.c.Close() }
+
+// readBackup passes each line of the backup open reads to fn, with its
+// offset.
+func readBackup(open func() (io.ReadCloser, error), fn func(line []byte, offset int64) error) error {
+	rc, err := open()
+	if err != nil {
+		return fmt.Errorf("cortado: opening the backup: %w", err)
+	}
+	defer rc.Close()
+	sc := backupLines(rc)
+	offset := int64(0)
+	for sc.Scan() {
+		if err := fn(sc.Bytes(), offset); err != nil {
+			return err
+		}
+		offset += int64(len(sc.Bytes())) + 1
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("cortado: reading the backup: %w", err)
+	}
+	return nil
+}
+
+// restorer writes a checked backup's sections: it reads the backup once
+// more, in order, and hands its sections' lines in requests of about
+// restoreChunkBytes to Parallel senders (a partition's documents are
+// distinct keys, and marks only rise: the order they are written in
+// does not matter).
+type restorer struct {
+	c        *Client
+	db       string
+	o        *RestoreOptions
+	mu       sync.Mutex
+	sum      *RestoreSummary
+	progress RestoreProgress
+	parts    map[int]*partState
+}
+
+// partState is how far a partition's section is.
+type partState struct {
+	pending int  // requests sent and not yet answered
+	read    bool // its section read whole (its last request sent)
+}
+
+// chunk is one restore request's lines, of one partition.
+type chunk struct {
+	partition int
+	body      []byte
+}
+
+func (r *restorer) run(ctx context.Context, open func() (io.ReadCloser, error), sections map[int]section) (*RestoreSummary, error) {
+	parts := make([]section, 0, len(sections))
+	for _, s := range sections {
 		parts = append(parts, s)
 	}
-	slices.SortFunc(parts, func(a, b section) int { return a.partition - b.partition })
-	sum := &RestoreSummary{Database: db, Partitions: len(parts)}
-	var mu sync.Mutex
-	progress := RestoreProgress{Partitions: len(parts)}
-	report := func(rows, marks, retries int, done bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		progress.Rows += rows
-		progress.Marks += marks
-		sum.Retries += retries
-		if done {
-			progress.PartitionsDone++
-		}
-		if o.Progress != nil {
-			o.Progress(progress)
-		}
-	}
-	parallel := o.Parallel
+	slices.SortFunc(parts, func(a, b section) int { return int(a.start - b.start) })
+	parallel := r.o.Parallel
 	if parallel <= 0 {
 		parallel = 4
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	work := make(chan section)
+	work := make(chan chunk, parallel)
 	var wg sync.WaitGroup
-	for range min(parallel, max(len(parts), 1)) {
+	for range parallel {
 		wg.Go(func() {
-			for s := range work {
-				if err := c.restoreSection(ctx, db, src, s, report); err != nil {
-					cancel(fmt.Errorf("cortado: restoring partition %d: %w", s.partition, err))
+			for ch := range work {
+				if ctx.Err() != nil {
+					continue
 				}
+				n, retries, err := r.c.restoreChunk(ctx, r.db, ch.body)
+				if err != nil {
+					cancel(fmt.Errorf("cortado: restoring partition %d: %w", ch.partition, err))
+					continue
+				}
+				r.answered(ch.partition, n.Rows, n.Marks, retries, false)
 			}
 		})
 	}
-feed:
-	for _, s := range parts {
-		select {
-		case work <- s:
-		case <-ctx.Done():
-			break feed
+	// Lines of the section at parts[i], gathered into cur.
+	i := 0
+	var cur []byte
+	send := func() bool {
+		if len(cur) == 0 {
+			return true
 		}
+		r.mu.Lock()
+		r.state(parts[i].partition).pending++
+		r.mu.Unlock()
+		select {
+		case work <- chunk{partition: parts[i].partition, body: cur}:
+			cur = nil
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	finish := func() bool {
+		if !send() {
+			return false
+		}
+		r.answered(parts[i].partition, 0, 0, 0, true)
+		i++
+		return true
+	}
+	errStopped := errors.New("stopped")
+	err := readBackup(open, func(line []byte, offset int64) error {
+		for i < len(parts) && offset >= parts[i].end {
+			if !finish() {
+				return errStopped
+			}
+		}
+		if i == len(parts) || offset < parts[i].start {
+			return nil
+		}
+		if len(cur) > 0 && len(cur)+len(line)+1 > restoreChunkBytes && !send() {
+			return errStopped
+		}
+		cur = append(append(cur, line...), '\n')
+		return nil
+	})
+	for err == nil && i < len(parts) && finish() {
 	}
 	close(work)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
-	sum.Rows, sum.Marks = progress.Rows, progress.Marks
-	return sum, nil
+	if err != nil {
+		return nil, err
+	}
+	if i < len(parts) {
+		return nil, fmt.Errorf("cortado: the backup changed while it was restored: partition %d's section is not where it was", parts[i].partition)
+	}
+	r.sum.Rows, r.sum.Marks = r.progress.Rows, r.progress.Marks
+	return r.sum, nil
+}
+
+// answered counts a request's answer (read: the partition's section was
+// read whole) and reports the progress: a partition is done once read
+// whole and every request of it answered.
+func (r *restorer) answered(part, rows, marks, retries int, read bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.progress.Rows += rows
+	r.progress.Marks += marks
+	r.sum.Retries += retries
+	st := r.state(part)
+	if read {
+		st.read = true
+	} else {
+		st.pending--
+	}
+	if st.read && st.pending == 0 {
+		r.progress.PartitionsDone++
+		delete(r.parts, part)
+	}
+	if r.o.Progress != nil {
+		r.o.Progress(r.progress)
+	}
+}
+
+// state is a partition's state, under mu.
+func (r *restorer) state(part int) *partState {
+	st := r.parts[part]
+	if st == nil {
+		st = &partState{}
+		r.parts[part] = st
+	}
+	return st
 }
 
 // restoreSchemas creates the database and registers its tables' versions.
@@ -500,42 +648,6 @@ func (c *Client) restoreTable(ctx context.Context, db string, t *backupTable) er
 func sameJSON(a, b json.RawMessage) bool {
 	var ca, cb bytes.Buffer
 	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
-}
-
-// restoreSection sends a partition's row and mark lines in requests of
-// about restoreChunkBytes.
-func (c *Client) restoreSection(ctx context.Context, db string, src io.ReaderAt, s section, report func(rows, marks, retries int, done bool)) error {
-	sc := backupLines(io.NewSectionReader(src, s.start, s.end-s.start))
-	var chunk []byte
-	send := func() error {
-		if len(chunk) == 0 {
-			return nil
-		}
-		n, retries, err := c.restoreChunk(ctx, db, chunk)
-		if err != nil {
-			return err
-		}
-		report(n.Rows, n.Marks, retries, false)
-		chunk = chunk[:0]
-		return nil
-	}
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(chunk) > 0 && len(chunk)+len(line)+1 > restoreChunkBytes {
-			if err := send(); err != nil {
-				return err
-			}
-		}
-		chunk = append(append(chunk, line...), '\n')
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	if err := send(); err != nil {
-		return err
-	}
-	report(0, 0, 0, true)
-	return nil
 }
 
 // restoreChunk sends one restore request, again after failures worth

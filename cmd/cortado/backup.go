@@ -1,9 +1,11 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -20,7 +22,7 @@ import (
 func runBackup(args []string) error {
 	fs := flag.NewFlagSet("backup", flag.ExitOnError)
 	c := commonFlags(fs)
-	out := fs.String("o", "", "the file to write (required; - for standard output)")
+	out := fs.String("o", "", "the file to write (required; - for standard output; a name ending in .gz: gzip-compressed)")
 	parts := fs.String("partitions", "", "comma-separated partitions (default: all)")
 	noDefaultTimeout(fs, "backup")
 	parseArgs(fs, args)
@@ -56,7 +58,16 @@ func runBackup(args []string) error {
 		return err
 	}
 	defer os.Remove(f.Name()) // gone once renamed
-	sum, err := cl.Backup(ctx, fs.Arg(0), f, &o)
+	var w io.Writer = f
+	var zw *gzip.Writer
+	if strings.HasSuffix(*out, ".gz") {
+		zw, _ = gzip.NewWriterLevel(f, gzip.BestSpeed)
+		w = zw
+	}
+	sum, err := cl.Backup(ctx, fs.Arg(0), w, &o)
+	if err == nil && zw != nil {
+		err = zw.Close()
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -77,6 +88,10 @@ func runBackup(args []string) error {
 // runRestore restores a backup file into a database.
 func runRestore(args []string) error {
 	fs := flag.NewFlagSet("restore", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: cortado restore FILE [flags] (FILE as backup wrote it, or gzip-compressed)")
+		fs.PrintDefaults()
+	}
 	c := commonFlags(fs)
 	as := fs.String("as", "", "restore into this database (default: the backed-up database's name)")
 	existing := fs.Bool("existing", false, "write into a database that exists (resumes an interrupted restore)")
@@ -87,15 +102,6 @@ func runRestore(args []string) error {
 	parseArgs(fs, args)
 	if fs.NArg() != 1 {
 		return fmt.Errorf("want one backup file")
-	}
-	f, err := os.Open(fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
 	}
 	ctx, stop := untilInterrupted(fs, c)
 	defer stop()
@@ -112,7 +118,7 @@ func runRestore(args []string) error {
 			}
 		}
 	}
-	sum, err := cl.Restore(ctx, f, st.Size(), o)
+	sum, err := cl.Restore(ctx, client.BackupFile(fs.Arg(0)), o)
 	if err != nil {
 		return err
 	}

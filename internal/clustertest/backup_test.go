@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"runtime"
@@ -184,12 +185,16 @@ func TestBackupRestore(t *testing.T) {
 	}
 
 	backup := buf.Bytes()
-	res, err := c.Restore(ctx, bytes.NewReader(backup), int64(len(backup)), &client.RestoreOptions{As: "dst"})
+	var last client.RestoreProgress
+	res, err := c.Restore(ctx, inMemory(backup), &client.RestoreOptions{As: "dst", Progress: func(p client.RestoreProgress) { last = p }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Rows != sum.Rows || res.Marks != 3 || res.Partitions != 8 {
 		t.Fatalf("restore summary %+v, backup %+v", res, sum)
+	}
+	if last.PartitionsDone != 8 || last.Partitions != 8 || last.Rows != sum.Rows {
+		t.Fatalf("the restore's last progress %+v", last)
 	}
 
 	// The restored database and the changes after the token add up to
@@ -267,11 +272,11 @@ func TestBackupRestore(t *testing.T) {
 
 	// A restore into an existing database is refused without Existing,
 	// and with it writes the same documents again.
-	if _, err := c.Restore(ctx, bytes.NewReader(backup), int64(len(backup)), &client.RestoreOptions{As: "dst"}); err == nil {
+	if _, err := c.Restore(ctx, inMemory(backup), &client.RestoreOptions{As: "dst"}); err == nil {
 		t.Fatal("a restore into an existing database was not refused")
 	}
 	before := readAll(t, ctx, c, "dst")
-	if _, err := c.Restore(ctx, bytes.NewReader(backup), int64(len(backup)), &client.RestoreOptions{As: "dst", Existing: true}); err != nil {
+	if _, err := c.Restore(ctx, inMemory(backup), &client.RestoreOptions{As: "dst", Existing: true}); err != nil {
 		t.Fatal(err)
 	}
 	after := readAll(t, ctx, c, "dst")
@@ -289,7 +294,7 @@ func TestBackupRestore(t *testing.T) {
 	json.Unmarshal(backup[open:start], &part)
 	aborted := slices.Concat(backup[:open], backup[open:start], []byte(`{"type":"row","table":"Counter","key":[1000],"version":1,"ts_ms":1,"avro":"AA=="}`+"\n"),
 		fmt.Appendf(nil, `{"type":"partition_abort","partition":%d,"reason":"a failover"}`+"\n", part.Partition), backup[open:])
-	if _, err := c.Restore(ctx, bytes.NewReader(aborted), int64(len(aborted)), &client.RestoreOptions{As: "aborted"}); err != nil {
+	if _, err := c.Restore(ctx, inMemory(aborted), &client.RestoreOptions{As: "aborted"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Get(ctx, "aborted", "Counter", client.Key{int64(1000)}, nil); !errors.Is(err, client.ErrNotFound) {
@@ -320,7 +325,7 @@ func TestBackupRestore(t *testing.T) {
 	if !bytes.Contains(ranged.Bytes(), []byte(`"boundaries":["h","p"]`)) || !bytes.Contains(ranged.Bytes(), []byte(`"key":["kiwi"]`)) || bytes.Contains(ranged.Bytes(), []byte(`"apple"`)) {
 		t.Fatalf("a backup of partition 1 of a range-partitioned database:\n%s", ranged.Bytes())
 	}
-	if _, err := c.Restore(ctx, bytes.NewReader(ranged.Bytes()), int64(ranged.Len()), &client.RestoreOptions{As: "ranged2"}); err != nil {
+	if _, err := c.Restore(ctx, inMemory(ranged.Bytes()), &client.RestoreOptions{As: "ranged2"}); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := c.Get(ctx, "ranged2", "T", client.Key{"kiwi"}, nil); err != nil || string(d.Body) != `{"v":"kiwi"}` {
@@ -348,7 +353,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	cut := backup[:bytes.LastIndex(backup[:len(backup)-1], []byte("\n"))+1]
 	for name, b := range map[string][]byte{"damaged": damaged, "cut": cut} {
-		_, err := c.Restore(ctx, bytes.NewReader(b), int64(len(b)), &client.RestoreOptions{As: name})
+		_, err := c.Restore(ctx, inMemory(b), &client.RestoreOptions{As: name})
 		if err == nil {
 			t.Fatalf("a %s backup was restored", name)
 		}
@@ -399,6 +404,11 @@ func TestRestoreBodyChecked(t *testing.T) {
 	if !bytes.Contains(r.body, []byte(`{"type":"row","table":"Profile","key":[7],"version":1,`)) || !bytes.Contains(r.body, []byte(`{"type":"end","partitions":64,"rows":1,"marks":0,`)) {
 		t.Fatalf("backup of two partitions:\n%s", r.body)
 	}
+}
+
+// inMemory opens a backup held in memory, for client.Restore.
+func inMemory(b []byte) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 }
 
 // rowSet is a backup's rows without their times: table, key, schema
@@ -469,7 +479,7 @@ func TestRestoreUnderFailover(t *testing.T) {
 
 	victim := c.busiestMaster()
 	var kill sync.Once
-	res, err := cl.Restore(ctx, bytes.NewReader(src.Bytes()), int64(src.Len()), &client.RestoreOptions{As: "r", Parallel: 2,
+	res, err := cl.Restore(ctx, inMemory(src.Bytes()), &client.RestoreOptions{As: "r", Parallel: 2,
 		Progress: func(client.RestoreProgress) { kill.Do(c.storage[victim].Kill) }})
 	if err != nil {
 		t.Fatal(err)
@@ -609,7 +619,7 @@ func TestBackupUnderFailover(t *testing.T) {
 	t.Logf("backup under failover: %d partitions, %d documents; %s killed in partition %d's section", sum.Partitions, sum.Rows, victim, dst.killed)
 	// Two nodes are left: restored with two replicas.
 	b := dst.Bytes()
-	if _, err := cl.Restore(ctx, bytes.NewReader(b), int64(len(b)), &client.RestoreOptions{As: "r", Replicas: 2}); err != nil {
+	if _, err := cl.Restore(ctx, inMemory(b), &client.RestoreOptions{As: "r", Replicas: 2}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range docs {

@@ -95,6 +95,15 @@ func TestCLI(t *testing.T) {
 	if out, err := exec.Command(Binary(t), "restore", "--url", s.URL, "--as", "copy", bak).CombinedOutput(); err == nil || !strings.Contains(string(out), "database copy exists") {
 		t.Fatalf("restore into an existing database: %v %s", err, out)
 	}
+	// Gzip-compressed, by the file's name, and read back as such.
+	run("backup", "demo", "-o", bak+".gz")
+	if f, err := os.ReadFile(bak + ".gz"); err != nil || len(f) < 2 || f[0] != 0x1f || f[1] != 0x8b {
+		t.Fatalf("backup -o %s.gz did not write gzip: %v", bak, err)
+	}
+	run("restore", "-q", "--as", "zipped", bak+".gz")
+	if a, b := run("get", "demo/Message/box/4"), run("get", "zipped/Message/box/4"); a != b {
+		t.Fatalf("restored from gzip:\n%s\nsource:\n%s", b, a)
+	}
 	if del := jsonOf(run("delete", "demo/Message/box")); del["deleted"] != float64(5) {
 		t.Fatalf("delete printed %v", del)
 	}
