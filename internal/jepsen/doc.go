@@ -7,8 +7,10 @@
 // holds: no acknowledged write lost, no increment lost or applied twice,
 // no read going back in time, no 404 for an acknowledged key, single-key
 // registers linearizable (porcupine), every replica on the same
-// timeline, and a change-stream consumer ending with every acknowledged
-// write and nothing the database does not hold.
+// timeline, a change-stream consumer ending with every acknowledged
+// write and nothing the database does not hold, and backups taken during
+// the run holding every write acknowledged before they began (one of
+// them restored, under the faults, into a copy that holds what it does).
 //
 // It is a test harness: nothing in the product imports it. The short run
 // (fixed seeds) is part of ./scripts/test; scripts/jepsen runs a long

@@ -46,6 +46,7 @@ func TestJepsen(t *testing.T) {
 	disk := max(int64(512<<20), int64(duration.Seconds())*4<<20)
 	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: disk, Retention: *retention, Dir: *dir, LogLevel: *logLevel})
 	changes := StartConsumer(c, seed)
+	backups := StartBackups(c)
 	w := StartWorkload(c, seed)
 	n := NewNemesis(c, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -81,6 +82,7 @@ func TestJepsen(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	h := w.Stop()
+	backups.Stop()
 	res := Check(c, h, n.log)
 	table := res.Markdown()
 	t.Logf("%s; registers %s; %s; reads with max-stale=1: %s\n%s", time.Since(start).Round(time.Second), res.Linearizable, h.transfers(), w.StaleReads(), table)
@@ -89,6 +91,12 @@ func TestJepsen(t *testing.T) {
 	lost, anomalies := CheckChanges(c, h, changes)
 	streamed := fmt.Sprintf("change stream: a consumer through the routers from the beginning (%s): %d acknowledged writes lost to it, %d anomalies", changes.Stats(), len(lost), len(anomalies))
 	t.Log(streamed)
+	res.Lost = append(res.Lost, lost...)
+	res.Anomalies = append(res.Anomalies, anomalies...)
+	// Backups taken during the run, against what clients were told.
+	lost, anomalies = CheckBackups(c, h, backups)
+	backedUp := fmt.Sprintf("backups: through the routers every 5 s (%s): %d acknowledged writes lost to them, %d anomalies", backups.Stats(), len(lost), len(anomalies))
+	t.Log(backedUp)
 	res.Lost = append(res.Lost, lost...)
 	res.Anomalies = append(res.Anomalies, anomalies...)
 	if *report != "" {
@@ -100,7 +108,7 @@ func TestJepsen(t *testing.T) {
 		fmt.Fprintf(&b, "Run of %s, seed %d, %d partitions, replicas 3, semi-sync (minInSync 2), lease TTL %d s, %s; registers %s.\n\n",
 			time.Since(start).Round(time.Second), seed, *partitions, *leaseTTL, kept, res.Linearizable)
 		b.WriteString(table)
-		fmt.Fprintf(&b, "\nThe %s.\n", streamed)
+		fmt.Fprintf(&b, "\nThe %s.\n\nThe %s.\n", streamed, backedUp)
 		if err := os.WriteFile(*report, []byte(b.String()), 0o644); err != nil {
 			t.Error(err)
 		}
