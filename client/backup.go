@@ -504,8 +504,6 @@ func (r *restorer) run(ctx context.Context, open func() (io.ReadCloser, error), 
 		cur = append(append(cur, line...), '\n')
 		return nil
 	})
-	for err == nil && i < len(parts) && finish() {
-	}
 	close(work)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil {
@@ -514,10 +512,14 @@ func (r *restorer) run(ctx context.Context, open func() (io.ReadCloser, error), 
 	if err != nil {
 		return nil, err
 	}
-	if i < len(parts) {
-		return nil, fmt.Errorf("cortado: the backup changed while it was restored: partition %d's section is not where it was", parts[i].partition)
+	rows, marks := 0, 0
+	for _, s := range parts {
+		rows, marks = rows+s.rows, marks+s.marks
 	}
-	r.sum.Rows, r.sum.Marks = r.progress.Rows, r.progress.Marks
+	if i < len(parts) || r.progress.Rows != rows || r.progress.Marks != marks {
+		return nil, fmt.Errorf("cortado: the backup changed while it was restored: %d documents and %d marks written of the %d and %d it held when checked", r.progress.Rows, r.progress.Marks, rows, marks)
+	}
+	r.sum.Rows, r.sum.Marks = rows, marks
 	return r.sum, nil
 }
 

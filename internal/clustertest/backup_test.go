@@ -342,6 +342,20 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("the restored range-partitioned database:\n%s", again.Bytes())
 	}
 
+	// A backup that changes between the check and the writing (cut
+	// short, here) fails the restore instead of restoring part of it.
+	calls := 0
+	changing := func() (io.ReadCloser, error) {
+		calls++
+		if calls == 1 {
+			return io.NopCloser(bytes.NewReader(backup)), nil
+		}
+		return io.NopCloser(bytes.NewReader(backup[:len(backup)/2])), nil
+	}
+	if _, err := c.Restore(ctx, changing, &client.RestoreOptions{As: "changing"}); err == nil || !strings.Contains(err.Error(), "changed while it was restored") {
+		t.Fatalf("a backup cut short while restored: %v", err)
+	}
+
 	// Damaged and cut backups are refused before anything is created.
 	i := bytes.Index(backup, []byte(`{"type":"row"`))
 	j := bytes.Index(backup[i:], []byte(`"avro":"`)) + i + len(`"avro":"`)
