@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -567,5 +568,38 @@ func TestLogAnswerBytes(t *testing.T) {
 		if err != nil || len(one.Commits) != 1 {
 			t.Fatalf("%s: asking 100 bytes: %v %d commits, want the first commit alone", name, err, len(one.Commits))
 		}
+	}
+}
+
+// TestSnapshotOnlyFromTheMaster: a slave asked for a snapshot refuses
+// (ErrNotMaster, naming its master) rather than stream its own state,
+// which a stale routing table may take for the partition's — a backup
+// through a router cut off from etcd got an empty one from a replica
+// being rebuilt; the master streams one holding every acknowledged
+// write.
+func TestSnapshotOnlyFromTheMaster(t *testing.T) {
+	c := startCluster(t, 2, 1, 2)
+	acked := map[string]string{}
+	for i := range 20 {
+		k := fmt.Sprintf("k%d", i)
+		c.put(k, "v")
+		acked[k] = "v"
+	}
+	rt := c.view.Table("d")
+	master, slave := rt.Partitions[0].Replicas[0], rt.Partitions[0].Replicas[1]
+	err := c.nodes[slave].Snapshot(c.ctx, node.SnapshotRequest{DB: "d", Partition: 0}, func(*node.SnapshotChunk) error {
+		t.Fatal("a slave streamed a snapshot")
+		return nil
+	})
+	if !errors.Is(err, node.ErrNotMaster) || !strings.Contains(err.Error(), master) {
+		t.Fatalf("a slave asked for a snapshot: %v, want ErrNotMaster naming %s", err, master)
+	}
+	rows := 0
+	err = c.nodes[master].Snapshot(c.ctx, node.SnapshotRequest{DB: "d", Partition: 0}, func(ch *node.SnapshotChunk) error {
+		rows += len(ch.Rows)
+		return nil
+	})
+	if err != nil || rows != len(acked) {
+		t.Fatalf("the master's snapshot: %d rows, %v; want %d", rows, err, len(acked))
 	}
 }

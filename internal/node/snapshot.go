@@ -70,6 +70,22 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
 		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
 	}
+	// Only the master in force streams a snapshot: every asker (a
+	// replica being rebuilt, a relay, a change stream, a backup, the
+	// cache tier) takes it for the partition's state, and a slave — one
+	// behind, or one being rebuilt and empty, named master by a stale
+	// routing table — would give it an older one. (The fault run's
+	// backups found that: a backup through a router cut off from etcd
+	// lacked thousands of acknowledged writes.)
+	lease, ok := n.roles.masterLease(req.DB, req.Partition)
+	if !ok {
+		e, _ := n.roles.lookup(req.DB, req.Partition)
+		if e != nil {
+			e.mu.RLock()
+			defer e.mu.RUnlock()
+		}
+		return fmt.Errorf("a snapshot: %w", notMaster(req.DB, req.Partition, e))
+	}
 	// Taken before the snapshot, so the snapshot holds what it names.
 	acked := n.acknowledged(p)
 	snap, err := p.Snapshot(ctx)
@@ -77,6 +93,11 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 		return err
 	}
 	defer snap.Close()
+	// A master paused between the check and the snapshot may have been
+	// replaced meanwhile, as for a fresh read.
+	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
+		return err
+	}
 	pace := pacer{rate: rate, start: time.Now()}
 	if snap.SCN.Less(acked) {
 		acked = snap.SCN
