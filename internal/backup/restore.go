@@ -70,7 +70,7 @@ func Read(reg RestoreRegistry, db string, body []byte) (*Plan, error) {
 	}
 	plan := &Plan{}
 	open := map[int]int{} // partition → index of its request being filled
-	sizes := map[int]int{}
+	var sizes []int       // each request's bytes of documents
 	n := 0
 	for len(body) > 0 {
 		n++
@@ -93,6 +93,7 @@ func Read(reg RestoreRegistry, db string, body []byte) (*Plan, error) {
 		if !ok || len(plan.Requests[i].Ops) >= MaxBatchOps || sizes[i]+size > MaxBatchBytes {
 			i = len(plan.Requests)
 			plan.Requests = append(plan.Requests, node.WriteRequest{DB: db, Partition: part})
+			sizes = append(sizes, 0)
 			open[part] = i
 		}
 		plan.Requests[i].Ops = append(plan.Requests[i].Ops, op)
@@ -135,10 +136,13 @@ func readLine(reg RestoreRegistry, d *schema.Database, line []byte) (node.Op, in
 		if v == nil {
 			return node.Op{}, 0, 0, fmt.Errorf("table %s version %d (register the backup's versions first): %w", t.Name, l.Version, registry.ErrNoVersion)
 		}
-		if err := v.Validate(l.Avro); err != nil {
+		// As a PUT of the same Avro stores it: a backup's documents are
+		// stored that way already, and keep their bytes.
+		value, err := v.Canonical(l.Avro)
+		if err != nil {
 			return node.Op{}, 0, 0, err
 		}
-		op.Kind, op.Version, op.Value = node.OpPut, l.Version, l.Avro
+		op.Kind, op.Version, op.Value = node.OpPut, l.Version, value
 	case TypeMark:
 		if !t.AutoIncrement() {
 			return node.Op{}, 0, 0, fmt.Errorf("%w: table %s has no auto-increment key part to mark", ErrMalformed, t.Name)

@@ -18,21 +18,7 @@ func (r *Router) encodeDocument(t *schema.Table, body []byte, avroVersion int) (
 		if v == nil {
 			return 0, nil, fmt.Errorf("table %s version %d: %w", t.Name, avroVersion, registry.ErrNoVersion)
 		}
-		if err := v.Validate(body); err != nil {
-			return 0, nil, err
-		}
-		// Stored as a JSON body of the same document would be (map
-		// entries sorted, each key once), so equal documents have equal
-		// bytes and ETags whatever the format they arrived in.
-		js, err := v.JSON.Append(nil, body)
-		if err != nil {
-			return 0, nil, err
-		}
-		tree, err := schema.DecodeJSON(js)
-		if err != nil {
-			return 0, nil, err
-		}
-		value, err := schema.EncodeJSON(nil, v.Schema, tree)
+		value, err := v.Canonical(body)
 		if err != nil {
 			return 0, nil, err
 		}

@@ -41,3 +41,22 @@ func (v *Validator) Validate(b []byte) error {
 // Validate checks that b is exactly one well-formed value of this version,
 // with the version's compiled writer (no compilation per call).
 func (v *Version) Validate(b []byte) error { return (&Validator{w: v.JSON}).Validate(b) }
+
+// Canonical checks that b is exactly one well-formed value of this
+// version and returns the bytes a JSON body of the same document is
+// stored as (map entries sorted, each key once), so that equal documents
+// have equal bytes and ETags whatever the form they arrived in.
+func (v *Version) Canonical(b []byte) ([]byte, error) {
+	if err := v.Validate(b); err != nil {
+		return nil, err
+	}
+	js, err := v.JSON.Append(nil, b)
+	if err != nil {
+		return nil, err
+	}
+	tree, err := DecodeJSON(js)
+	if err != nil {
+		return nil, err
+	}
+	return EncodeJSON(nil, v.Schema, tree)
+}
