@@ -65,17 +65,20 @@ func (c *Client) Backup(ctx context.Context, db string, w io.Writer, o *BackupOp
 	}
 	chk := &backupChecker{}
 	sum := &BackupSummary{}
+	// Lines are small and many: written through a buffer, not a call
+	// (a system call, for a file) each.
+	bw := bufio.NewWriterSize(w, 256<<10)
 	err := c.t.Backup(ctx, db, q, func(line []byte) error {
 		if err := chk.line(line); err != nil {
 			return err
 		}
 		sum.Bytes += int64(len(line)) + 1
-		if _, err := w.Write(line); err != nil {
-			return err
-		}
-		_, err := w.Write([]byte{'\n'})
-		return err
+		bw.Write(line)
+		return bw.WriteByte('\n')
 	})
+	if err == nil {
+		err = bw.Flush()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,10 @@
 // Package backup owns Cortado's backup format and both ends of it: Dump
 // writes a database — its definition, every table's schema versions, and
 // each partition's documents and auto-increment marks as of one SCN of
-// that partition — as NDJSON lines; Plan reads such lines back (the body
-// of a restore request) into per-partition write requests, checking every
-// line against the registry first, so that a restore body with one bad
-// line writes nothing.
+// that partition — as NDJSON lines; Read turns such lines (the body of a
+// restore request) into a Plan of per-partition write requests, checking
+// every line against the registry first, so that a restore body with one
+// bad line writes nothing.
 //
 // Documents travel as written: the Avro bytes and the schema version of
 // the stored row, never converted, so a restored database reads back what
@@ -15,5 +15,5 @@
 // the backup holds.
 //
 // It never writes to storage and never reaches a node but through the
-// Snapshotters it is given; the caller sends Plan's write requests.
+// Snapshotters it is given; the caller sends a Plan's write requests.
 package backup

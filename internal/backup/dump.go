@@ -120,6 +120,21 @@ type PartitionEnd struct {
 	CRC32C    uint32 `json:"crc32c"`
 }
 
+// PartitionAbort says the section begun last failed midway: it counts
+// for nothing, and is taken again.
+type PartitionAbort struct {
+	Type      string `json:"type"`
+	Partition int    `json:"partition"`
+	Reason    string `json:"reason"`
+}
+
+// ErrorLine says why a backup stopped (Error is the problem a request
+// would have had).
+type ErrorLine struct {
+	Type  string `json:"type"`
+	Error any    `json:"error"`
+}
+
 // End is a backup's last line.
 type End struct {
 	Type       string `json:"type"`
@@ -234,12 +249,7 @@ func (d *Dumper) partition(ctx context.Context, db string, p int, o *output) (st
 			d.Logger.Warn("backup: a partition's snapshot failed; taking it again", "db", db, "partition", p, "attempt", attempt, "err", err)
 		}
 		if opened {
-			abort := struct {
-				Type      string `json:"type"`
-				Partition int    `json:"partition"`
-				Reason    string `json:"reason"`
-			}{TypePartitionAbort, p, err.Error()}
-			if err := o.line(abort); err != nil {
+			if err := o.line(PartitionAbort{Type: TypePartitionAbort, Partition: p, Reason: err.Error()}); err != nil {
 				return storage.SCN{}, 0, 0, err
 			}
 		}

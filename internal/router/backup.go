@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/cortado-db/cortado/internal/backup"
@@ -48,16 +47,8 @@ func (r *Router) OpenBackup(db string, q url.Values) (*Backup, error) {
 	}
 	b := &Backup{r: r, db: d.Name}
 	if v := q.Get("partitions"); v != "" {
-		seen := map[int]bool{}
-		for _, s := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 0 || n >= d.Partitions {
-				return nil, malformed("Malformed backup request", fmt.Sprintf("partitions: database %s has partitions 0 to %d", d.Name, d.Partitions-1))
-			}
-			if !seen[n] {
-				seen[n] = true
-				b.parts = append(b.parts, n)
-			}
+		if b.parts, err = partitionNumbers(strings.Split(v, ","), d.Name, d.Partitions); err != nil {
+			return nil, malformed("Malformed backup request", err.Error())
 		}
 	}
 	return b, nil
@@ -109,10 +100,8 @@ func (r *Router) serveBackup(w http.ResponseWriter, req *http.Request, db string
 	if _, err := b.Run(ctx, bw, flush); err != nil && ctx.Err() == nil {
 		// The status is sent: the last line says why the backup
 		// stopped, and its missing end line that it is incomplete.
-		p, _ := json.Marshal(Problem(err))
-		bw.WriteString(`{"type":"error","error":`)
-		bw.Write(p)
-		bw.WriteString("}\n")
+		line, _ := json.Marshal(backup.ErrorLine{Type: backup.TypeError, Error: Problem(err)})
+		bw.Write(append(line, '\n'))
 		flush()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -203,12 +204,9 @@ func changesRequest(q url.Values, lastEventID, db string, partitions int) (chang
 	if len(c.Tables) > 256 || len(c.Fields) > 256 {
 		return bad("at most 256 tables and 256 fields")
 	}
-	for _, p := range list("partitions") {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 || n >= partitions {
-			return bad("partition %q: database %s has partitions 0 to %d", p, db, partitions-1)
-		}
-		c.Partitions = append(c.Partitions, n)
+	var err error
+	if c.Partitions, err = partitionNumbers(list("partitions"), db, partitions); err != nil {
+		return bad("%v", err)
 	}
 	flag := func(name string) (bool, error) {
 		switch q.Get(name) {
@@ -219,7 +217,6 @@ func changesRequest(q url.Values, lastEventID, db string, partitions int) (chang
 		}
 		return false, &changes.RequestError{Err: fmt.Errorf("%s must be true or false", name)}
 	}
-	var err error
 	if c.Before, err = flag("before"); err != nil {
 		return c, err
 	}
@@ -253,4 +250,20 @@ func changesRequest(q url.Values, lastEventID, db string, partitions int) (chang
 		}
 	}
 	return c, nil
+}
+
+// partitionNumbers reads the numbers of partitions of database db, which
+// has partitions of them: in the order given, each once.
+func partitionNumbers(texts []string, db string, partitions int) ([]int, error) {
+	var out []int
+	for _, p := range texts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 0 || n >= partitions {
+			return nil, fmt.Errorf("partition %q: database %s has partitions 0 to %d", p, db, partitions-1)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
