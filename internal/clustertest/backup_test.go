@@ -576,16 +576,25 @@ type killOnPartition struct {
 	killed  int // the partition whose section was open, -1 before
 }
 
+// Write looks at the lines written whole so far (the client writes
+// through a buffer: a write holds many lines, and may end inside one).
 func (k *killOnPartition) Write(p []byte) (int, error) {
-	var l struct {
-		Type      string
-		Partition int
+	start := k.Len()
+	if i := bytes.LastIndexByte(k.Bytes(), '\n'); i >= 0 {
+		start = i + 1
 	}
-	if k.killed < 0 && bytes.HasPrefix(p, []byte(`{"type":"partition",`)) && json.Unmarshal(p, &l) == nil && k.masters[l.Partition] == k.id {
-		k.victim.Kill()
-		k.killed = l.Partition
+	n, err := k.Buffer.Write(p)
+	for line := range bytes.Lines(k.Bytes()[start:]) {
+		var l struct {
+			Type      string
+			Partition int
+		}
+		if k.killed < 0 && bytes.HasPrefix(line, []byte(`{"type":"partition",`)) && json.Unmarshal(line, &l) == nil && k.masters[l.Partition] == k.id {
+			k.victim.Kill()
+			k.killed = l.Partition
+		}
 	}
-	return k.Buffer.Write(p)
+	return n, err
 }
 
 // TestBackupUnderFailover backs up a three-node cluster's database whose
