@@ -283,9 +283,15 @@ func (d *Dumper) section(ctx context.Context, db string, p int, o *output) (scn 
 		crc = crc32.Update(crc, castagnoli, b)
 		return o.raw(b)
 	}
-	err = src.Snapshot(ctx, node.SnapshotRequest{DB: db, Partition: p}, func(c *node.SnapshotChunk) error {
+	// Replicated: a section holds no commit a failover could still undo
+	// (one committed by the master and not yet held by enough replicas
+	// to be acknowledged), as a read returns none.
+	err = src.Snapshot(ctx, node.SnapshotRequest{DB: db, Partition: p, Replicated: true}, func(c *node.SnapshotChunk) error {
 		if !opened {
 			scn, opened = c.SCN, true
+			if !c.Replicated && d.Logger != nil {
+				d.Logger.Warn("backup: the partition's master is of an older release and did not wait for its replicas: the section may hold commits a failover undoes", "db", db, "partition", p, "scn", c.SCN)
+			}
 			if err := o.line(PartitionLine{Type: TypePartition, Partition: p, SCN: c.SCN.String()}); err != nil {
 				return err
 			}

@@ -429,3 +429,66 @@ func TestMastershipIsBoundToItsLease(t *testing.T) {
 		t.Fatalf("write in the new mastership at %s", scn)
 	}
 }
+
+// TestSnapshotWaitsForReplicas: a snapshot that asks for Replicated (a
+// backup's) streams nothing while it holds a commit no replica took — a
+// write answered "not replicated", which a failover may undo — and
+// streams it once a slave holds it; a plain snapshot (a rebuild's) does
+// not wait. Over the wire, and from a node of protocol 6, which streams
+// at once and says it did not wait.
+func TestSnapshotWaitsForReplicas(t *testing.T) {
+	ctx := context.Background()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3})
+	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	b := newStorageNodeWith(t, reg, node.Options{})
+	a.SetRole("d", 0, node.Master, 1, 0)
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	a.SetSlaves("d", 0, []string{"follower", "c"})
+	if _, err := a.Write(ctx, writeReq(t, "k1")); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("a write no slave applied: %v, want ErrNotReplicated", err)
+	}
+	snapshot := func(src node.Snapshotter, replicated bool) (rows int, first *node.SnapshotChunk, err error) {
+		err = src.Snapshot(ctx, node.SnapshotRequest{DB: "d", Partition: 0, Replicated: replicated}, func(c *node.SnapshotChunk) error {
+			if first == nil {
+				first = c
+			}
+			rows += len(c.Rows)
+			return nil
+		})
+		return rows, first, err
+	}
+	ra := remote(t, a.url)
+	if rows, first, err := snapshot(ra, true); !errors.Is(err, node.ErrNotReplicated) || first != nil {
+		t.Fatalf("a replicated snapshot holding an unreplicated commit: %d rows streamed, %v; want none and ErrNotReplicated", rows, err)
+	}
+	if rows, first, err := snapshot(ra, false); err != nil || rows != 1 || first.Replicated {
+		t.Fatalf("a plain snapshot: %d rows, %v, %+v; want the unreplicated row, at once", rows, err, first)
+	}
+	var truncated int
+	stop := follow(t, b, ra, &truncated)
+	defer stop()
+	if _, err := a.Write(ctx, writeReq(t, "k2")); err != nil {
+		t.Fatalf("a write a slave applied: %v", err)
+	}
+	rows, first, err := snapshot(ra, true)
+	if err != nil || rows != 2 || !first.Replicated || first.SCN != (storage.SCN{Gen: 1, Seq: 3}) {
+		t.Fatalf("a replicated snapshot once the slave holds everything: %d rows, %v, %+v; want 2 rows at 1:3, replicated", rows, err, first)
+	}
+
+	// A node of protocol 6 ignores the question and says so.
+	eng, err := storage.Open(t.TempDir(), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	old := node.New(eng, reg, schema.NewPlans(64), slog.New(slog.DiscardHandler), node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	_, url := serveInternal(t, func(s *wire.Server) { node.Register(s, old, node.ServeOptions{MaxVersion: 6}) })
+	old.SetRole("d", 0, node.Master, 1, 0)
+	old.SetSlaves("d", 0, []string{"follower", "c"})
+	if _, err := old.Write(ctx, writeReq(t, "k1")); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("a write no slave applied: %v", err)
+	}
+	if rows, first, err := snapshot(remote(t, url), true); err != nil || rows != 1 || first.Replicated {
+		t.Fatalf("a replicated snapshot from a node of protocol 6: %d rows, %v, %+v; want the row, not said replicated", rows, err, first)
+	}
+}

@@ -20,7 +20,8 @@ import (
 // a failure, into what the failed attempt left). CheckBackups then holds
 // each backup against what clients were told: every unique-key write
 // acknowledged before a backup began is in it with its value, none begun
-// after it ended is; and the copy holds what its backup does.
+// after it ended is, none is that the database lost since; and the copy
+// holds what its backup does.
 type Backups struct {
 	urls   []string
 	cancel context.CancelFunc
@@ -152,8 +153,10 @@ func (b *Backups) Stats() string {
 // an acknowledged unique-key write that ended before a backup began and
 // is not in it (with its value) is lost to that backup; a unique key
 // whose first write began after a backup ended and that is in it is an
-// anomaly; and so is a document of the restored backup that database
-// "copy" does not hold as the backup does.
+// anomaly, and so is one the database no longer holds as the backup does
+// (a write undone by a failover after the backup saved it); and so is a
+// document of the restored backup that database "copy" does not hold as
+// the backup does.
 func CheckBackups(c *Cluster, h *History, b *Backups) (lost, anomalies []Anomaly) {
 	b.Stop()
 	firstStart := map[string]time.Time{}
@@ -184,6 +187,28 @@ func CheckBackups(c *Cluster, h *History, b *Backups) (lost, anomalies []Anomaly
 			}
 		}
 	}
+	// A unique key is written once: one a backup holds that the database
+	// does not, with that value, is a write the backup saved and a
+	// failover then undid (a commit no replica had taken yet: a backup
+	// waits until its replicas hold what it streams, as a read does).
+	held := map[string]int64{}
+	for _, t := range b.taken {
+		for k, v := range t.u {
+			held[k] = v
+		}
+	}
+	saved := make([]string, 0, len(held))
+	for k := range held {
+		saved = append(saved, k)
+	}
+	readEach(c.routerURLs(), len(saved), func(i int) string { return "/d/" + saved[i] }, func(i int, v int64, found bool, err error) {
+		switch {
+		case err != nil:
+			anomalies = append(anomalies, Anomaly{time.Now(), "unreadable", err.Error()})
+		case !found || v != held[saved[i]]:
+			anomalies = append(anomalies, Anomaly{time.Now(), "backup", fmt.Sprintf("a backup holds %s=%d, which the database does not (found %v, value %d): a write undone after the backup saved it", saved[i], held[saved[i]], found, v)})
+		}
+	})
 	if r := b.restored; r != nil {
 		keys := make([]string, 0, len(r.u))
 		for k := range r.u {

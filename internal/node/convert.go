@@ -272,7 +272,7 @@ func statusFrom(w *wire.StatusResult) []PartitionStatus {
 }
 
 func snapshotChunkTo(c *SnapshotChunk) *wire.SnapshotChunk {
-	w := &wire.SnapshotChunk{Scn: scnTo(c.SCN), Acked: scnTo(c.Acked), Last: c.Last}
+	w := &wire.SnapshotChunk{Scn: scnTo(c.SCN), Acked: scnTo(c.Acked), Last: c.Last, Replicated: c.Replicated}
 	for _, h := range c.History {
 		w.History = append(w.History, scnTo(h))
 	}
@@ -287,7 +287,7 @@ func snapshotChunkTo(c *SnapshotChunk) *wire.SnapshotChunk {
 }
 
 func snapshotChunkFrom(w *wire.SnapshotChunk) *SnapshotChunk {
-	c := &SnapshotChunk{SCN: scnFrom(w.Scn), Acked: scnFrom(w.Acked), Last: w.Last}
+	c := &SnapshotChunk{SCN: scnFrom(w.Scn), Acked: scnFrom(w.Acked), Last: w.Last, Replicated: w.Replicated}
 	for _, h := range w.History {
 		c.History = append(c.History, scnFrom(h))
 	}

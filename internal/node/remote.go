@@ -593,7 +593,7 @@ func (r *Remote) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Sna
 	// A snapshot's reader may be slow (a change-stream consumer): its
 	// time is not the source's silence, or a snapshot would never end.
 	return receive(r, ctx, func(ctx context.Context) (grpc.ServerStreamingClient[wire.SnapshotChunk], error) {
-		return r.c.Snapshot(ctx, &wire.SnapshotRequest{Db: req.DB, Partition: int32(req.Partition), BytesPerSecond: req.BytesPerSecond})
+		return r.c.Snapshot(ctx, &wire.SnapshotRequest{Db: req.DB, Partition: int32(req.Partition), BytesPerSecond: req.BytesPerSecond, Replicated: req.Replicated})
 	}, func(w *wire.SnapshotChunk) (bool, error) {
 		c := snapshotChunkFrom(w)
 		return c.Last, fn(c)

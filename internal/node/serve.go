@@ -240,7 +240,7 @@ func (s *service) Snapshot(w *wire.SnapshotRequest, stream wire.Node_SnapshotSer
 		}
 	}()
 	var sendErr error
-	err = n.Snapshot(ctx, SnapshotRequest{DB: w.Db, Partition: int(w.Partition), BytesPerSecond: w.BytesPerSecond}, func(c *SnapshotChunk) error {
+	err = n.Snapshot(ctx, SnapshotRequest{DB: w.Db, Partition: int(w.Partition), BytesPerSecond: w.BytesPerSecond, Replicated: w.Replicated && s.max >= 7}, func(c *SnapshotChunk) error {
 		sendErr = stream.Send(snapshotChunkTo(c))
 		return sendErr
 	})

@@ -16,6 +16,13 @@ type SnapshotRequest struct {
 	// BytesPerSecond throttles the stream below the node's own limit
 	// (0: the node's limit).
 	BytesPerSecond int64
+	// Replicated waits, before the first chunk, until every commit the
+	// snapshot holds is held by as many replicas as a write's
+	// acknowledgement needs, as a read on the master waits for what it
+	// returns: what it streams cannot un-happen in a failover. A backup
+	// asks for it. A replica's rebuild must not: the commits it lacks
+	// may be waiting for its own acknowledgement.
+	Replicated bool
 }
 
 // SnapshotChunk is one part of a snapshot stream. The first says the SCN
@@ -29,6 +36,10 @@ type SnapshotChunk struct {
 	Rows    []storage.Row
 	Marks   []storage.Mark
 	Last    bool
+	// Replicated, on the first chunk, says the master waited as the
+	// request's Replicated asked (a node of protocol 6 or older does
+	// not).
+	Replicated bool
 }
 
 // Snapshotter streams partition snapshots: a Node, or a Remote one.
@@ -98,11 +109,19 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
 		return err
 	}
+	if req.Replicated {
+		// Bounded as a write's wait for its replicas is: a snapshot
+		// whose commits no replica takes fails (its asker tries again),
+		// and pins nothing meanwhile but the snapshot itself.
+		if err := n.awaitReplicated(ctx, p, snap.SCN); err != nil {
+			return fmt.Errorf("partition %s/%d: a snapshot at %s: %w", req.DB, req.Partition, snap.SCN, err)
+		}
+	}
 	pace := pacer{rate: rate, start: time.Now()}
 	if snap.SCN.Less(acked) {
 		acked = snap.SCN
 	}
-	chunk := &SnapshotChunk{SCN: snap.SCN, History: snap.History, Acked: later(snap.Acked, acked)}
+	chunk := &SnapshotChunk{SCN: snap.SCN, History: snap.History, Acked: later(snap.Acked, acked), Replicated: req.Replicated}
 	size := 0
 	flush := func() error {
 		if err := pace.wait(ctx, size); err != nil {

@@ -14,13 +14,14 @@ import "fmt"
 // router sends an escaped path only to a node that speaks 5); version 6
 // adds the keepMark operation a restore writes (an older node would
 // refuse it as unknown, so a router sends it only to a node that speaks
-// 6). A binary
-// speaks [MinVersion, Version]; two
+// 6); version 7 adds a snapshot that waits until its commits are
+// replicated, as a read does (a backup's: an older node streams at once,
+// and says it did not wait). A binary speaks [MinVersion, Version]; two
 // binaries use the highest version both speak, so adjacent releases
 // interoperate during a rolling upgrade.
 const (
 	MinVersion uint32 = 1
-	Version    uint32 = 6
+	Version    uint32 = 7
 )
 
 // Negotiate returns the highest version in both ranges, or an error when

@@ -2128,8 +2128,12 @@ type SnapshotRequest struct {
 	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	// bytes_per_second throttles the stream (0: the server's default).
 	BytesPerSecond int64 `protobuf:"varint,3,opt,name=bytes_per_second,json=bytesPerSecond,proto3" json:"bytes_per_second,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// replicated asks the master to stream only once every commit the
+	// snapshot holds is held by as many replicas as a write's
+	// acknowledgement needs (protocol 7; an older node ignores it).
+	Replicated    bool `protobuf:"varint,4,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotRequest) Reset() {
@@ -2181,6 +2185,13 @@ func (x *SnapshotRequest) GetBytesPerSecond() int64 {
 		return x.BytesPerSecond
 	}
 	return 0
+}
+
+func (x *SnapshotRequest) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
 }
 
 type Row struct {
@@ -2297,13 +2308,16 @@ func (x *Mark) GetValue() []byte {
 }
 
 type SnapshotChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scn           *SCN                   `protobuf:"bytes,1,opt,name=scn,proto3" json:"scn,omitempty"`
-	History       []*SCN                 `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
-	Acked         *SCN                   `protobuf:"bytes,3,opt,name=acked,proto3" json:"acked,omitempty"`
-	Rows          []*Row                 `protobuf:"bytes,4,rep,name=rows,proto3" json:"rows,omitempty"`
-	Marks         []*Mark                `protobuf:"bytes,5,rep,name=marks,proto3" json:"marks,omitempty"`
-	Last          bool                   `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Scn     *SCN                   `protobuf:"bytes,1,opt,name=scn,proto3" json:"scn,omitempty"`
+	History []*SCN                 `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	Acked   *SCN                   `protobuf:"bytes,3,opt,name=acked,proto3" json:"acked,omitempty"`
+	Rows    []*Row                 `protobuf:"bytes,4,rep,name=rows,proto3" json:"rows,omitempty"`
+	Marks   []*Mark                `protobuf:"bytes,5,rep,name=marks,proto3" json:"marks,omitempty"`
+	Last    bool                   `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
+	// replicated, on the first chunk, says the master waited as the
+	// request's replicated asked (protocol 7).
+	Replicated    bool `protobuf:"varint,7,opt,name=replicated,proto3" json:"replicated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2376,6 +2390,13 @@ func (x *SnapshotChunk) GetMarks() []*Mark {
 func (x *SnapshotChunk) GetLast() bool {
 	if x != nil {
 		return x.Last
+	}
+	return false
+}
+
+func (x *SnapshotChunk) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
 	}
 	return false
 }
@@ -2576,25 +2597,31 @@ const file_wire_proto_rawDesc = "" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\rR\n" +
-	"generation\"i\n" +
+	"generation\"\x89\x01\n" +
 	"\x0fSnapshotRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12(\n" +
-	"\x10bytes_per_second\x18\x03 \x01(\x03R\x0ebytesPerSecond\"C\n" +
+	"\x10bytes_per_second\x18\x03 \x01(\x03R\x0ebytesPerSecond\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\x04 \x01(\bR\n" +
+	"replicated\"C\n" +
 	"\x03Row\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\".\n" +
 	"\x04Mark\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\xfe\x01\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\x9e\x02\n" +
 	"\rSnapshotChunk\x12&\n" +
 	"\x03scn\x18\x01 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x12.\n" +
 	"\ahistory\x18\x02 \x03(\v2\x14.cortado.wire.v1.SCNR\ahistory\x12*\n" +
 	"\x05acked\x18\x03 \x01(\v2\x14.cortado.wire.v1.SCNR\x05acked\x12(\n" +
 	"\x04rows\x18\x04 \x03(\v2\x14.cortado.wire.v1.RowR\x04rows\x12+\n" +
 	"\x05marks\x18\x05 \x03(\v2\x15.cortado.wire.v1.MarkR\x05marks\x12\x12\n" +
-	"\x04last\x18\x06 \x01(\bR\x04last2\x86\x06\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\a \x01(\bR\n" +
+	"replicated2\x86\x06\n" +
 	"\x04Node\x12D\n" +
 	"\x05Hello\x12\x1d.cortado.wire.v1.HelloRequest\x1a\x1c.cortado.wire.v1.HelloResult\x129\n" +
 	"\x03Get\x12\x1b.cortado.wire.v1.GetRequest\x1a\x15.cortado.wire.v1.Item\x12D\n" +
