@@ -23,18 +23,11 @@ func parseLine(line []byte) (restoreLine, error) {
 	return parseJSONLine(line)
 }
 
-// parseJSONLine reads a line as JSON: bounded nesting, no repeated
-// member, valid UTF-8 (schema.DecodeJSON), then encoding/json into the
-// line's members, none unknown.
+// parseJSONLine reads a line as JSON, strictly (schema.DecodeInto: no
+// member unknown).
 func parseJSONLine(line []byte) (restoreLine, error) {
 	var l restoreLine
-	if _, err := schema.DecodeJSON(line); err != nil {
-		return l, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
+	if err := schema.DecodeInto(line, &l, "line"); err != nil {
 		return restoreLine{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return l, nil

@@ -17,13 +17,8 @@ import (
 func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) ([]byte, bool, error) {
 	var d schema.Database
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := strictJSON(body); err != nil {
+		if err := schema.DecodeInto(body, &d, "database definition"); err != nil {
 			return nil, false, err
-		}
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&d); err != nil {
-			return nil, false, &schema.FieldError{Reason: "malformed database definition: " + err.Error()}
 		}
 		// An explicit 0 is a mistake, not a request for the default.
 		var explicit map[string]json.RawMessage
@@ -66,15 +61,6 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 	}
 	out, _ := json.Marshal(stored)
 	return out, created, nil
-}
-
-// strictJSON refuses a request body that DecodeJSON would: invalid UTF-8,
-// a key named twice in an object, nesting over the limit. Bodies decoded
-// into Go structs by encoding/json would otherwise take the last of two
-// keys and U+FFFD for bad bytes.
-func strictJSON(body []byte) error {
-	_, err := schema.DecodeJSON(body)
-	return err
 }
 
 // nodeCounter is a Backend that knows how many storage nodes there are.
@@ -128,13 +114,8 @@ func (r *Router) RegisterSchema(ctx context.Context, db, table string, body []by
 		Key    []schema.KeyPart `json:"key"`
 		Schema json.RawMessage  `json:"schema"`
 	}
-	if err := strictJSON(body); err != nil {
+	if err := schema.DecodeInto(body, &req, "table definition"); err != nil {
 		return nil, false, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, false, &schema.FieldError{Reason: "malformed table definition: " + err.Error()}
 	}
 	if len(req.Schema) == 0 {
 		return nil, false, &schema.FieldError{Path: "schema", Reason: "a table definition needs an Avro schema"}
@@ -157,13 +138,8 @@ func (r *Router) SetCompatibility(ctx context.Context, db, table string, body []
 	var req struct {
 		Compatibility schema.Compatibility `json:"compatibility"`
 	}
-	if err := strictJSON(body); err != nil {
+	if err := schema.DecodeInto(body, &req, "table config"); err != nil {
 		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, &schema.FieldError{Reason: "malformed table config: " + err.Error()}
 	}
 	if err := r.reg.SetCompatibility(ctx, db, table, req.Compatibility); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,14 +28,8 @@ func (r *Router) Txn(ctx context.Context, db, partitionKey string, body []byte) 
 	var req struct {
 		Ops []TxnOp `json:"ops"`
 	}
-	if err := strictJSON(body); err != nil {
+	if err := schema.DecodeInto(body, &req, "transaction"); err != nil {
 		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, &schema.FieldError{Reason: "malformed transaction: " + err.Error()}
 	}
 	if len(req.Ops) == 0 {
 		return nil, &schema.FieldError{Reason: "a transaction needs at least one op"}

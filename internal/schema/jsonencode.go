@@ -387,3 +387,22 @@ func decodeBase64(v any, path string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// DecodeInto reads one JSON document into v as strictly as DecodeJSON
+// reads it (valid UTF-8, no member named twice, bounded nesting, nothing
+// after it), with no member v does not name and numbers as json.Number
+// where v holds any: a request body or a line of the API's own formats.
+// DecodeJSON's errors come back as they are; encoding/json's as a
+// *FieldError saying "malformed <what>: …".
+func DecodeInto(data []byte, v any, what string) error {
+	if _, err := DecodeJSON(data); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &FieldError{Reason: "malformed " + what + ": " + err.Error()}
+	}
+	return nil
+}
