@@ -327,16 +327,31 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 		defer unwatch()
 	}
 	for ctx.Err() == nil {
+		// Each stream has its acknowledger (ackPipe): commits are applied
+		// as they come, and acknowledged once durable, in order, while
+		// the next ones apply and share their fsync.
+		sctx, cancel := context.WithCancel(ctx)
+		var pipe *ackPipe
+		if acker != nil {
+			pipe = n.startAcks(sctx, cancel, p, e, acker, o, &marks)
+		}
 		// The first answer does not wait: it tells at once whether the
 		// source holds this replica's timeline and acknowledges what it
-		// holds.
+		// holds (durably: the partition's SCN).
 		req := LogRequest{DB: db, Partition: id, After: p.SCN(), Ack: o.Master == nil, Replica: o.Replica}
-		err := streamLog(ctx, o.Source, req, func(res *LogResult) error {
+		err := streamLog(sctx, o.Source, req, func(res *LogResult) error {
 			if quiet != nil {
 				quiet.Handling()
 				defer quiet.Heard()
 			}
 			if res.Diverged {
+				// Nothing of this stream is pending: a source says so
+				// only of the position a stream starts from.
+				if pipe != nil {
+					if err := pipe.flush(); err != nil {
+						return err
+					}
+				}
 				return n.truncate(p, res.Common, o) // the stream ends here
 			}
 			if res.Trimmed {
@@ -347,66 +362,210 @@ func (n *Node) Follow(ctx context.Context, db string, id int, o FollowOptions) e
 			}
 			// Acked is on the source's timeline, which holds this
 			// replica's.
-			if err := p.ApplyAcknowledged(res.Commits, res.Acked); err != nil {
+			wait, err := p.ApplyAcknowledgedAsync(res.Commits, res.Acked)
+			if err != nil {
 				return err
 			}
-			if n.opts.ReplicationLag != nil {
-				for _, c := range res.Commits {
-					n.opts.ReplicationLag(time.Since(c.Timestamp))
+			if pipe == nil {
+				// Nobody to ask (a source of tests): the answer's word,
+				// once durable.
+				if err := wait(); err != nil {
+					return err
 				}
-			}
-			if acker == nil {
-				// Nobody to ask (a source of tests): the answer's word.
+				n.lagged(res.Commits)
 				heardFromSource(e, p, res, o.Master != nil)
 				return nil
 			}
-			scn := p.SCN()
-			if at, ok := marks.reached(scn); ok {
-				e.heardFromMaster(at)
-			}
-			// After every answer (at least once a second): a new master
-			// counts acknowledgements afresh, and a read there waits
-			// until replicas hold what it returns. An established
-			// master that holds everything this replica has confirms
-			// writes it took as a master before a hand-over: they
-			// survived.
-			sent := time.Now()
-			ack, err := acker.Ack(ctx, AckRequest{DB: db, Partition: id, Replica: o.Replica, SCN: scn})
-			if err != nil {
-				return fmt.Errorf("acknowledge %s to the master: %w", scn, err)
-			}
-			switch {
-			case ack.Head.IsZero():
-				// A master of an earlier release says nothing of its
-				// head: the answer's word.
-				heardFromSource(e, p, res, o.Master != nil)
-			case !ack.Authoritative:
-				// Not a master in force: it says nothing of the
-				// partition's master.
-				marks.clear()
-			case !ack.Held:
-				// Off its master's timeline (commits of a master
-				// before a failover, to be truncated): what it holds
-				// was never the master's.
-				marks.clear()
-				e.forgetMaster()
-			case !scn.Less(ack.Head):
-				e.heardFromMaster(sent)
-				marks.clear()
-			default:
-				marks.add(sent, ack.Head)
-			}
-			if ack.Held && ack.Authoritative {
-				e.confirm(scn)
-			}
-			return nil
+			// After every answer (at least once a second), once what it
+			// brought is durable.
+			return pipe.add(sctx, wait, res)
 		})
+		if pipe != nil {
+			// What the stream applied is acknowledged before the next
+			// stream starts (unless the stream ended for a failed
+			// acknowledgement, or Follow's end).
+			if perr := pipe.close(); perr != nil && (err == nil || errors.Is(err, context.Canceled)) {
+				err = perr
+			}
+		}
+		cancel()
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("partition %s/%d: follow: %w", db, id, err)
 		}
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrRelayBehind) {
 		return fmt.Errorf("partition %s/%d: follow: %w", db, id, cause)
+	}
+	return nil
+}
+
+// lagged reports the replication lag of commits this replica now holds
+// durably.
+func (n *Node) lagged(cs []storage.Commit) {
+	if n.opts.ReplicationLag == nil {
+		return
+	}
+	for i := range cs {
+		n.opts.ReplicationLag(time.Since(cs[i].Timestamp))
+	}
+}
+
+// ackPipe acknowledges, for one log stream of a slave, what it applied:
+// each answer's commits once they are durable, in order, to the
+// partition's master — the answers that became durable together with one
+// acknowledgement, as each answer was acknowledged before. Its goroutine
+// is the stream's: Follow closes it and waits for it when the stream
+// ends.
+type ackPipe struct {
+	queue   chan ackItem
+	cancel  context.CancelFunc // ends the stream when an acknowledgement fails
+	done    chan struct{}
+	pending sync.WaitGroup // answers queued, not yet durable and acknowledged
+
+	mu  sync.Mutex
+	err error // the first failure
+}
+
+type ackItem struct {
+	wait func() error
+	res  *LogResult
+}
+
+// ackDepth bounds the answers applied and not yet acknowledged: past it, a
+// slave's stream waits for its fsyncs.
+const ackDepth = 64
+
+// startAcks starts the acknowledger of a stream read under ctx, which
+// cancel ends.
+func (n *Node) startAcks(ctx context.Context, cancel context.CancelFunc, p *storage.Partition, e *partRole, acker Acker, o FollowOptions, marks *freshMarks) *ackPipe {
+	a := &ackPipe{queue: make(chan ackItem, ackDepth), cancel: cancel, done: make(chan struct{})}
+	durable := func(it ackItem) {
+		// Always waited for: the batch is released then.
+		if err := it.wait(); err != nil {
+			a.fail(err)
+			return
+		}
+		n.lagged(it.res.Commits)
+	}
+	go func() {
+		defer close(a.done)
+		for it := range a.queue {
+			handled, last := 1, it.res
+			durable(it)
+			// The answers queued meanwhile share the acknowledgement.
+			for more := true; more; {
+				select {
+				case next, ok := <-a.queue:
+					if ok {
+						durable(next)
+						handled, last = handled+1, next.res
+					} else {
+						more = false
+					}
+				default:
+					more = false
+				}
+			}
+			if a.failed() == nil && ctx.Err() == nil {
+				if err := n.acknowledge(ctx, p, e, acker, o, last, marks); err != nil {
+					a.fail(err)
+				}
+			}
+			for range handled {
+				a.pending.Done()
+			}
+		}
+	}()
+	return a
+}
+
+// add queues an answer whose commits are applied; wait awaits their
+// fsync.
+func (a *ackPipe) add(ctx context.Context, wait func() error, res *LogResult) error {
+	if err := a.failed(); err != nil {
+		wait()
+		return err
+	}
+	a.pending.Add(1)
+	select {
+	case a.queue <- ackItem{wait, res}:
+		return nil
+	case <-ctx.Done():
+		a.pending.Done()
+		wait()
+		return ctx.Err()
+	}
+}
+
+// flush waits until everything queued is durable and acknowledged.
+func (a *ackPipe) flush() error {
+	a.pending.Wait()
+	return a.failed()
+}
+
+// close ends the acknowledger once what is queued is durable (and, unless
+// the stream ended, acknowledged), and returns its first failure.
+func (a *ackPipe) close() error {
+	close(a.queue)
+	<-a.done
+	return a.failed()
+}
+
+func (a *ackPipe) fail(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err == nil {
+		a.err = err
+		a.cancel()
+	}
+}
+
+func (a *ackPipe) failed() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// acknowledge tells the partition's master that this replica durably
+// holds what it holds (its SCN), and learns from the answer how stale the
+// replica is: a new master counts acknowledgements afresh, and a read
+// there waits until replicas hold what it returns. An established master
+// that holds everything this replica has confirms writes it took as a
+// master before a hand-over: they survived. last is the source's last
+// answer the replica applied.
+func (n *Node) acknowledge(ctx context.Context, p *storage.Partition, e *partRole, acker Acker, o FollowOptions, last *LogResult, marks *freshMarks) error {
+	scn := p.SCN()
+	if at, ok := marks.reached(scn); ok {
+		e.heardFromMaster(at)
+	}
+	sent := time.Now()
+	ack, err := acker.Ack(ctx, AckRequest{DB: p.DB, Partition: p.ID, Replica: o.Replica, SCN: scn})
+	if err != nil {
+		return fmt.Errorf("acknowledge %s to the master: %w", scn, err)
+	}
+	switch {
+	case ack.Head.IsZero():
+		// A master of an earlier release says nothing of its head: the
+		// answer's word.
+		heardFromSource(e, p, last, o.Master != nil)
+	case !ack.Authoritative:
+		// Not a master in force: it says nothing of the partition's
+		// master.
+		marks.clear()
+	case !ack.Held:
+		// Off its master's timeline (commits of a master before a
+		// failover, to be truncated): what it holds was never the
+		// master's.
+		marks.clear()
+		e.forgetMaster()
+	case !scn.Less(ack.Head):
+		e.heardFromMaster(sent)
+		marks.clear()
+	default:
+		marks.add(sent, ack.Head)
+	}
+	if ack.Held && ack.Authoritative {
+		e.confirm(scn)
 	}
 	return nil
 }

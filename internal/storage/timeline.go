@@ -50,14 +50,35 @@ func (p *Partition) ApplyAll(cs []Commit) error { return p.ApplyAcknowledged(cs,
 // now holds is recorded (durably, in the same batch) so that a later
 // truncation of it is refused as an alarm.
 func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
+	wait, err := p.ApplyAcknowledgedAsync(cs, acked)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// ApplyAcknowledgedAsync is ApplyAcknowledged returning once the commits
+// are applied — visible to reads, and in the write-ahead log's queue
+// ahead of any later batch — without waiting for their fsync: wait
+// returns once they are durable, and only then does the partition's SCN
+// (what it acknowledges, ships and reports) move to them. A slave applies
+// the next commits it receives while the last ones sync, and they share
+// the next fsync. The caller applies the next commits only after this
+// returns, and truncates only once every wait has returned.
+func (p *Partition) ApplyAcknowledgedAsync(cs []Commit, acked SCN) (wait func() error, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(cs) == 0 {
 		p.noteAcked(acked)
-		return nil
+		return func() error { return nil }, nil
 	}
 	b := p.e.db.NewIndexedBatch() // the index reads what earlier commits of the batch wrote
-	defer b.Close()
+	queued := false
+	defer func() {
+		if !queued {
+			b.Close() // once queued, after its fsync (wait)
+		}
+	}()
 	last := p.scn
 	rows := rowWrites{p: p, leaveEmpty: true}
 	var closed []SCN
@@ -67,7 +88,7 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	for i := range cs {
 		c := &cs[i]
 		if !follows(last, c.SCN) {
-			return fmt.Errorf("partition %s/%d: apply %s after %s: %w", p.DB, p.ID, c.SCN, last, ErrTimeline)
+			return nil, fmt.Errorf("partition %s/%d: apply %s after %s: %w", p.DB, p.ID, c.SCN, last, ErrTimeline)
 		}
 		for j := range c.Events {
 			e := &c.Events[j]
@@ -76,44 +97,44 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 				prev = &c.Events[j-1]
 			}
 			if err := p.indexEvent(b, e, false, prev); err != nil {
-				return err
+				return nil, err
 			}
 			k := append(keys.DataTablePrefix(p.DB, p.ID, e.Table), e.Key...)
 			switch e.Op {
 			case OpInsert, OpUpdate:
 				d := Doc{Version: e.Version, SCN: c.SCN, Modified: c.Timestamp, CRC: crc32.ChecksumIEEE(e.Value), Value: e.Value}
 				if err := b.Set(k, p.encodeRow(&d), nil); err != nil {
-					return err
+					return nil, err
 				}
 				rows.put(k, d)
 			case OpDelete:
 				if err := b.Delete(k, nil); err != nil {
-					return err
+					return nil, err
 				}
 				rows.del(k)
 			case OpAutoIncrement:
 				if err := b.Set(autoIncrementKey(p.DB, p.ID, e.Table, e.Key), e.Value, nil); err != nil {
-					return err
+					return nil, err
 				}
 			default:
-				return fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
+				return nil, fmt.Errorf("partition %s/%d: scn %s: unknown op %q", p.DB, p.ID, c.SCN, e.Op)
 			}
 		}
 		lk, err := p.logKey(b, c.SCN, &at)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		entry := c.entry
 		if entry == nil {
 			entry = encodeCommit(c)
 		}
 		if err := b.Set(lk, entry, nil); err != nil {
-			return err
+			return nil, err
 		}
 		added += int64(len(lk) + len(entry))
 		entries = append(entries, tailEntry{c.SCN, entry})
 		if ok, err := p.noteGeneration(b, last, c.SCN); err != nil {
-			return err
+			return nil, err
 		} else if ok {
 			closed = append(closed, last)
 		}
@@ -127,13 +148,13 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 	acked = later(p.acked, acked)
 	stored, err := p.storeAcked(b, acked)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rows.begin() // the row cache (rowcache.go)
-	err = p.e.commit(b)
+	synced, err := p.e.apply(b)
 	rows.end(err == nil)
 	if err != nil {
-		return fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
+		return nil, fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
 	}
 	for _, e := range closed {
 		p.hist[e.Gen] = e.Seq
@@ -145,9 +166,21 @@ func (p *Partition) ApplyAcknowledged(cs []Commit, acked SCN) error {
 		p.tail.add(prev, t.scn, t.entry)
 		prev = t.scn
 	}
-	p.setSCN(last)
+	queued = true
+	p.scn = last
 	p.acked, p.stored = acked, stored
-	return nil
+	return func() error {
+		defer b.Close()
+		if err := synced(); err != nil {
+			return fmt.Errorf("partition %s/%d: commit through scn %s: %w", p.DB, p.ID, last, err)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !p.scn.Less(last) { // not truncated meanwhile (the caller's to prevent)
+			p.markDurableLocked(last)
+		}
+		return nil
+	}, nil
 }
 
 // commitLog adds the log entry, the new SCN and the acknowledged SCN (if

@@ -505,3 +505,53 @@ func TestReplicasStoreTheMastersEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyAsyncMovesTheSCNOnceDurable: a slave's commits applied without
+// waiting for their fsync are visible to reads at once, but the
+// partition's SCN — what it acknowledges to its master, ships and reports
+// — and its log as read stay where they were until the wait says the
+// commits are durable; commits applied meanwhile follow the applied ones.
+func TestApplyAsyncMovesTheSCNOnceDurable(t *testing.T) {
+	m, _ := open(t, t.TempDir()).Partition("db", 0)
+	s, _ := open(t, t.TempDir()).Partition("db", 0)
+	put(t, m, "a", "1")
+	put(t, m, "b", "1")
+	put(t, m, "c", "1")
+	var cs []Commit
+	m.ReadLog(SCN{}, func(c Commit) bool { cs = append(cs, c); return true })
+	wait1, err := s.ApplyAcknowledgedAsync(cs[:2], SCN{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Get("T", []keys.Part{keys.S("b")}); err != nil || !ok {
+		t.Fatalf("a row applied and not yet durable: found %v, %v; want it visible", ok, err)
+	}
+	if got := s.SCN(); !got.IsZero() {
+		t.Fatalf("SCN before the fsync: %s, want none", got)
+	}
+	logged := 0
+	s.ReadLog(SCN{}, func(Commit) bool { logged++; return true })
+	if logged != 0 {
+		t.Fatalf("the log served %d commits not yet durable", logged)
+	}
+	// The next commit follows the applied ones, not the durable ones.
+	wait2, err := s.ApplyAcknowledgedAsync(cs[2:], SCN{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wait1(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.SCN(); got != cs[1].SCN {
+		t.Fatalf("SCN once the first two are durable: %s, want %s", got, cs[1].SCN)
+	}
+	if err := wait2(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.SCN(); got != cs[2].SCN {
+		t.Fatalf("SCN once all are durable: %s, want %s", got, cs[2].SCN)
+	}
+	if a, b := rows(t, m), rows(t, s); a != b {
+		t.Fatalf("slave rows:\n%s\nwant the master's\n%s", b, a)
+	}
+}
