@@ -23,9 +23,8 @@ import (
 // after it ended is, none is that the database lost since; and the copy
 // holds what its backup does.
 type Backups struct {
-	urls   []string
-	cancel context.CancelFunc
-	done   chan struct{}
+	background // Stop stops backing up and waits for a backup or restore under way
+	urls       []string
 
 	mu       sync.Mutex
 	taken    []backupTaken
@@ -44,19 +43,9 @@ type backupTaken struct {
 
 // StartBackups starts backing c's database up.
 func StartBackups(c *Cluster) *Backups {
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &Backups{urls: c.routerURLs(), cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		b.run(ctx)
-	}()
+	b := &Backups{urls: c.routerURLs()}
+	b.start(b.run)
 	return b
-}
-
-// Stop stops backing up and waits for a backup or restore under way.
-func (b *Backups) Stop() {
-	b.cancel()
-	<-b.done
 }
 
 func (b *Backups) run(ctx context.Context) {

@@ -22,10 +22,9 @@ import (
 // holds what it built against what clients were told and what the
 // database holds.
 type Consumer struct {
-	urls   []string
-	rng    *rand.Rand
-	cancel context.CancelFunc
-	done   chan struct{}
+	background // Stop stops the consumer and waits for it
+	urls       []string
+	rng        *rand.Rand
 
 	mu sync.Mutex
 	*clustertest.ChangeLog
@@ -35,20 +34,9 @@ type Consumer struct {
 
 // StartConsumer starts following c's change stream.
 func StartConsumer(c *Cluster, seed uint64) *Consumer {
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Consumer{urls: c.routerURLs(), rng: rand.New(rand.NewPCG(seed, 7)), cancel: cancel, done: make(chan struct{}),
-		ChangeLog: clustertest.NewChangeLog("beginning")}
-	go func() {
-		defer close(s.done)
-		s.run(ctx)
-	}()
+	s := &Consumer{urls: c.routerURLs(), rng: rand.New(rand.NewPCG(seed, 7)), ChangeLog: clustertest.NewChangeLog("beginning")}
+	s.start(s.run)
 	return s
-}
-
-// Stop stops the consumer and waits for it.
-func (s *Consumer) Stop() {
-	s.cancel()
-	<-s.done
 }
 
 func (s *Consumer) run(ctx context.Context) {
