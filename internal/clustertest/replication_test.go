@@ -61,13 +61,20 @@ func newStorageNode(t testing.TB, reg *registry.Registry) *storageNode {
 
 func newStorageNodeWith(t testing.TB, reg *registry.Registry, opts node.Options, extra ...grpc.ServerOption) *storageNode {
 	t.Helper()
+	return newStorageNodeServing(t, reg, opts, node.ServeOptions{}, extra...)
+}
+
+// newStorageNodeServing is newStorageNodeWith whose internal API serves
+// as serve says (an older protocol version).
+func newStorageNodeServing(t testing.TB, reg *registry.Registry, opts node.Options, serve node.ServeOptions, extra ...grpc.ServerOption) *storageNode {
+	t.Helper()
 	eng, err := storage.Open(t.TempDir(), storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
 	n := node.New(eng, reg, schema.NewPlans(64), slog.New(slog.DiscardHandler), opts)
-	api, url := serveInternal(t, func(s *wire.Server) { node.Register(s, n, node.ServeOptions{}) }, extra...)
+	api, url := serveInternal(t, func(s *wire.Server) { node.Register(s, n, serve) }, extra...)
 	return &storageNode{Node: n, eng: eng, api: api, url: url}
 }
 
@@ -476,19 +483,13 @@ func TestSnapshotWaitsForReplicas(t *testing.T) {
 	}
 
 	// A node of protocol 6 ignores the question and says so.
-	eng, err := storage.Open(t.TempDir(), storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	old := node.New(eng, reg, schema.NewPlans(64), slog.New(slog.DiscardHandler), node.Options{SemiSyncTimeout: 300 * time.Millisecond})
-	_, url := serveInternal(t, func(s *wire.Server) { node.Register(s, old, node.ServeOptions{MaxVersion: 6}) })
+	old := newStorageNodeServing(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond}, node.ServeOptions{MaxVersion: 6})
 	old.SetRole("d", 0, node.Master, 1, 0)
 	old.SetSlaves("d", 0, []string{"follower", "c"})
 	if _, err := old.Write(ctx, writeReq(t, "k1")); !errors.Is(err, node.ErrNotReplicated) {
 		t.Fatalf("a write no slave applied: %v", err)
 	}
-	if rows, first, err := snapshot(remote(t, url), true); err != nil || rows != 1 || first.Replicated {
+	if rows, first, err := snapshot(remote(t, old.url), true); err != nil || rows != 1 || first.Replicated {
 		t.Fatalf("a replicated snapshot from a node of protocol 6: %d rows, %v, %+v; want the row, not said replicated", rows, err, first)
 	}
 }
