@@ -111,6 +111,19 @@ func printStatus(st *controller.Status) {
 			}
 			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s %d\t%s\n", p.Partition, p.Generation, master, m.SCN, m.LogStart, m.LogBytes, strings.Join(slaves, ", "))
 		}
+		copies := map[string]int{}
+		for _, p := range d.Partitions {
+			for _, c := range p.Copies {
+				copies[c.Node]++
+			}
+		}
+		if len(copies) > 0 {
+			var held []string
+			for _, id := range slices.Sorted(maps.Keys(copies)) {
+				held = append(held, fmt.Sprintf("%s %d", id, copies[id]))
+			}
+			fmt.Fprintf(w, "copies kept by nodes that are no replica (deleted once every replica holds all of each): %s\n", strings.Join(held, ", "))
+		}
 		// Index builds: documents the latest indexes still lack, on the
 		// masters (which rewrite them).
 		building := map[string]uint64{}

@@ -226,10 +226,14 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 		return nil
 	default:
 		a.stop(k)
-		if a.Node.Role(t.DB, p) == node.Offline {
-			return nil
+		if a.Node.Role(t.DB, p) != node.Offline {
+			return a.Node.SetRole(t.DB, p, node.Offline, 0, 0)
 		}
-		return a.Node.SetRole(t.DB, p, node.Offline, 0, 0)
+		if slices.Contains(route.Drop, a.ID) {
+			// The replicas hold all this copy holds.
+			return a.Node.Drop(ctx, t.DB, p)
+		}
+		return a.Node.ShowCopy(t.DB, p)
 	}
 }
 

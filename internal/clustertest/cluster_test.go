@@ -307,7 +307,9 @@ func TestControllerFailover(t *testing.T) {
 
 // TestControllerJoinUnderLoad adds a node while a writer keeps writing:
 // replicas and masters move to it (masters hand over after draining the
-// old master), and no acknowledged write is lost.
+// old master), and no acknowledged write is lost. The copies the old
+// nodes kept of the partitions that moved away are then deleted, and the
+// writes are all still there.
 func TestControllerJoinUnderLoad(t *testing.T) {
 	const partitions = 16
 	c := startCluster(t, 3, partitions, 2)
@@ -342,9 +344,39 @@ func TestControllerJoinUnderLoad(t *testing.T) {
 		return masters >= partitions/4
 	})
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+
+	// Each copy left behind on the first three nodes is deleted, while
+	// the writer goes on.
+	left := func() (copies []string, moved int) {
+		tb := c.view.Table("d")
+		for id, n := range c.nodes {
+			for p, r := range tb.Partitions {
+				if slices.Contains(r.Replicas, id) {
+					continue
+				}
+				if id != "n3" {
+					moved++
+				}
+				if held, err := n.eng.Holds("d", p); err != nil || held {
+					copies = append(copies, fmt.Sprintf("%s/%d", id, p))
+				}
+			}
+		}
+		return copies, moved
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for copies, moved := left(); len(copies) > 0; copies, moved = left() {
+		if time.Now().After(deadline) {
+			t.Fatalf("copies left on nodes that are no replica of them: %v (%d replicas moved)", copies, moved)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, moved := left(); moved < partitions/2 {
+		t.Fatalf("only %d replicas moved off the first three nodes", moved)
+	}
 	close(stop)
 	<-done
-	t.Logf("%d writes acknowledged while a node joined", len(acked))
+	t.Logf("%d writes acknowledged while a node joined and the copies left behind were deleted", len(acked))
 	c.checkAcked(acked)
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
 }

@@ -112,3 +112,75 @@ func TestPartitionRolesFenceWrites(t *testing.T) {
 		t.Fatalf("a slave answered a fresh read: %v", err)
 	}
 }
+
+// TestDropOnlyOfflineCopies: a storage node deletes a copy only while it
+// is OFFLINE there; then the copy is gone from its engine and its status,
+// and a second drop (a later table naming the node again) does nothing.
+// A copy the node holds without a role (kept over a restart) shows in its
+// status once the agent asks (ShowCopy); a partition it holds nothing of
+// does not.
+func TestDropOnlyOfflineCopies(t *testing.T) {
+	ctx := context.Background()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 2})
+	n := newStorageNode(t, reg)
+	if err := n.SetRole("d", 0, node.Master, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	write(t, n, "k", "v")
+	shown := func() (ids []int) {
+		st, err := n.Status(ctx, node.StatusRequest{DB: "d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			ids = append(ids, s.Partition)
+		}
+		return ids
+	}
+	for _, role := range []node.Role{node.Master, node.Slave} {
+		if err := n.SetRole("d", 0, role, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Drop(ctx, "d", 0); err == nil {
+			t.Fatalf("a %s replica was dropped", role)
+		}
+		if held, _ := n.eng.Holds("d", 0); !held {
+			t.Fatalf("a refused drop of a %s replica deleted it", role)
+		}
+	}
+	if err := n.SetRole("d", 0, node.Offline, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := shown(); len(got) != 1 || got[0] != 0 {
+		t.Fatalf("status before the drop lists %v", got)
+	}
+	if err := n.Drop(ctx, "d", 0); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := n.eng.Holds("d", 0); err != nil || held {
+		t.Fatalf("after the drop the engine holds the copy: %v %v", held, err)
+	}
+	if got := shown(); len(got) != 0 {
+		t.Fatalf("status after the drop lists %v", got)
+	}
+	if err := n.Drop(ctx, "d", 0); err != nil || len(shown()) != 0 {
+		t.Fatalf("a second drop: %v, status %v", err, shown())
+	}
+
+	// A copy held without a role: what a restart leaves of a copy.
+	n2 := newStorageNode(t, reg)
+	if err := n2.SetRole("d", 1, node.Master, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	kept := n2.eng
+	m := node.New(kept, reg, schema.NewPlans(16), slog.New(slog.DiscardHandler), node.Options{})
+	for p := range 2 {
+		if err := m.ShowCopy("d", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := m.Status(ctx, node.StatusRequest{DB: "d"})
+	if err != nil || len(st) != 1 || st[0].Partition != 1 || st[0].Role != node.Offline || st[0].SCN.IsZero() {
+		t.Fatalf("a copy held without a role shows as %+v (%v)", st, err)
+	}
+}

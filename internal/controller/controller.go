@@ -184,6 +184,13 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		}
 	}
 	isLive := func(id string) bool { _, ok := urls[id]; return ok }
+	answered := func(id string) bool { _, ok := statuses[id]; return ok }
+	holders := map[int][]string{}
+	for id, m := range statuses {
+		for p := range m {
+			holders[p] = append(holders[p], id)
+		}
+	}
 	for p := range partitions {
 		route := topo.PartitionRoute{Replicas: ideal[p], Generation: 1}
 		if cur == nil || p >= len(cur.Partitions) {
@@ -219,7 +226,14 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 			c.Log.Warn("controller: partition's master is gone and too few replicas answered to choose another; waiting",
 				"db", db, "partition", p, "master", old.Replicas[0], "minInSync", minInSync)
 		}
-		if !slices.Equal(old.Replicas, route.Replicas) || route.Generation != old.Generation || route.From != old.From || route.Incarnation != old.Incarnation {
+		// Copies left on nodes that are no replica go once the replicas
+		// hold all they hold.
+		route.Replicas, route.Drop = placement.DecideCopies(placement.CopiesInput{
+			Published: old.Replicas, Told: old.Drop, Replicas: route.Replicas, SameGeneration: route.Generation == old.Generation,
+			Want: replicas, Live: isLive, Answered: answered, Status: status(p), Holders: holders[p],
+		})
+		if !slices.Equal(old.Replicas, route.Replicas) || route.Generation != old.Generation || route.From != old.From || route.Incarnation != old.Incarnation ||
+			!slices.Equal(old.Drop, route.Drop) {
 			changed = true
 		}
 		next.Partitions[p] = route
@@ -274,26 +288,19 @@ func (c *Controller) publishOneByOne(ctx context.Context, e *concurrency.Electio
 	return nil
 }
 
-// statuses asks every live node that hosts a partition of db for its
-// replicas' roles and SCNs: where timelines end, whether a replica has
-// caught up for a hand-over, whether a master is mastering. Nodes that do
-// not answer within a second count as having answered nothing.
+// statuses asks every live node for its replicas of db, and the copies
+// it keeps of partitions it is no replica of: their roles and SCNs (where
+// timelines end, whether a replica has caught up for a hand-over, whether
+// a master is mastering, whether a copy is redundant). Nodes that do not
+// answer within a second count as having answered nothing.
 func (c *Controller) statuses(ctx context.Context, db string, cur *topo.RoutingTable, live map[string]string) map[string]map[int]node.PartitionStatus {
 	if cur == nil {
 		return nil
 	}
-	ask := map[string]bool{}
-	for _, r := range cur.Partitions {
-		for _, id := range r.Replicas {
-			if _, alive := live[id]; alive {
-				ask[id] = true
-			}
-		}
-	}
 	out := map[string]map[int]node.PartitionStatus{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for id := range ask {
+	for id := range live {
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()

@@ -48,6 +48,10 @@ type PartitionStatus struct {
 	Partition  int             `json:"partition"`
 	Generation uint32          `json:"generation"`
 	Replicas   []ReplicaStatus `json:"replicas"` // the routing table's order: master first
+	// Copies are the partition's copies kept by nodes that are no
+	// replica of it (its replicas moved), OFFLINE: each is deleted once
+	// every replica holds all of it (placement.DecideCopies).
+	Copies []ReplicaStatus `json:"copies,omitempty"`
 }
 
 // ReplicaStatus is one replica. Lag is how many commits it is behind its
@@ -118,6 +122,11 @@ func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*S
 					}
 				}
 				ps.Replicas = append(ps.Replicas, rs)
+			}
+			for _, id := range slices.Sorted(maps.Keys(reports)) {
+				if r, ok := reports[id][partKey{t.DB, p}]; ok && !slices.Contains(route.Replicas, id) {
+					ps.Copies = append(ps.Copies, ReplicaStatus{Node: id, Role: r.Role.String(), SCN: r.SCN, LogStart: r.LogStart, LogBytes: r.LogBytes})
+				}
 			}
 			ds.Partitions = append(ds.Partitions, ps)
 		}

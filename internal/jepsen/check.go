@@ -337,7 +337,35 @@ func checkReplicas(c *Cluster) []Anomaly {
 			}
 		}
 	}
-	return out
+	return append(out, checkCopies(ctx, c)...)
+}
+
+// checkCopies waits until no live node keeps a copy of a partition it is
+// no replica of: with every replica settled, each such copy is redundant
+// and the controller has it deleted (placement.DecideCopies).
+func checkCopies(ctx context.Context, c *Cluster) []Anomaly {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := controller.ClusterStatus(ctx, c.cli, prefix)
+		if err != nil {
+			st = &controller.Status{}
+		}
+		var kept []string
+		for _, d := range st.Databases {
+			for _, p := range d.Partitions {
+				for _, cp := range p.Copies {
+					kept = append(kept, fmt.Sprintf("%s/%d on %s at %s", d.Name, p.Partition, cp.Node, cp.SCN))
+				}
+			}
+		}
+		if err == nil && len(kept) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return []Anomaly{{time.Now(), "copies kept", fmt.Sprintf("30 s after the replicas settled (%v): %s", err, strings.Join(kept, ", "))}}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // table sums the history by the fault in force when each operation ended

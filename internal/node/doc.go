@@ -5,9 +5,12 @@
 // document-group transactions, each as one storage commit. It also serves
 // its partitions' logs to slaves, relays and change streams, streams
 // partition snapshots, rebuilds a replica from its master's snapshot when
-// its position is behind the retained log, and trims its logs by their
-// databases' retention. It bounds the bytes of documents its writes handle
-// at once (gate.go), as a count of requests does not bound what they cost.
+// its position is behind the retained log, trims its logs by their
+// databases' retention, and deletes an OFFLINE copy of a partition when
+// told its replicas hold all of it (never a copy with another role, nor
+// one that refused to undo acknowledged commits). It bounds the bytes of
+// documents its writes handle at once (gate.go), as a count of requests
+// does not bound what they cost.
 // A slave answers a read that accepts staleness only when it knows, from
 // its master's answers to its acknowledgements and on its own clock, that
 // it held all its master had within that long; it never takes a source's

@@ -599,3 +599,79 @@ func (n *Node) staleReadable(db string, id int, e *partRole, maxStale time.Durat
 	stale := time.Since(heard)
 	return 0, fmt.Errorf("partition %s/%d: last heard from the master %v ago, max-stale %v: %w", db, id, stale.Round(time.Millisecond), maxStale, ErrTooStale)
 }
+
+// ShowCopy makes a copy this node holds of a partition it is no replica
+// of (a copy left behind when the partition's replicas moved, or kept
+// over a restart) show in its status as OFFLINE, so that the controller
+// sees it and can have it dropped once the replicas hold all of it
+// (topo.PartitionRoute.Drop). A partition the node holds nothing of, or
+// already has a role for, is left as it is.
+func (n *Node) ShowCopy(db string, id int) error {
+	if e, _ := n.roles.lookup(db, id); e != nil {
+		return nil
+	}
+	held, err := n.eng.Holds(db, id)
+	if err != nil || !held {
+		return err
+	}
+	n.roles.entry(db, id)
+	return nil
+}
+
+// Drop deletes this node's copy of a partition, which must be OFFLINE
+// here: the controller found that the partition's replicas hold all of
+// it. The partition no longer shows in the node's status. Then it has the
+// engine reclaim the space; a failed compaction is no failed drop (the
+// deletion is durable, and later compactions reclaim the space).
+func (n *Node) Drop(ctx context.Context, db string, id int) error {
+	if e, _ := n.roles.lookup(db, id); e == nil {
+		// Dropped already (a later table that still names this node),
+		// or never held.
+		if held, err := n.eng.Holds(db, id); err != nil || !held {
+			return err
+		}
+	}
+	scn, err := n.drop(db, id)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := n.eng.CompactDropped(ctx, db, id); err != nil && ctx.Err() == nil {
+		n.log.Warn("compact a dropped partition copy's range", "db", db, "partition", id, "err", err)
+	}
+	n.log.Info("partition copy dropped: its replicas hold all of it", "db", db, "partition", id, "scn", scn, "compacted in", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// drop deletes the copy under the role entry's lock, and the entry.
+func (n *Node) drop(db string, id int) (storage.SCN, error) {
+	e := n.roles.entry(db, id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.role != Offline {
+		return storage.SCN{}, fmt.Errorf("partition %s/%d: not dropped: it is %s here", db, id, e.role)
+	}
+	e.ackMu.Lock()
+	alarm := e.alarm
+	e.ackMu.Unlock()
+	if alarm != nil {
+		// It refused to undo commits that were acknowledged: it may hold
+		// the only copy of a write the master lost. It stays for the
+		// operator.
+		return storage.SCN{}, fmt.Errorf("partition %s/%d: not dropped: it holds acknowledged commits its master's timeline lacks (%w)", db, id, alarm)
+	}
+	p, err := n.partition(db, id)
+	if err != nil {
+		return storage.SCN{}, err
+	}
+	scn := p.SCN()
+	if err := n.eng.Drop(db, id); err != nil {
+		return storage.SCN{}, err
+	}
+	n.roles.mu.Lock()
+	if n.roles.m[partitionKey{db, id}] == e {
+		delete(n.roles.m, partitionKey{db, id})
+	}
+	n.roles.mu.Unlock()
+	return scn, nil
+}

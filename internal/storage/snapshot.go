@@ -278,3 +278,72 @@ func (in *Install) Abort() {
 		in.p.mu.Unlock()
 	}
 }
+
+// Holds reports whether the engine holds anything of partition db/id:
+// rows, index, marks (every partition that ever committed or was rebuilt
+// has marks in its range). It opens no Partition.
+func (e *Engine) Holds(db string, id int) (bool, error) {
+	base := keys.Partition(db, id)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: base, UpperBound: keys.PrefixEnd(base)})
+	if err != nil {
+		return false, err
+	}
+	held := it.First()
+	return held, errors.Join(it.Error(), it.Close())
+}
+
+// Drop deletes partition db/id from the engine: rows, index, log and every
+// mark, the generation it saw too, in one synced batch. The Partition
+// stays, empty, as a new replica's would be (the same one, so that the
+// row cache, whose entries are tied to its epoch, serves none of the old
+// rows). The caller makes sure nothing writes it meanwhile: it is no
+// replica on this node. CompactDropped then reclaims the space.
+func (e *Engine) Drop(db string, id int) error {
+	p, err := e.Partition(db, id)
+	if err != nil {
+		return err
+	}
+	return p.drop()
+}
+
+// CompactDropped compacts the range of a partition Drop deleted, so that
+// the tables stop holding its keys and the blob files its documents are
+// in become garbage Pebble rewrites (Options: 5 minutes old, 20 %
+// garbage). Without it a store that takes few writes keeps the space for
+// good. It flushes the memtable if it holds the deletion.
+func (e *Engine) CompactDropped(ctx context.Context, db string, id int) error {
+	base := keys.Partition(db, id)
+	return e.guarded(func() error { return e.db.Compact(ctx, base, keys.PrefixEnd(base), false) })
+}
+
+// drop empties the partition entirely (Engine.Drop).
+func (p *Partition) drop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// The row cache's entries of the partition are of the old epoch from
+	// here on, and none is served or put while the epoch is odd.
+	p.moveEpoch()
+	defer p.moveEpoch()
+	b := p.e.db.NewBatch()
+	defer b.Close()
+	base := keys.Partition(p.DB, p.ID)
+	if err := b.DeleteRange(base, keys.PrefixEnd(base), nil); err != nil {
+		return err
+	}
+	es, err := p.epochs(SCN{}, maxSCN)
+	if err != nil {
+		return err
+	}
+	if err := p.deleteLog(b, es, SCN{}, maxSCN); err != nil {
+		return err
+	}
+	if err := p.e.commit(b); err != nil {
+		return fmt.Errorf("partition %s/%d: drop: %w", p.DB, p.ID, err)
+	}
+	p.acked, p.stored, p.logStart, p.logBytes, p.gen = SCN{}, SCN{}, SCN{}, 0, 0
+	p.logAt = logCursor{}
+	p.durableAt = nil
+	p.setSCN(SCN{})
+	clear(p.hist)
+	return nil
+}

@@ -39,6 +39,10 @@ type PartitionRoute struct {
 	// or rejoins under a new lease gets a new generation (or another
 	// replica does), never this one.
 	Incarnation int64 `json:"incarnation,omitempty"`
+	// Drop names nodes that are no replica of the partition and hold a
+	// copy of it every replica holds all of (placement.DecideCopies): they
+	// delete their copies. A node of a version without it keeps its copy.
+	Drop []string `json:"drop,omitempty"`
 }
 
 // MasterIncarnation returns the incarnation a partition's mastership was
