@@ -35,6 +35,9 @@ type Agent struct {
 	// (its position was behind its master's retained log) and how many
 	// rows it installed.
 	Rebuilt func(rows int)
+	// Dropped, when set, is told of each copy deleted of a partition
+	// this node is no replica of (topo.PartitionRoute.Drop).
+	Dropped func()
 	// LeftRelay, when set, is told each time a slave stops reading its
 	// master's log through the relay: "behind" when the relay fell
 	// silent while the master moved on (node.ErrRelayBehind), "failed"
@@ -231,7 +234,11 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 		}
 		if slices.Contains(route.Drop, a.ID) {
 			// The replicas hold all this copy holds.
-			return a.Node.Drop(ctx, t.DB, p)
+			dropped, err := a.Node.Drop(ctx, t.DB, p)
+			if dropped && a.Dropped != nil {
+				a.Dropped()
+			}
+			return err
 		}
 		return a.Node.ShowCopy(t.DB, p)
 	}

@@ -141,7 +141,7 @@ func TestDropOnlyOfflineCopies(t *testing.T) {
 		if err := n.SetRole("d", 0, role, 1, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.Drop(ctx, "d", 0); err == nil {
+		if dropped, err := n.Drop(ctx, "d", 0); err == nil || dropped {
 			t.Fatalf("a %s replica was dropped", role)
 		}
 		if held, _ := n.eng.Holds("d", 0); !held {
@@ -154,8 +154,8 @@ func TestDropOnlyOfflineCopies(t *testing.T) {
 	if got := shown(); len(got) != 1 || got[0] != 0 {
 		t.Fatalf("status before the drop lists %v", got)
 	}
-	if err := n.Drop(ctx, "d", 0); err != nil {
-		t.Fatal(err)
+	if dropped, err := n.Drop(ctx, "d", 0); err != nil || !dropped {
+		t.Fatalf("the drop of an offline copy: %v %v", dropped, err)
 	}
 	if held, err := n.eng.Holds("d", 0); err != nil || held {
 		t.Fatalf("after the drop the engine holds the copy: %v %v", held, err)
@@ -163,8 +163,8 @@ func TestDropOnlyOfflineCopies(t *testing.T) {
 	if got := shown(); len(got) != 0 {
 		t.Fatalf("status after the drop lists %v", got)
 	}
-	if err := n.Drop(ctx, "d", 0); err != nil || len(shown()) != 0 {
-		t.Fatalf("a second drop: %v, status %v", err, shown())
+	if dropped, err := n.Drop(ctx, "d", 0); err != nil || dropped || len(shown()) != 0 {
+		t.Fatalf("a second drop: %v %v, status %v", dropped, err, shown())
 	}
 
 	// A copy held without a role: what a restart leaves of a copy.

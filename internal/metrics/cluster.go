@@ -22,6 +22,9 @@ type Cluster struct {
 	LogTrimmed *prometheus.CounterVec
 	LogBytes   *prometheus.GaugeVec
 	Rebuilt    prometheus.Counter
+	// CopiesDropped counts copies deleted of partitions a node was no
+	// longer a replica of.
+	CopiesDropped prometheus.Counter
 	// IndexBuildRemaining is, per database and table, how many documents
 	// the indexes of the latest schema version still lack on the
 	// partitions this process masters (0 once built).
@@ -80,6 +83,10 @@ func (m *Metrics) Cluster() *Cluster {
 			Name: "cortado_replica_rebuilt_total",
 			Help: "Replicas rebuilt from a snapshot of their master because their position was behind its retained log.",
 		}),
+		CopiesDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cortado_partition_copies_dropped_total",
+			Help: "Copies of partitions a storage node was no longer a replica of (their replicas moved), deleted once every replica held all of them.",
+		}),
 		IndexBuildRemaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortado_index_build_remaining_documents",
 			Help: "Documents the indexes of a table's latest schema version still lack on the partitions this process masters (they are being rewritten in that version).",
@@ -97,7 +104,7 @@ func (m *Metrics) Cluster() *Cluster {
 			Help: "Replicas found to differ from their master at the same SCN, over all checks.",
 		}),
 	}
-	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.AckLag, c.RelayPulled, c.RelayServed, c.LogTrimmed, c.LogBytes, c.RelayLeft, c.Rebuilt, c.IndexBuildRemaining, c.checks, c.lastCheck, c.divergences)
+	m.Registry.MustRegister(c.Truncated, c.TruncationRefused, c.Lag, c.AckLag, c.RelayPulled, c.RelayServed, c.LogTrimmed, c.LogBytes, c.RelayLeft, c.Rebuilt, c.CopiesDropped, c.IndexBuildRemaining, c.checks, c.lastCheck, c.divergences)
 	return c
 }
 

@@ -622,25 +622,26 @@ func (n *Node) ShowCopy(db string, id int) error {
 // here: the controller found that the partition's replicas hold all of
 // it. The partition no longer shows in the node's status. Then it has the
 // engine reclaim the space; a failed compaction is no failed drop (the
-// deletion is durable, and later compactions reclaim the space).
-func (n *Node) Drop(ctx context.Context, db string, id int) error {
+// deletion is durable, and later compactions reclaim the space). It
+// reports whether there was a copy to delete.
+func (n *Node) Drop(ctx context.Context, db string, id int) (bool, error) {
 	if e, _ := n.roles.lookup(db, id); e == nil {
 		// Dropped already (a later table that still names this node),
 		// or never held.
 		if held, err := n.eng.Holds(db, id); err != nil || !held {
-			return err
+			return false, err
 		}
 	}
 	scn, err := n.drop(db, id)
 	if err != nil {
-		return err
+		return false, err
 	}
 	start := time.Now()
 	if err := n.eng.CompactDropped(ctx, db, id); err != nil && ctx.Err() == nil {
 		n.log.Warn("compact a dropped partition copy's range", "db", db, "partition", id, "err", err)
 	}
 	n.log.Info("partition copy dropped: its replicas hold all of it", "db", db, "partition", id, "scn", scn, "compacted in", time.Since(start).Round(time.Millisecond))
-	return nil
+	return true, nil
 }
 
 // drop deletes the copy under the role entry's lock, and the entry.

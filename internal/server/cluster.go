@@ -79,6 +79,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		Log: s.opts.Logger.With("node", id), MaxTransitions: s.opts.MaxTransitions, ProtocolVersion: s.opts.ProtocolVersion, Local: s.peers,
 		Truncated: func(n int) { s.cluster.Truncated.Add(float64(n)) },
 		Rebuilt:   func(int) { s.cluster.Rebuilt.Inc() },
+		Dropped:   s.cluster.CopiesDropped.Inc,
 		LeftRelay: func(reason string) { s.cluster.RelayLeft.WithLabelValues(reason).Inc() },
 		Alarm: func(err error) {
 			s.cluster.TruncationRefused.Inc()
