@@ -153,13 +153,6 @@ func (p *Partition) wipe() error {
 			return err
 		}
 	}
-	es, err := p.epochs(SCN{}, maxSCN)
-	if err != nil {
-		return err
-	}
-	if err := p.deleteLog(b, es, SCN{}, maxSCN); err != nil {
-		return err
-	}
 	for _, name := range []string{"hist", "autoinc", "logfrom"} {
 		lo := keys.Meta(p.DB, p.ID, name)
 		if err := b.DeleteRange(lo, keys.PrefixEnd(lo), nil); err != nil {
@@ -174,8 +167,22 @@ func (p *Partition) wipe() error {
 	if err := b.Set(keys.Meta(p.DB, p.ID, "rebuilding"), nil, nil); err != nil {
 		return err
 	}
+	return p.emptyLocked(b, "empty for a rebuild")
+}
+
+// emptyLocked adds the deletion of the partition's whole log to b (which
+// holds the caller's other deletions), commits it, and forgets what the
+// partition held; the caller holds mu.
+func (p *Partition) emptyLocked(b *pebble.Batch, what string) error {
+	es, err := p.epochs(SCN{}, maxSCN)
+	if err != nil {
+		return err
+	}
+	if err := p.deleteLog(b, es, SCN{}, maxSCN); err != nil {
+		return err
+	}
 	if err := p.e.commit(b); err != nil {
-		return fmt.Errorf("partition %s/%d: empty for a rebuild: %w", p.DB, p.ID, err)
+		return fmt.Errorf("partition %s/%d: %s: %w", p.DB, p.ID, what, err)
 	}
 	p.acked, p.stored, p.logStart, p.logBytes = SCN{}, SCN{}, SCN{}, 0
 	p.logAt = logCursor{}
@@ -330,20 +337,10 @@ func (p *Partition) drop() error {
 	if err := b.DeleteRange(base, keys.PrefixEnd(base), nil); err != nil {
 		return err
 	}
-	es, err := p.epochs(SCN{}, maxSCN)
-	if err != nil {
+	if err := p.emptyLocked(b, "drop"); err != nil {
 		return err
 	}
-	if err := p.deleteLog(b, es, SCN{}, maxSCN); err != nil {
-		return err
-	}
-	if err := p.e.commit(b); err != nil {
-		return fmt.Errorf("partition %s/%d: drop: %w", p.DB, p.ID, err)
-	}
-	p.acked, p.stored, p.logStart, p.logBytes, p.gen = SCN{}, SCN{}, SCN{}, 0, 0
-	p.logAt = logCursor{}
-	p.durableAt = nil
-	p.setSCN(SCN{})
-	clear(p.hist)
+	// The generation it saw too: a replica of it again is rebuilt.
+	p.gen, p.durableAt = 0, nil
 	return nil
 }
