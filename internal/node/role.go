@@ -632,12 +632,12 @@ func (n *Node) Drop(ctx context.Context, db string, id int) (bool, error) {
 			return false, err
 		}
 	}
-	scn, err := n.drop(db, id)
+	scn, compact, err := n.drop(db, id)
 	if err != nil {
 		return false, err
 	}
 	start := time.Now()
-	if err := n.eng.CompactDropped(ctx, db, id); err != nil && ctx.Err() == nil {
+	if err := compact(ctx); err != nil && ctx.Err() == nil {
 		n.log.Warn("compact a dropped partition copy's range", "db", db, "partition", id, "err", err)
 	}
 	n.log.Info("partition copy dropped: its replicas hold all of it", "db", db, "partition", id, "scn", scn, "compacted in", time.Since(start).Round(time.Millisecond))
@@ -645,12 +645,12 @@ func (n *Node) Drop(ctx context.Context, db string, id int) (bool, error) {
 }
 
 // drop deletes the copy under the role entry's lock, and the entry.
-func (n *Node) drop(db string, id int) (storage.SCN, error) {
+func (n *Node) drop(db string, id int) (scn storage.SCN, compact func(context.Context) error, err error) {
 	e := n.roles.entry(db, id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.role != Offline {
-		return storage.SCN{}, fmt.Errorf("partition %s/%d: not dropped: it is %s here", db, id, e.role)
+		return storage.SCN{}, nil, fmt.Errorf("partition %s/%d: not dropped: it is %s here", db, id, e.role)
 	}
 	e.ackMu.Lock()
 	alarm := e.alarm
@@ -659,20 +659,20 @@ func (n *Node) drop(db string, id int) (storage.SCN, error) {
 		// It refused to undo commits that were acknowledged: it may hold
 		// the only copy of a write the master lost. It stays for the
 		// operator.
-		return storage.SCN{}, fmt.Errorf("partition %s/%d: not dropped: it holds acknowledged commits its master's timeline lacks (%w)", db, id, alarm)
+		return storage.SCN{}, nil, fmt.Errorf("partition %s/%d: not dropped: it holds acknowledged commits its master's timeline lacks (%w)", db, id, alarm)
 	}
 	p, err := n.partition(db, id)
 	if err != nil {
-		return storage.SCN{}, err
+		return storage.SCN{}, nil, err
 	}
-	scn := p.SCN()
-	if err := n.eng.Drop(db, id); err != nil {
-		return storage.SCN{}, err
+	scn = p.SCN()
+	if compact, err = n.eng.Drop(db, id); err != nil {
+		return storage.SCN{}, nil, err
 	}
 	n.roles.mu.Lock()
 	if n.roles.m[partitionKey{db, id}] == e {
 		delete(n.roles.m, partitionKey{db, id})
 	}
 	n.roles.mu.Unlock()
-	return scn, nil
+	return scn, compact, nil
 }

@@ -46,10 +46,11 @@ func TestDropRemovesEverything(t *testing.T) {
 	}
 	wantTen := p10.SCN()
 
-	if err := e.Drop("db", 1); err != nil {
+	compact, err := e.Drop("db", 1)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.CompactDropped(t.Context(), "db", 1); err != nil {
+	if err := compact(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	check := func(when string, e *Engine, old *Partition) {

@@ -304,27 +304,38 @@ func (e *Engine) Holds(db string, id int) (bool, error) {
 // stays, empty, as a new replica's would be (the same one, so that the
 // row cache, whose entries are tied to its epoch, serves none of the old
 // rows). The caller makes sure nothing writes it meanwhile: it is no
-// replica on this node. CompactDropped then reclaims the space.
-func (e *Engine) Drop(db string, id int) error {
+// replica on this node.
+//
+// compact then compacts the ranges the partition's keys were in (its own,
+// and its log's in each epoch of the log space), so that the tables stop
+// referring to the blob files its documents and log entries are in,
+// which become garbage that Pebble rewrites away (Options: blob files 5
+// minutes old, once 20 % of all blob bytes are garbage). Without it the
+// deleted keys would stay in the tables, still referring to the blob
+// files, until compactions reached them: in a store that takes few
+// writes, for good. It flushes the memtable if that holds the deletion.
+func (e *Engine) Drop(db string, id int) (compact func(context.Context) error, err error) {
 	p, err := e.Partition(db, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return p.drop()
+	ranges, err := p.drop()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		for _, r := range ranges {
+			if err := e.guarded(func() error { return e.db.Compact(ctx, r[0], r[1], false) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
 }
 
-// CompactDropped compacts the range of a partition Drop deleted, so that
-// the tables stop holding its keys and the blob files its documents are
-// in become garbage Pebble rewrites (Options: 5 minutes old, 20 %
-// garbage). Without it a store that takes few writes keeps the space for
-// good. It flushes the memtable if it holds the deletion.
-func (e *Engine) CompactDropped(ctx context.Context, db string, id int) error {
-	base := keys.Partition(db, id)
-	return e.guarded(func() error { return e.db.Compact(ctx, base, keys.PrefixEnd(base), false) })
-}
-
-// drop empties the partition entirely (Engine.Drop).
-func (p *Partition) drop() error {
+// drop empties the partition entirely (Engine.Drop) and returns the key
+// ranges it deleted.
+func (p *Partition) drop() (ranges [][2][]byte, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// The row cache's entries of the partition are of the old epoch from
@@ -335,12 +346,21 @@ func (p *Partition) drop() error {
 	defer b.Close()
 	base := keys.Partition(p.DB, p.ID)
 	if err := b.DeleteRange(base, keys.PrefixEnd(base), nil); err != nil {
-		return err
+		return nil, err
+	}
+	ranges = append(ranges, [2][]byte{base, keys.PrefixEnd(base)})
+	es, err := p.epochs(SCN{}, maxSCN)
+	if err != nil {
+		return nil, err
+	}
+	for _, ep := range es {
+		lo := keys.LogPrefix(ep.epoch, p.DB, p.ID)
+		ranges = append(ranges, [2][]byte{lo, keys.PrefixEnd(lo)})
 	}
 	if err := p.emptyLocked(b, "drop"); err != nil {
-		return err
+		return nil, err
 	}
 	// The generation it saw too: a replica of it again is rebuilt.
 	p.gen, p.durableAt = 0, nil
-	return nil
+	return ranges, nil
 }
