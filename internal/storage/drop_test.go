@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -64,7 +65,7 @@ func TestDropRemovesEverything(t *testing.T) {
 		}
 		for ok := it.First(); ok; ok = it.Next() {
 			for ep := range e.logEpoch.Load() + 1 {
-				if lp := keys.LogPrefix(ep, "db", 1); len(it.Key()) >= len(lp) && string(it.Key()[:len(lp)]) == string(lp) {
+				if bytes.HasPrefix(it.Key(), keys.LogPrefix(ep, "db", 1)) {
 					t.Fatalf("%s: a log entry of the dropped partition is left: %x", when, it.Key())
 				}
 			}

@@ -167,28 +167,30 @@ func (p *Partition) wipe() error {
 	if err := b.Set(keys.Meta(p.DB, p.ID, "rebuilding"), nil, nil); err != nil {
 		return err
 	}
-	return p.emptyLocked(b, "empty for a rebuild")
+	_, err := p.emptyLocked(b, "empty for a rebuild")
+	return err
 }
 
 // emptyLocked adds the deletion of the partition's whole log to b (which
 // holds the caller's other deletions), commits it, and forgets what the
-// partition held; the caller holds mu.
-func (p *Partition) emptyLocked(b *pebble.Batch, what string) error {
+// partition held; the caller holds mu. It returns the epochs of the log
+// space the log was in.
+func (p *Partition) emptyLocked(b *pebble.Batch, what string) ([]logEpoch, error) {
 	es, err := p.epochs(SCN{}, maxSCN)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := p.deleteLog(b, es, SCN{}, maxSCN); err != nil {
-		return err
+		return nil, err
 	}
 	if err := p.e.commit(b); err != nil {
-		return fmt.Errorf("partition %s/%d: %s: %w", p.DB, p.ID, what, err)
+		return nil, fmt.Errorf("partition %s/%d: %s: %w", p.DB, p.ID, what, err)
 	}
 	p.acked, p.stored, p.logStart, p.logBytes = SCN{}, SCN{}, SCN{}, 0
 	p.logAt = logCursor{}
 	p.setSCN(SCN{})
 	clear(p.hist)
-	return nil
+	return es, nil
 }
 
 // Row adds one row (as Snapshot.Rows gives it).
@@ -348,19 +350,16 @@ func (p *Partition) drop() (ranges [][2][]byte, err error) {
 	if err := b.DeleteRange(base, keys.PrefixEnd(base), nil); err != nil {
 		return nil, err
 	}
-	ranges = append(ranges, [2][]byte{base, keys.PrefixEnd(base)})
-	es, err := p.epochs(SCN{}, maxSCN)
+	es, err := p.emptyLocked(b, "drop")
 	if err != nil {
-		return nil, err
-	}
-	for _, ep := range es {
-		lo := keys.LogPrefix(ep.epoch, p.DB, p.ID)
-		ranges = append(ranges, [2][]byte{lo, keys.PrefixEnd(lo)})
-	}
-	if err := p.emptyLocked(b, "drop"); err != nil {
 		return nil, err
 	}
 	// The generation it saw too: a replica of it again is rebuilt.
 	p.gen, p.durableAt = 0, nil
+	ranges = append(ranges, [2][]byte{base, keys.PrefixEnd(base)})
+	for _, ep := range es {
+		lo := keys.LogPrefix(ep.epoch, p.DB, p.ID)
+		ranges = append(ranges, [2][]byte{lo, keys.PrefixEnd(lo)})
+	}
 	return ranges, nil
 }
