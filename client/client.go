@@ -122,6 +122,13 @@ type ReadOptions struct {
 	// without a partition key) answer without those that are
 	// unavailable: Page.MissingPartitions names them.
 	PartialOK bool
+	// MaxStale lets the read be answered up to that long stale
+	// (Cache-Control: max-stale, in whole seconds rounded up; negative:
+	// any staleness): by a router's caches for a single document, and by
+	// slaves for partitions whose master cannot answer (a failover).
+	// Document.Age and Page.Age then say how far behind the answer may
+	// be. A single node (package client/embedded) has no slaves.
+	MaxStale time.Duration
 	Conditions
 }
 
@@ -137,6 +144,12 @@ type Document struct {
 	// NotFound marks a key MultiGetStream found no document for (only
 	// Key is set).
 	NotFound bool
+	// Age, on a document Get read with ReadOptions.MaxStale, is how far
+	// behind it may be (the Age header) when a cache or a slave answered
+	// (FromReplica "slave", or Cache "hit" or "redis").
+	Age         time.Duration
+	FromReplica string
+	Cache       string
 }
 
 // Decode unmarshals the JSON body into v.
@@ -153,6 +166,11 @@ type Page struct {
 	// MissingPartitions are the partitions a partial answer lacks
 	// (ReadOptions.PartialOK).
 	MissingPartitions []int
+	// Replica is "slave" when slaves answered for partitions whose
+	// master could not (ReadOptions.MaxStale), and Age then the most any
+	// of the page's documents may be behind.
+	Replica string
+	Age     time.Duration
 }
 
 // WriteResult reports a committed write.
@@ -654,6 +672,8 @@ type pageJSON struct {
 	Missing           []Key     `json:"missing"`
 	Next              string    `json:"next"`
 	MissingPartitions []int     `json:"missingPartitions"`
+	Replica           string    `json:"replica"`
+	Age               int64     `json:"age"`
 }
 
 func parsePage(b []byte, scn string) (*Page, error) {
@@ -666,7 +686,7 @@ func parsePage(b []byte, scn string) (*Page, error) {
 			return nil, fmt.Errorf("cortado: bad page: %w", err)
 		}
 	}
-	p := &Page{Next: pj.Next, SCN: scn, MissingPartitions: pj.MissingPartitions}
+	p := &Page{Next: pj.Next, SCN: scn, MissingPartitions: pj.MissingPartitions, Replica: pj.Replica, Age: seconds(pj.Age)}
 	for _, k := range pj.Missing {
 		p.Missing = append(p.Missing, k.normalize())
 	}
@@ -674,6 +694,12 @@ func parsePage(b []byte, scn string) (*Page, error) {
 		p.Documents = append(p.Documents, *d.document())
 	}
 	return p, nil
+}
+
+// seconds is an Age of n seconds: none below 0, and at most what a
+// Duration holds.
+func seconds(n int64) time.Duration {
+	return time.Duration(min(max(n, 0), math.MaxInt64/int64(time.Second))) * time.Second
 }
 
 // page parses a transport's page.

@@ -200,6 +200,12 @@ func readQuery(o *ReadOptions) (url.Values, http.Header) {
 	if o.PartialOK {
 		h.Set("Prefer", "partial-ok")
 	}
+	switch {
+	case o.MaxStale < 0:
+		h.Set("Cache-Control", "max-stale")
+	case o.MaxStale > 0:
+		h.Set("Cache-Control", "max-stale="+strconv.FormatInt(int64((o.MaxStale+time.Second-1)/time.Second), 10))
+	}
 	condHeaders(h, &o.Conditions)
 	return q, h
 }
@@ -263,6 +269,10 @@ func (t *httpTransport) Get(ctx context.Context, db, table string, key []string,
 	d := &Document{Key: keyOf(key), SCN: r.header.Get("X-Cortado-SCN"), ETag: r.header.Get("ETag"), Body: r.body}
 	d.LastModified, _ = http.ParseTime(r.header.Get("Last-Modified"))
 	d.SchemaVersion, _ = strconv.Atoi(r.header.Get("X-Cortado-Schema-Version"))
+	if age, err := strconv.ParseInt(r.header.Get("Age"), 10, 64); err == nil {
+		d.Age = seconds(age)
+	}
+	d.FromReplica, d.Cache = r.header.Get("X-Cortado-Replica"), r.header.Get("X-Cortado-Cache")
 	return d, err
 }
 

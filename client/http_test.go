@@ -89,3 +89,35 @@ func FuzzRetryAfter(f *testing.F) {
 		}
 	})
 }
+
+// TestMaxStale: ReadOptions.MaxStale goes as Cache-Control: max-stale, in
+// whole seconds rounded up (without a value when negative: any), and a
+// read's Age, X-Cortado-Replica and X-Cortado-Cache come back on its
+// Document.
+func TestMaxStale(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Cache-Control")
+		w.Header().Set("Age", "3")
+		w.Header().Set("X-Cortado-Replica", "slave")
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	c := New(srv.URL)
+	defer c.Close()
+	for _, tc := range []struct {
+		stale time.Duration
+		want  string
+	}{{0, ""}, {1500 * time.Millisecond, "max-stale=2"}, {5 * time.Second, "max-stale=5"}, {-1, "max-stale"}} {
+		d, err := c.Get(t.Context(), "d", "T", Key{"k"}, &ReadOptions{MaxStale: tc.stale})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := <-got; h != tc.want {
+			t.Fatalf("MaxStale %v: Cache-Control %q, want %q", tc.stale, h, tc.want)
+		}
+		if d.Age != 3*time.Second || d.FromReplica != "slave" || d.Cache != "" {
+			t.Fatalf("Age %v, FromReplica %q, Cache %q", d.Age, d.FromReplica, d.Cache)
+		}
+	}
+}

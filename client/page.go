@@ -38,6 +38,10 @@ func scanPage(b []byte, pj *pageJSON) bool {
 			return seen.first(2) && decodeNumbers(v, &pj.Missing)
 		case "missingPartitions":
 			return seen.first(3) && json.Unmarshal(v, &pj.MissingPartitions) == nil
+		case "replica":
+			return seen.first(4) && (isNull || anyString(v, &pj.Replica))
+		case "age":
+			return seen.first(5) && json.Unmarshal(v, &pj.Age) == nil
 		}
 		return otherName(name, pageNames)
 	})
@@ -57,7 +61,7 @@ func (m *members) first(i uint) bool {
 }
 
 var (
-	pageNames = []string{"documents", "next", "missing", "missingPartitions"}
+	pageNames = []string{"documents", "next", "missing", "missingPartitions", "replica", "age"}
 	docNames  = []string{"key", "etag", "scn", "lastModified", "document"}
 )
 

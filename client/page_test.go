@@ -13,6 +13,8 @@ var pageBodies = []string{
 	`{"documents":[{"key":["alice",1],"etag":"\"903fa68d\"","scn":"1:1","lastModified":"2026-11-29T18:15:29.080312524Z","document":{"subject":"hello world 1"}},{"key":["alice",2],"etag":"\"0c3bf395+v2\"","scn":"1:2","lastModified":"2026-11-29T18:15:29.089545006Z","document":{"subject":"hello","n":[1,2.5e-3,-0,true,null,{"b":"\u00e9\n\"q\""}]}}],"next":"AWJuvrkAAY"}`,
 	`{"documents":[{"key":["été","a\u0000b",-7],"etag":"\"1\"","scn":"2:9","lastModified":"2026-01-02T03:04:05Z","document":null}],"missing":[["x",3],[9223372036854775807]],"missingPartitions":[3,7]}`,
 	`{"documents":[]}`, `{"documents":null}`, `{}`, ` { "documents" : [ { "key" : [ 1 ] , "document" : { } } ] } `,
+	`{"documents":[],"missing":[],"replica":"slave","age":3}`, `{"replica":null,"age":-4}`, `{"age":99999999999999999}`, `{"age":1.5}`,
+	`{"replica":"a","replica":"b"}`, `{"Replica":"slave","AGE":2}`,
 	`{"documents":[]} trailing`, `{"documents":[]}x`, `{"Documents":[]}`, `{"documents":[{"KEY":[1]}]}`, `{"documents":[{"Document":{}}]}`,
 	`{"documents":[{"key":[1]}],"documents":[{"etag":"\"x\""}]}`, `{"documents":[{"key":[1],"key":["a"]}]}`,
 	`{"documents":[{"etag":"a","etag":"b"}]}`, `{"next":"a","next":null}`, `{"missing":[],"missing":null}`,
@@ -38,7 +40,7 @@ func decodePage(b []byte) (*Page, error) {
 	if err := dec.Decode(&pj); err != nil {
 		return nil, err
 	}
-	p := &Page{Next: pj.Next, MissingPartitions: pj.MissingPartitions}
+	p := &Page{Next: pj.Next, MissingPartitions: pj.MissingPartitions, Replica: pj.Replica, Age: seconds(pj.Age)}
 	for _, k := range pj.Missing {
 		p.Missing = append(p.Missing, k.normalize())
 	}

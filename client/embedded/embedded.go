@@ -132,6 +132,12 @@ func format(o *client.ReadOptions, avro bool) router.Format {
 	f := router.Format{Avro: avro}
 	if o != nil {
 		f.Fields, f.Version, f.PartialOK = o.Fields, o.Version, o.PartialOK
+		switch {
+		case o.MaxStale < 0:
+			f.MaxStale = 365 * 24 * time.Hour // as Cache-Control: max-stale without a value
+		case o.MaxStale > 0:
+			f.MaxStale = (o.MaxStale + time.Second - 1) / time.Second * time.Second
+		}
 	}
 	return f
 }
@@ -228,8 +234,21 @@ func (e *embedded) Get(ctx context.Context, db, table string, key []string, o *c
 	if d == nil {
 		return nil, problemErr(err)
 	}
-	return &client.Document{Key: keyFromParts(d.Key), SCN: d.SCN.String(), ETag: d.ETag, LastModified: d.Modified.Truncate(1e9),
-		SchemaVersion: d.BodyVersion, Body: d.Body}, problemErr(err)
+	doc := &client.Document{Key: keyFromParts(d.Key), SCN: d.SCN.String(), ETag: d.ETag, LastModified: d.Modified.Truncate(1e9),
+		SchemaVersion: d.BodyVersion, Body: d.Body}
+	if d.FromSlave || d.FromCache || d.FromTier {
+		// As the Age header says it: whole seconds, rounded up.
+		doc.Age = (d.Stale + time.Second - 1) / time.Second * time.Second
+	}
+	switch {
+	case d.FromSlave:
+		doc.FromReplica = "slave"
+	case d.FromCache:
+		doc.Cache = "hit"
+	case d.FromTier:
+		doc.Cache = "redis"
+	}
+	return doc, problemErr(err)
 }
 
 func (e *embedded) Collection(ctx context.Context, db, table string, prefix []string, limit int, next string, o *client.ReadOptions) ([]byte, string, error) {

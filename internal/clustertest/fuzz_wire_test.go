@@ -73,6 +73,15 @@ func FuzzInternalAPI(f *testing.F) {
 		b, _ := proto.Marshal(m)
 		f.Add(uint8(i), b)
 	}
+	// Staleness bounds on reads of many documents (MultiGet is method 2,
+	// Scan 3): a node that masters all answers them as a master.
+	for m, r := range map[uint8]proto.Message{
+		2: &wire.MultiGetRequest{Db: "d", Table: "T", Keys: [][]byte{keys.Encode([]keys.Part{keys.S("a")})}, MaxStaleNanos: -1 << 62},
+		3: &wire.ScanRequest{Db: "d", Table: "T", Query: "x", MaxStaleNanos: 1 << 62},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(m, b)
+	}
 	// Byte bounds on log answers (Log is method 5, StreamLog 9).
 	for _, m := range []uint8{5, 9} {
 		for _, r := range []*wire.LogRequest{{Db: "d", Max: 5, MaxBytes: -1 << 62}, {Db: "d", MaxBytes: 1}} {

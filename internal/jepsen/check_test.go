@@ -199,3 +199,32 @@ func TestFloorBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestBankFloorBefore: a bank's SCN floor rises with acknowledged
+// transfers and fresh reads of its accounts, from when each ended (or
+// the last rise's moment, if later), and never with a transfer of
+// unknown outcome, a stale read, or another bank's.
+func TestBankFloorBefore(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	h := newHistory()
+	h.add(Op{Kind: "transfer", Key: "bank0/r-1-1", SCN: "1:5", Outcome: Ok, End: at(1)})
+	h.add(Op{Kind: "bank-read", Key: "bank0", SCN: "1:9", Outcome: Ok, End: at(3)})
+	h.add(Op{Kind: "transfer", Key: "bank0/r-1-2", SCN: "1:7", Outcome: Ok, End: at(2)})   // lower: nothing
+	h.add(Op{Kind: "transfer", Key: "bank0/r-1-3", SCN: "2:1", Outcome: Ok, End: at(2.5)}) // late: from 3 s on
+	h.add(Op{Kind: "transfer", Key: "bank0/r-1-4", SCN: "2:8", Outcome: Maybe, End: at(4)})
+	h.add(Op{Kind: "stale-bank-read", Key: "bank0", SCN: "2:6", Outcome: Ok, End: at(4)})
+	h.add(Op{Kind: "transfer", Key: "bank1/r-1-5", SCN: "3:1", Outcome: Ok, End: at(1)})
+	for _, c := range []struct {
+		bank string
+		s    float64
+		want string
+	}{
+		{"bank0", 0.5, "0:0"}, {"bank0", 1, "1:5"}, {"bank0", 2.9, "1:5"}, {"bank0", 3, "2:1"}, {"bank0", 10, "2:1"},
+		{"bank1", 1, "3:1"}, {"bank2", 5, "0:0"},
+	} {
+		if got := h.bankFloorBefore(c.bank, at(c.s)).String(); got != c.want {
+			t.Errorf("floor of %s at %.1f s: %s, want %s", c.bank, c.s, got, c.want)
+		}
+	}
+}

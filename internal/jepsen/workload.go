@@ -15,6 +15,7 @@ import (
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // The workload, through both routers at once (each client alternates):
@@ -97,6 +98,17 @@ type History struct {
 	// floors: per counter key, when each rise of its floor was known
 	// (staleReader checks a stale read against the floor of a moment).
 	floors map[string][]floorAt
+	// bankFloors: per bank, when each rise of the SCN a read of its
+	// accounts must be at or past was known: an acknowledged transfer's,
+	// or a read's (bankReader checks a stale read against the floor of a
+	// moment, as staleReader does).
+	bankFloors map[string][]scnAt
+}
+
+// scnAt is a bank's SCN floor from a moment on.
+type scnAt struct {
+	at  time.Time
+	scn storage.SCN
 }
 
 // floorAt is a counter's floor from a moment on.
@@ -113,7 +125,8 @@ type Anomaly struct {
 }
 
 func newHistory() *History {
-	return &History{floor: map[string]int64{}, incs: map[string]int64{}, ackedAt: map[string]time.Time{}, floors: map[string][]floorAt{}}
+	return &History{floor: map[string]int64{}, incs: map[string]int64{}, ackedAt: map[string]time.Time{}, floors: map[string][]floorAt{},
+		bankFloors: map[string][]scnAt{}}
 }
 
 func (h *History) add(op Op) {
@@ -136,7 +149,35 @@ func (h *History) add(op Op) {
 	case "inc":
 		h.incs[op.Key]++
 		h.floorRose(op.Key, op.End)
+	case "transfer", "bank-read":
+		bank, _, _ := strings.Cut(op.Key, "/")
+		scn, err := storage.ParseSCN(strings.Fields(op.SCN + " ")[0])
+		if err != nil {
+			return
+		}
+		fs := h.bankFloors[bank]
+		at := op.End
+		if n := len(fs); n > 0 {
+			if !fs[n-1].scn.Less(scn) {
+				return
+			}
+			at = later(at, fs[n-1].at)
+		}
+		h.bankFloors[bank] = append(fs, scnAt{at, scn})
 	}
+}
+
+// bankFloorBefore is the SCN a read of bank's accounts that accepts
+// staleness back to t is at or past.
+func (h *History) bankFloorBefore(bank string, t time.Time) storage.SCN {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fs := h.bankFloors[bank]
+	i := sort.Search(len(fs), func(i int) bool { return fs[i].at.After(t) })
+	if i == 0 {
+		return storage.SCN{}
+	}
+	return fs[i-1].scn
 }
 
 // floorRose records key's floor as known from at on (or from the last
@@ -380,8 +421,9 @@ type Workload struct {
 	seed  uint64
 	probe []string  // a key per partition
 	begin time.Time // when the clients started: registers' periods count from it
-	// staleBy counts staleReader's answers by who gave them (answerer).
-	staleBy [byTier + 1]atomic.Int64
+	// staleBy counts staleReader's answers by who gave them (answerer);
+	// staleBanks, bankReader's reads with max-stale.
+	staleBy, staleBanks [byTier + 1]atomic.Int64
 	// notModified counts its revalidations answered 304.
 	notModified atomic.Int64
 }
@@ -389,8 +431,9 @@ type Workload struct {
 // StaleReads says how many of the stale readers' reads each kind of
 // replica answered.
 func (w *Workload) StaleReads() string {
-	return fmt.Sprintf("%d from a router's cache, %d from the Redis cache tier, %d from a slave, %d from the master (%d revalidations answered 304)",
-		w.staleBy[byCache].Load(), w.staleBy[byTier].Load(), w.staleBy[bySlave].Load(), w.staleBy[byMaster].Load(), w.notModified.Load())
+	return fmt.Sprintf("%d from a router's cache, %d from the Redis cache tier, %d from a slave, %d from the master (%d revalidations answered 304); bank reads with max-stale=1: %d from a slave, %d from the master",
+		w.staleBy[byCache].Load(), w.staleBy[byTier].Load(), w.staleBy[bySlave].Load(), w.staleBy[byMaster].Load(), w.notModified.Load(),
+		w.staleBanks[bySlave].Load(), w.staleBanks[byMaster].Load())
 }
 
 // registerPeriod is how long the register clients use the same three
@@ -672,17 +715,36 @@ func (w *Workload) transferrer(id int, rng *rand.Rand, hc *httpClient) {
 }
 
 // bankReader reads a bank's accounts, as one collection, and checks that
-// they add up.
+// they add up. Every other read accepts staleness (max-stale=1), which a
+// slave answers when the bank's master cannot (a failover): it must add
+// up too, and be at or past the SCN of every transfer acknowledged, and
+// every fresh read made, staleBound (and a slack) before it began.
 func (w *Workload) bankReader(id int, rng *rand.Rand, hc *httpClient) {
 	for !w.stopped() {
 		bank := fmt.Sprintf("bank%d", rng.IntN(banks))
 		start := time.Now()
-		r := hc.send("GET", "/d/B/"+bank, "", "")
+		stale := rng.IntN(2) == 0
+		var h http.Header
+		var floor storage.SCN
+		if stale {
+			h = http.Header{"Cache-Control": {"max-stale=1"}}
+			floor = w.h.bankFloorBefore(bank, start.Add(-staleBound-staleSlack))
+		}
+		r := hc.sendWith("GET", "/d/B/"+bank, "", h)
 		if r.err == nil && r.status == 200 {
 			if n, sum, ok := balances(r.body); !ok {
-				w.h.anomaly("transaction torn", "%s read at %s (scn %s): %d accounts holding %d, want %d holding %d: %s", bank, start.Format(stamp), r.scn, n, sum, accounts, accounts*balance, r.body)
+				w.h.anomaly("transaction torn", "%s read at %s (scn %s, answered by %s): %d accounts holding %d, want %d holding %d: %s", bank, start.Format(stamp), r.scn, r.by, n, sum, accounts, accounts*balance, r.body)
 			}
-			w.h.add(Op{Kind: "bank-read", Key: bank, Outcome: Ok, Start: start, End: time.Now(), Client: id, SCN: r.scn})
+			if scn, err := storage.ParseSCN(r.scn); err != nil || scn.Less(floor) {
+				w.h.anomaly("stale read beyond its bound", "%s read with max-stale=1 at %s (answered by %s, Age %s) at SCN %q, but %s was acknowledged or read %v before the read began",
+					bank, start.Format(stamp), r.by, r.age, r.scn, floor, staleBound+staleSlack)
+			}
+			kind := "bank-read"
+			if stale {
+				kind = "stale-bank-read"
+				w.staleBanks[r.by].Add(1)
+			}
+			w.h.add(Op{Kind: kind, Key: bank, Outcome: Ok, Start: start, End: time.Now(), Client: id, SCN: r.scn})
 		}
 		w.pause(time.Duration(1+rng.IntN(10)) * time.Millisecond)
 	}
@@ -694,16 +756,18 @@ func (h *History) transfers() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var n [3]int
-	reads := 0
+	reads, stale := 0, 0
 	for _, op := range h.ops {
 		switch op.Kind {
 		case "transfer":
 			n[op.Outcome]++
 		case "bank-read":
 			reads++
+		case "stale-bank-read":
+			stale++
 		}
 	}
-	return fmt.Sprintf("transfers: %d acknowledged, %d unknown outcome, %d refused; %d bank reads added up", n[Ok], n[Maybe], n[Fail], reads)
+	return fmt.Sprintf("transfers: %d acknowledged, %d unknown outcome, %d refused; %d bank reads added up (%d of them with max-stale=1)", n[Ok], n[Maybe], n[Fail], reads+stale, stale)
 }
 
 // balances counts the accounts of a collection page and adds up their

@@ -117,6 +117,10 @@ type MultiGetRequest struct {
 	// more, so it holds the documents of a prefix of Keys, and the
 	// caller asks again for the rest (Answered).
 	MaxBytes int
+	// MaxStale, when positive, lets a slave answer if it heard from its
+	// master within that long, as a GetRequest's; each document then
+	// carries its Stale.
+	MaxStale time.Duration
 }
 
 // MaxReadBytes bounds one multi-get's or scan's answer, whatever the
@@ -186,6 +190,8 @@ type ScanRequest struct {
 	// after the document whose body brings the answer to MaxBytes or
 	// more, with Next set if there may be more.
 	MaxBytes int
+	// MaxStale: as a MultiGetRequest's.
+	MaxStale time.Duration
 }
 
 // MaxScanLimit bounds the documents of one scan or query answer (and the

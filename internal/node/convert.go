@@ -117,12 +117,12 @@ func multiGetTo(r MultiGetRequest) *wire.MultiGetRequest {
 	for i, k := range r.Keys {
 		ks[i] = keys.Encode(k)
 	}
-	return &wire.MultiGetRequest{Db: r.DB, Table: r.Table, Partition: int32(r.Partition), Keys: ks, Read: readTo(r.Read), MaxBytes: int64(r.MaxBytes)}
+	return &wire.MultiGetRequest{Db: r.DB, Table: r.Table, Partition: int32(r.Partition), Keys: ks, Read: readTo(r.Read), MaxBytes: int64(r.MaxBytes), MaxStaleNanos: int64(r.MaxStale)}
 }
 
 func multiGetFrom(w *wire.MultiGetRequest) (MultiGetRequest, error) {
 	r := MultiGetRequest{DB: w.Db, Table: w.Table, Partition: int(w.Partition), Read: readFrom(w.Read), Keys: make([][]keys.Part, len(w.Keys)),
-		MaxBytes: bytesFrom(w.MaxBytes, MaxReadBytes)}
+		MaxBytes: bytesFrom(w.MaxBytes, MaxReadBytes), MaxStale: time.Duration(w.MaxStaleNanos)}
 	for i, b := range w.Keys {
 		var err error
 		if r.Keys[i], err = keyFrom(b); err != nil {
@@ -134,13 +134,13 @@ func multiGetFrom(w *wire.MultiGetRequest) (MultiGetRequest, error) {
 
 func scanTo(r ScanRequest) *wire.ScanRequest {
 	return &wire.ScanRequest{Db: r.DB, Table: r.Table, Partition: int32(r.Partition), Prefix: keys.Encode(r.Prefix),
-		After: r.After, Limit: int32(r.Limit), Read: readTo(r.Read), Query: r.Query, Sort: r.Sort, MaxBytes: int64(r.MaxBytes)}
+		After: r.After, Limit: int32(r.Limit), Read: readTo(r.Read), Query: r.Query, Sort: r.Sort, MaxBytes: int64(r.MaxBytes), MaxStaleNanos: int64(r.MaxStale)}
 }
 
 func scanFrom(w *wire.ScanRequest) (ScanRequest, error) {
 	k, err := keyFrom(w.Prefix)
 	return ScanRequest{DB: w.Db, Table: w.Table, Partition: int(w.Partition), Prefix: k, After: w.After,
-		Limit: int(w.Limit), Read: readFrom(w.Read), Query: w.Query, Sort: w.Sort, MaxBytes: bytesFrom(w.MaxBytes, MaxReadBytes)}, err
+		Limit: int(w.Limit), Read: readFrom(w.Read), Query: w.Query, Sort: w.Sort, MaxBytes: bytesFrom(w.MaxBytes, MaxReadBytes), MaxStale: time.Duration(w.MaxStaleNanos)}, err
 }
 
 func writeTo(r WriteRequest) (*wire.WriteRequest, error) {

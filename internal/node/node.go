@@ -200,7 +200,7 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 	if err != nil {
 		return nil, err
 	}
-	_, lease, err := n.readable(req.DB, req.Partition, 0)
+	stale, lease, err := n.readable(req.DB, req.Partition, req.MaxStale)
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +227,7 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 		if err != nil {
 			return nil, err
 		}
+		it.Stale = stale
 		items = append(items, it)
 		size += len(it.Body)
 	}
@@ -298,7 +299,7 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, lease, err := n.readable(req.DB, req.Partition, 0)
+	stale, lease, err := n.readable(req.DB, req.Partition, req.MaxStale)
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +307,9 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 		res, err := n.query(ctx, t, p, req)
 		if err != nil {
 			return nil, err
+		}
+		for _, it := range res.Items {
+			it.Stale = stale
 		}
 		// Everything the query saw is at or before res.SCN.
 		if err := n.awaitReplicated(ctx, p, res.SCN); err != nil {
@@ -332,6 +336,7 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 		if it, renderErr = n.render(t, k, &d, req.Read); renderErr != nil {
 			return false
 		}
+		it.Stale = stale
 		res.Items = append(res.Items, it)
 		size += it.ScanBytes()
 		last = enc

@@ -825,7 +825,7 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 	h["Etag"], h["Last-Modified"], h[keySCN] = v[0:1:1], v[1:2:2], v[2:3:3]
 	if d.FromSlave || d.FromCache || d.FromTier {
 		// RFC 9111 Age: how long the answer may have been stale.
-		h.Set("Age", strconv.Itoa(int((d.Stale+time.Second-1)/time.Second)))
+		h.Set("Age", strconv.Itoa(ageSeconds(d.Stale)))
 	}
 	if d.FromSlave {
 		h.Set(HeaderReplica, "slave")
@@ -837,6 +837,10 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 		h.Set(HeaderCache, "redis")
 	}
 }
+
+// ageSeconds is an Age header's value for an answer that may be stale
+// by up to d: whole seconds, rounded up.
+func ageSeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
 
 // httpDate formats t as HTTP's dates are (http.TimeFormat), without
 // time.Format's parsing of the layout on every document read.
@@ -896,6 +900,10 @@ func preferPartial(req *http.Request) bool {
 func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
 	defer p.Release()
 	w.Header()["Vary"] = varyAccept // a multi-get may be streamed instead
+	if p.FromSlave {
+		w.Header().Set("Age", strconv.Itoa(ageSeconds(p.Stale)))
+		w.Header().Set(HeaderReplica, "slave")
+	}
 	if p.SCN != (storage.SCN{}) {
 		w.Header().Set(HeaderSCN, p.SCN.String())
 	}

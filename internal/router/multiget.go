@@ -121,12 +121,18 @@ const streamChunkBytes = 1 << 20
 // with each answer and the keys it covers as it comes (concurrently for
 // partitions on other processes: remote): ks are m.groups[g][from:] as
 // far as the answer goes. It returns the partitions that did not answer
-// (Prefer: partial-ok).
-func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxBytes int, got func(g, from int, ks [][]keys.Part, items []*node.Item, remote bool) error) ([]int, error) {
-	missing, err := r.fanOut(ctx, m.db.Name, m.order, f.PartialOK, func(ctx context.Context, g int, n node.Service) error {
+// (Prefer: partial-ok), and whether slaves answered for some
+// (Format.MaxStale: a slave takes up a partition's keys where its master
+// stopped answering).
+func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxBytes int, got func(g, from int, ks [][]keys.Part, items []*node.Item, remote bool) error) (lacking []int, slaves bool, err error) {
+	// How far each partition's keys are answered: one call at a time
+	// asks a partition (its master, then maybe its slaves).
+	answered := make([]int, len(m.groups))
+	missing, bySlave, err := r.fanOut(ctx, m.db.Name, m.order, f.PartialOK, f.MaxStale, func(ctx context.Context, g int, n node.Service) error {
 		ks := m.groups[g]
-		for from := 0; from < len(ks); {
-			req := node.MultiGetRequest{DB: m.db.Name, Table: m.table.Name, Partition: m.order[g], Keys: ks[from:], Read: m.spec, MaxBytes: maxBytes}
+		for answered[g] < len(ks) {
+			from := answered[g]
+			req := node.MultiGetRequest{DB: m.db.Name, Table: m.table.Name, Partition: m.order[g], Keys: ks[from:], Read: m.spec, MaxBytes: maxBytes, MaxStale: f.MaxStale}
 			items, err := n.MultiGet(ctx, req)
 			if err != nil {
 				return err
@@ -135,19 +141,19 @@ func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxByt
 			if err := got(g, from, ks[from:from+done], items, !node.IsInProcess(n)); err != nil {
 				return err
 			}
-			from += done
+			answered[g] += done
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	parts := make([]int, len(missing))
 	for i, j := range missing {
 		parts[i] = m.order[j]
 	}
 	slices.Sort(parts)
-	return parts, nil
+	return parts, len(bySlave) > 0, nil
 }
 
 // MultiGet reads documents by full keys, fanning out to their partitions in
@@ -160,7 +166,7 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	}
 	found := make([]*node.Item, len(m.all)) // by place in m.all; each partition's calls fill their own
 	limit := r.opts.MaxResponseBytes
-	lacking, err := r.callMultiGet(ctx, m, f, limit, func(g, from int, ks [][]keys.Part, items []*node.Item, _ bool) error {
+	lacking, slaves, err := r.callMultiGet(ctx, m, f, limit, func(g, from int, ks [][]keys.Part, items []*node.Item, _ bool) error {
 		if from+len(ks) < len(m.groups[g]) {
 			// The partition's documents alone, before their conversion
 			// to JSON, reached the page's bound.
@@ -192,6 +198,9 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 		return nil, err
 	}
 	page.setMissingPartitions(lacking)
+	if slaves {
+		page.fromSlave(items)
+	}
 	if len(m.order) == 1 {
 		// One partition: its SCNs are comparable; report the newest.
 		for _, it := range items {
@@ -208,6 +217,11 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 type StreamEnd struct {
 	Documents, Missing int
 	MissingPartitions  []int
+	// FromSlave says slaves answered for partitions whose master could
+	// not (Format.MaxStale); Stale is then the most any document sent
+	// may be behind.
+	FromSlave bool
+	Stale     time.Duration
 }
 
 // AppendLine appends the stream's end line:
@@ -217,6 +231,9 @@ func (e *StreamEnd) AppendLine(b []byte) []byte {
 	b = fmt.Appendf(b, `{"end":true,"documents":%d,"missingKeys":%d`, e.Documents, e.Missing)
 	if len(e.MissingPartitions) > 0 {
 		b = append(appendInts(append(b, `,"missingPartitions":[`...), e.MissingPartitions), ']')
+	}
+	if e.FromSlave {
+		b = fmt.Appendf(b, `,"replica":"slave","age":%d`, ageSeconds(e.Stale))
 	}
 	return append(b, "}\n"...)
 }
@@ -241,7 +258,7 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 	}
 	var mu sync.Mutex
 	end := &StreamEnd{}
-	lacking, err := r.callMultiGet(ctx, m, f, streamChunkBytes, func(_, _ int, ks [][]keys.Part, items []*node.Item, remote bool) error {
+	lacking, slaves, err := r.callMultiGet(ctx, m, f, streamChunkBytes, func(_, _ int, ks [][]keys.Part, items []*node.Item, remote bool) error {
 		buf := pageBuffers.get(renderedSize(items) + 32*(len(ks)-len(items)))
 		b := (*buf)[:0]
 		defer func() { pageBuffers.put(buf, b) }() // emit has written or copied the lines
@@ -268,12 +285,16 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 		defer mu.Unlock()
 		end.Documents += docs
 		end.Missing += len(ks) - docs
+		for _, it := range items {
+			end.Stale = max(end.Stale, it.Stale)
+		}
 		return emit(b, remote)
 	})
 	if err != nil {
 		return nil, err
 	}
 	end.MissingPartitions = lacking
+	end.FromSlave = slaves
 	return end, nil
 }
 

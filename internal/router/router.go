@@ -192,8 +192,25 @@ type Page struct {
 	// MissingPartitions are the partitions a partial answer lacks
 	// (Format.PartialOK).
 	MissingPartitions []int
+	// FromSlave says slaves answered for partitions whose master could
+	// not (Format.MaxStale); Stale is then the most any document of the
+	// page may be behind.
+	FromSlave bool
+	Stale     time.Duration
 	// buf is the pooled buffer Body was rendered into (Release).
 	buf *[]byte
+}
+
+// fromSlave records that slaves answered for some of the page's
+// partitions, and the most any of its documents may be behind (each
+// slave's documents carry how long since it heard from its master), in
+// the page's JSON too ("replica":"slave","age":seconds).
+func (p *Page) fromSlave(items []*node.Item) {
+	p.FromSlave = true
+	for _, it := range items {
+		p.Stale = max(p.Stale, it.Stale)
+	}
+	p.Body = fmt.Appendf(p.Body[:len(p.Body)-1], `,"replica":"slave","age":%d}`, ageSeconds(p.Stale))
 }
 
 // setMissingPartitions records the partitions a partial page lacks, in
@@ -432,15 +449,32 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 		// end it at once, as if it were read to its end.
 		return nil, &keyError{fmt.Errorf("bad continuation token: it continues another collection")}
 	}
+	res, slave, err := r.scanOne(ctx, tg, req)
+	if err != nil {
+		return nil, err
+	}
+	page, err := r.scanPage(tg, res, nil, f, nil)
+	if err == nil && slave {
+		page.fromSlave(res.Items)
+	}
+	return page, err
+}
+
+// scanOne asks the partition tg names for one page, of its master or,
+// when the read accepts staleness and the master cannot answer, of a
+// slave (onSlaves; slave says one answered).
+func (r *Router) scanOne(ctx context.Context, tg *target, req node.ScanRequest) (res *node.ScanResult, slave bool, err error) {
 	n, err := r.nodeFor(tg)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		res, err = n.Scan(ctx, req)
 	}
-	res, err := n.Scan(ctx, req)
 	if err != nil {
-		return nil, err
+		slave, err = r.onSlaves(tg.db.Name, tg.part, req.MaxStale, err, func(s node.Service) (err error) {
+			res, err = s.Scan(ctx, req)
+			return err
+		})
 	}
-	return r.scanPage(tg, res, nil, f, nil)
+	return res, slave, err
 }
 
 // scanRequest is the node request of one page of a collection or query:
@@ -484,7 +518,7 @@ func (r *Router) scanRequest(tg *target, f Format, limit int, token string, bind
 	// before it was refused as too large (it still is when its JSON
 	// exceeds the bound), and a node holds no more for it.
 	return node.ScanRequest{DB: tg.db.Name, Table: tg.table.Name, Partition: tg.part, Prefix: tg.key, After: after, Limit: limit, Read: spec,
-		MaxBytes: max(r.opts.MaxResponseBytes/2, 1)}, nil
+		MaxBytes: max(r.opts.MaxResponseBytes/2, 1), MaxStale: f.MaxStale}, nil
 }
 
 // scanPage renders a page of scan results, with its token and, for a
@@ -530,19 +564,23 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	}
 	req.Query, req.Sort = query, sort
 	var res *node.ScanResult
-	var missing []int
+	var missing, bySlave []int
 	if len(tg.key) == 0 {
-		res, missing, err = r.queryAll(ctx, tg, req, order, f.PartialOK)
+		res, missing, bySlave, err = r.queryAll(ctx, tg, req, order, f.PartialOK)
 	} else {
-		var n node.Service
-		if n, err = r.nodeFor(tg); err == nil {
-			res, err = n.Scan(ctx, req)
+		var slave bool
+		if res, slave, err = r.scanOne(ctx, tg, req); slave {
+			bySlave = []int{tg.part}
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	return r.scanPage(tg, res, missing, f, bind)
+	page, err := r.scanPage(tg, res, missing, f, bind)
+	if err == nil && len(bySlave) > 0 {
+		page.fromSlave(res.Items)
+	}
+	return page, err
 }
 
 // queryBinding is what a query's page tokens begin with: four bytes of a
@@ -562,10 +600,13 @@ func queryBinding(tg *target, query, sort string) []byte {
 
 // fanOut calls fn for each partition of db in parts, in parallel, with
 // the partition's master; the first error cancels the others and is
-// returned once every call has ended. With partial, a partition that is
-// unavailable (an error answered as 503) is left out instead and its
-// index in parts returned in missing, unless every partition is.
-func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial bool, fn func(ctx context.Context, i int, n node.Service) error) (missing []int, err error) {
+// returned once every call has ended. With maxStale, a partition whose
+// master cannot answer (a failover) is asked of its slaves (onSlaves),
+// and its index in parts returned in bySlave when one answered. With
+// partial, a partition that is unavailable (an error answered as 503) is
+// left out instead and its index in parts returned in missing, unless
+// every partition is.
+func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial bool, maxStale time.Duration, fn func(ctx context.Context, i int, n node.Service) error) (missing, bySlave []int, err error) {
 	type call struct {
 		i    int
 		n    node.Service
@@ -593,6 +634,7 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	}
 	var failed atomic.Bool
 	errs := make([]error, len(parts))
+	slaves := make([]bool, len(parts))
 	run := func(c call) {
 		err := c.err
 		if err == nil && failed.Load() {
@@ -600,6 +642,9 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 		}
 		if err == nil {
 			err = fn(callCtx, c.i, c.n)
+		}
+		if err != nil && maxStale > 0 && !failed.Load() {
+			slaves[c.i], err = r.onSlaves(db, parts[c.i], maxStale, err, func(s node.Service) error { return fn(callCtx, c.i, s) })
 		}
 		if err != nil {
 			errs[c.i] = err
@@ -630,24 +675,58 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	for i, err := range errs {
 		switch {
 		case err == nil:
+			if slaves[i] {
+				bySlave = append(bySlave, i)
+			}
 		case partial && Problem(err).Status == http.StatusServiceUnavailable && !errors.Is(err, context.Canceled):
 			missing = append(missing, i)
 			if first == nil {
 				first = err
 			}
 		case !errors.Is(err, context.Canceled):
-			return nil, err // the first error that is not the cancellation it caused
+			return nil, nil, err // the first error that is not the cancellation it caused
 		}
 	}
 	for _, err := range errs {
 		if err != nil && errors.Is(err, context.Canceled) && !partial {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(missing) == len(parts) && len(parts) > 0 {
-		return nil, first
+		return nil, nil, first
 	}
-	return missing, nil
+	return missing, bySlave, nil
+}
+
+// onSlaves asks a partition's slaves, in order, for a read its master
+// could not answer (masterErr) when the read accepts staleness
+// (Cache-Control: max-stale): call makes the read of one node, with the
+// read's MaxStale in its requests, which a master in force ignores. A
+// slave that is not current enough, or not a slave, is passed over for
+// the next; any other error of a slave is the read's. Without an answer
+// it returns masterErr. It tries slaves only when the master is
+// unavailable or no longer master (a failover): an overloaded master's
+// read is not doubled on its slaves (single-document reads hedge within
+// a budget per host instead, hedgedGet).
+func (r *Router) onSlaves(db string, part int, maxStale time.Duration, masterErr error, call func(s node.Service) error) (bool, error) {
+	if maxStale <= 0 || !errors.Is(masterErr, node.ErrUnavailable) && !errors.Is(masterErr, node.ErrNotMaster) {
+		return false, masterErr
+	}
+	rb, ok := r.backend.(replicaBackend)
+	if !ok {
+		return false, masterErr
+	}
+	for _, s := range rb.Slaves(db, part) {
+		err := call(s)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, node.ErrTooStale), errors.Is(err, node.ErrNotMaster), errors.Is(err, node.ErrUnavailable):
+		default:
+			return true, err
+		}
+	}
+	return false, masterErr
 }
 
 // countFanOut counts a multi-partition read's quality of service: every
@@ -674,13 +753,13 @@ func (r *Router) FanOutStats() (full, partial, failed uint64) {
 // parallel and merges their pages: each partition answers its first
 // limit hits after the token, so the first limit of all of them, in the
 // query's order, are the page (at most partitions × limit items held).
-func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest, order index.Order, partial bool) (*node.ScanResult, []int, error) {
+func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest, order index.Order, partial bool) (_ *node.ScanResult, missing, bySlave []int, _ error) {
 	parts := make([]int, tg.db.Partitions)
 	for i := range parts {
 		parts[i] = i
 	}
 	results := make([]*node.ScanResult, len(parts))
-	missing, err := r.fanOut(ctx, tg.db.Name, parts, partial, func(ctx context.Context, i int, n node.Service) (err error) {
+	missing, bySlave, err := r.fanOut(ctx, tg.db.Name, parts, partial, req.MaxStale, func(ctx context.Context, i int, n node.Service) (err error) {
 		q := req
 		q.Partition = parts[i]
 		// The partitions share the page's bound (each answers at least
@@ -694,7 +773,7 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out := &node.ScanResult{}
 	more := false
@@ -735,7 +814,7 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 	if more && len(out.Items) > 0 {
 		out.Next = out.Items[len(out.Items)-1].Position
 	}
-	return out, missing, nil
+	return out, missing, bySlave, nil
 }
 
 // bufferPool holds response bodies between requests; a buffer grown

@@ -16,9 +16,13 @@ import "fmt"
 // refuse it as unknown, so a router sends it only to a node that speaks
 // 6); version 7 adds a snapshot that waits until its commits are
 // replicated, as a read does (a backup's: an older node streams at once,
-// and says it did not wait). A binary speaks [MinVersion, Version]; two
-// binaries use the highest version both speak, so adjacent releases
-// interoperate during a rolling upgrade.
+// and says it did not wait). MultiGetRequest's and ScanRequest's
+// max_stale_nanos came without a version: an older slave ignores them
+// and refuses the read as not master, which a router takes as a slave
+// that cannot answer, and an older master answers as it always did. A
+// binary speaks [MinVersion, Version]; two binaries use the highest
+// version both speak, so adjacent releases interoperate during a rolling
+// upgrade.
 const (
 	MinVersion uint32 = 1
 	Version    uint32 = 7

@@ -561,7 +561,12 @@ type MultiGetRequest struct {
 	// last document. 0 or more than the node's own bound: that bound. A
 	// node that does not know the field answers every key, which an asker
 	// takes the same way.
-	MaxBytes      int64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_stale_nanos, when positive, lets a slave answer if it heard from
+	// its master within that long (Cache-Control: max-stale), as a
+	// GetRequest's. A node that does not know the field answers only as
+	// master, which an asker takes as a slave that cannot answer.
+	MaxStaleNanos int64 `protobuf:"varint,7,opt,name=max_stale_nanos,json=maxStaleNanos,proto3" json:"max_stale_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -638,6 +643,13 @@ func (x *MultiGetRequest) GetMaxBytes() int64 {
 	return 0
 }
 
+func (x *MultiGetRequest) GetMaxStaleNanos() int64 {
+	if x != nil {
+		return x.MaxStaleNanos
+	}
+	return 0
+}
+
 type ScanRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Db        string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
@@ -655,7 +667,9 @@ type ScanRequest struct {
 	// with a small overhead), with next set. 0 or more than the node's own
 	// bound: that bound. A node that does not know the field stops at
 	// limit only.
-	MaxBytes      int64 `protobuf:"varint,10,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int64 `protobuf:"varint,10,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_stale_nanos: as a MultiGetRequest's.
+	MaxStaleNanos int64 `protobuf:"varint,11,opt,name=max_stale_nanos,json=maxStaleNanos,proto3" json:"max_stale_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,6 +770,13 @@ func (x *ScanRequest) GetSort() string {
 func (x *ScanRequest) GetMaxBytes() int64 {
 	if x != nil {
 		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetMaxStaleNanos() int64 {
+	if x != nil {
+		return x.MaxStaleNanos
 	}
 	return 0
 }
@@ -2448,14 +2469,15 @@ const file_wire_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x01(\fR\x03key\x12-\n" +
 	"\x04read\x18\x05 \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\x122\n" +
 	"\x04cond\x18\x06 \x01(\v2\x1e.cortado.wire.v1.PreconditionsR\x04cond\x12&\n" +
-	"\x0fmax_stale_nanos\x18\a \x01(\x03R\rmaxStaleNanos\"\xb5\x01\n" +
+	"\x0fmax_stale_nanos\x18\a \x01(\x03R\rmaxStaleNanos\"\xdd\x01\n" +
 	"\x0fMultiGetRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04keys\x18\x04 \x03(\fR\x04keys\x12-\n" +
 	"\x04read\x18\x05 \x01(\v2\x19.cortado.wire.v1.ReadSpecR\x04read\x12\x1b\n" +
-	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\"\x9a\x02\n" +
+	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\x12&\n" +
+	"\x0fmax_stale_nanos\x18\a \x01(\x03R\rmaxStaleNanos\"\xc2\x02\n" +
 	"\vScanRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1c\n" +
@@ -2467,7 +2489,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x05query\x18\b \x01(\tR\x05query\x12\x12\n" +
 	"\x04sort\x18\t \x01(\tR\x04sort\x12\x1b\n" +
 	"\tmax_bytes\x18\n" +
-	" \x01(\x03R\bmaxBytesB\b\n" +
+	" \x01(\x03R\bmaxBytes\x12&\n" +
+	"\x0fmax_stale_nanos\x18\v \x01(\x03R\rmaxStaleNanosB\b\n" +
 	"\x06_after\"\x83\x01\n" +
 	"\n" +
 	"ScanResult\x12+\n" +
