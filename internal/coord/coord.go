@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -150,14 +152,47 @@ func Connect(ctx context.Context, endpoints []string) (*clientv3.Client, error) 
 }
 
 // FreeLoopbackURL returns an http URL on a loopback port that was free a
-// moment ago, for tests and for embedded mode.
+// moment ago, for tests and for embedded mode. The port is below the
+// kernel's ephemeral range when it can be (ip_local_port_range): a port
+// of that range, once let go, may become the source port of any outgoing
+// connection meanwhile, and a process that listens on it later (etcd
+// restarted on the URLs it was given first, as a restarted serve does)
+// then fails with "address already in use" — it did, once in a CI run.
+// A port below the range is taken only by another listener.
 func FreeLoopbackURL() (string, error) {
+	if lo, ok := ephemeralStart(); ok && lo > minFixedPort+1 {
+		for range 32 {
+			port := minFixedPort + rand.IntN(lo-minFixedPort)
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+				l.Close()
+				return fmt.Sprintf("http://127.0.0.1:%d", port), nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	defer l.Close()
 	return "http://" + l.Addr().String(), nil
+}
+
+// minFixedPort is the lowest port FreeLoopbackURL picks below the
+// ephemeral range (above the ports services commonly take).
+const minFixedPort = 10000
+
+// ephemeralStart reads the first port of the kernel's ephemeral range.
+func ephemeralStart() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	lo, err := strconv.Atoi(f[0])
+	return lo, err == nil
 }
 
 // EndSession ends a session and revokes its lease at once, so that the
