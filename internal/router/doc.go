@@ -4,7 +4,8 @@
 // the storage node that serves it, merges fan-out results (or streams a
 // multi-get's as they come), and renders documents as JSON or Avro. Reads
 // that accept staleness may be answered from its hot-key cache
-// (internal/keycache), which its writes keep exact for its own clients.
+// (internal/keycache), which its writes keep exact for its own clients,
+// and, partition by partition, by slaves where a master cannot answer.
 //
 // It never touches storage directly: every partition is reached through a
 // node.Service, which later becomes a network call. Every error leaving the
