@@ -188,28 +188,35 @@ func (c *testCluster) addNode() string {
 	return id
 }
 
-// put retries until the router accepts the write (503 while a partition
-// has no master yet).
+// put writes {"v":v} at key k of table T (putPath).
 func (c *testCluster) put(k, v string) {
+	c.t.Helper()
+	c.putPath("T/"+k, `{"v":"`+v+`"}`)
+}
+
+// putPath writes body at /d/ + path through the router, retrying until
+// the router accepts it (503 while a partition has no master yet). It may
+// be called from other goroutines than the test's: a failure is an Error.
+func (c *testCluster) putPath(path, body string) {
 	c.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		req, _ := http.NewRequest("PUT", c.url+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+		req, _ := http.NewRequest("PUT", c.url+"/d/"+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode < 300 {
 				return
 			}
 			if resp.StatusCode != 503 {
-				c.t.Errorf("put %s: %d %s", k, resp.StatusCode, body)
+				c.t.Errorf("put %s: %d %s", path, resp.StatusCode, b)
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			c.t.Errorf("put %s: no master within 20s", k)
+			c.t.Errorf("put %s: no master within 20s", path)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -448,7 +455,13 @@ func (c *testCluster) get(k, cacheControl string) response {
 // getWith reads /d/T/ + path through the router with headers h.
 func (c *testCluster) getWith(path string, h http.Header) response {
 	c.t.Helper()
-	req, _ := http.NewRequest("GET", c.url+"/d/T/"+path, nil)
+	return c.read("T/"+path, h)
+}
+
+// read GETs /d/ + path through the router with headers h.
+func (c *testCluster) read(path string, h http.Header) response {
+	c.t.Helper()
+	req, _ := http.NewRequest("GET", c.url+"/d/"+path, nil)
 	for k, v := range h {
 		req.Header[k] = v
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -119,46 +118,6 @@ func TestStaleReadsOfManyDocuments(t *testing.T) {
 		// reads above may not all have met a partition without master.
 		t.Fatalf("the reads took %v: the failover may have ended before them", waited)
 	}
-}
-
-// putPath writes body at /d/ + path through the router, retrying while a
-// partition has no master.
-func (c *testCluster) putPath(path, body string) {
-	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		req, _ := http.NewRequest("PUT", c.url+"/d/"+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		switch {
-		case resp.StatusCode < 300:
-			return
-		case resp.StatusCode != 503 || time.Now().After(deadline):
-			c.t.Fatalf("put %s: %d %s", path, resp.StatusCode, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// read GETs /d/ + path through the router with headers h.
-func (c *testCluster) read(path string, h http.Header) response {
-	c.t.Helper()
-	req, _ := http.NewRequest("GET", c.url+"/d/"+path, nil)
-	for k, v := range h {
-		req.Header[k] = v
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return response{resp, string(b)}
 }
 
 // TestStaleMultiGetGoesOnAtASlave: a streamed multi-get whose partition
