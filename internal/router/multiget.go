@@ -128,7 +128,7 @@ func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxByt
 	// How far each partition's keys are answered: one call at a time
 	// asks a partition (its master, then maybe its slaves).
 	answered := make([]int, len(m.groups))
-	missing, bySlave, err := r.fanOut(ctx, m.db.Name, m.order, f.PartialOK, f.MaxStale, func(ctx context.Context, g int, n node.Service) error {
+	missing, slaves, err := r.fanOut(ctx, m.db.Name, m.order, f.PartialOK, f.MaxStale, func(ctx context.Context, g int, n node.Service) error {
 		ks := m.groups[g]
 		for answered[g] < len(ks) {
 			from := answered[g]
@@ -153,7 +153,7 @@ func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxByt
 		parts[i] = m.order[j]
 	}
 	slices.Sort(parts)
-	return parts, len(bySlave) > 0, nil
+	return parts, slaves, nil
 }
 
 // MultiGet reads documents by full keys, fanning out to their partitions in

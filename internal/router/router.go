@@ -564,20 +564,18 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	}
 	req.Query, req.Sort = query, sort
 	var res *node.ScanResult
-	var missing, bySlave []int
+	var missing []int
+	var slave bool
 	if len(tg.key) == 0 {
-		res, missing, bySlave, err = r.queryAll(ctx, tg, req, order, f.PartialOK)
+		res, missing, slave, err = r.queryAll(ctx, tg, req, order, f.PartialOK)
 	} else {
-		var slave bool
-		if res, slave, err = r.scanOne(ctx, tg, req); slave {
-			bySlave = []int{tg.part}
-		}
+		res, slave, err = r.scanOne(ctx, tg, req)
 	}
 	if err != nil {
 		return nil, err
 	}
 	page, err := r.scanPage(tg, res, missing, f, bind)
-	if err == nil && len(bySlave) > 0 {
+	if err == nil && slave {
 		page.fromSlave(res.Items)
 	}
 	return page, err
@@ -602,11 +600,11 @@ func queryBinding(tg *target, query, sort string) []byte {
 // the partition's master; the first error cancels the others and is
 // returned once every call has ended. With maxStale, a partition whose
 // master cannot answer (a failover) is asked of its slaves (onSlaves),
-// and its index in parts returned in bySlave when one answered. With
+// and fromSlave says whether one answered for any partition. With
 // partial, a partition that is unavailable (an error answered as 503) is
 // left out instead and its index in parts returned in missing, unless
 // every partition is.
-func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial bool, maxStale time.Duration, fn func(ctx context.Context, i int, n node.Service) error) (missing, bySlave []int, err error) {
+func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial bool, maxStale time.Duration, fn func(ctx context.Context, i int, n node.Service) error) (missing []int, fromSlave bool, err error) {
 	type call struct {
 		i    int
 		n    node.Service
@@ -675,27 +673,25 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	for i, err := range errs {
 		switch {
 		case err == nil:
-			if slaves[i] {
-				bySlave = append(bySlave, i)
-			}
+			fromSlave = fromSlave || slaves[i]
 		case partial && Problem(err).Status == http.StatusServiceUnavailable && !errors.Is(err, context.Canceled):
 			missing = append(missing, i)
 			if first == nil {
 				first = err
 			}
 		case !errors.Is(err, context.Canceled):
-			return nil, nil, err // the first error that is not the cancellation it caused
+			return nil, false, err // the first error that is not the cancellation it caused
 		}
 	}
 	for _, err := range errs {
 		if err != nil && errors.Is(err, context.Canceled) && !partial {
-			return nil, nil, err
+			return nil, false, err
 		}
 	}
 	if len(missing) == len(parts) && len(parts) > 0 {
-		return nil, nil, first
+		return nil, false, first
 	}
-	return missing, bySlave, nil
+	return missing, fromSlave, nil
 }
 
 // onSlaves asks a partition's slaves, in order, for a read its master
@@ -753,13 +749,13 @@ func (r *Router) FanOutStats() (full, partial, failed uint64) {
 // parallel and merges their pages: each partition answers its first
 // limit hits after the token, so the first limit of all of them, in the
 // query's order, are the page (at most partitions × limit items held).
-func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest, order index.Order, partial bool) (_ *node.ScanResult, missing, bySlave []int, _ error) {
+func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest, order index.Order, partial bool) (_ *node.ScanResult, missing []int, fromSlave bool, _ error) {
 	parts := make([]int, tg.db.Partitions)
 	for i := range parts {
 		parts[i] = i
 	}
 	results := make([]*node.ScanResult, len(parts))
-	missing, bySlave, err := r.fanOut(ctx, tg.db.Name, parts, partial, req.MaxStale, func(ctx context.Context, i int, n node.Service) (err error) {
+	missing, fromSlave, err := r.fanOut(ctx, tg.db.Name, parts, partial, req.MaxStale, func(ctx context.Context, i int, n node.Service) (err error) {
 		q := req
 		q.Partition = parts[i]
 		// The partitions share the page's bound (each answers at least
@@ -773,7 +769,7 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 		return err
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, false, err
 	}
 	out := &node.ScanResult{}
 	more := false
@@ -814,7 +810,7 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 	if more && len(out.Items) > 0 {
 		out.Next = out.Items[len(out.Items)-1].Position
 	}
-	return out, missing, bySlave, nil
+	return out, missing, fromSlave, nil
 }
 
 // bufferPool holds response bodies between requests; a buffer grown
