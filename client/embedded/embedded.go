@@ -132,11 +132,12 @@ func format(o *client.ReadOptions, avro bool) router.Format {
 	f := router.Format{Avro: avro}
 	if o != nil {
 		f.Fields, f.Version, f.PartialOK = o.Fields, o.Version, o.PartialOK
+		// As the HTTP transport sends it: whole seconds, rounded up.
 		switch {
 		case o.MaxStale < 0:
-			f.MaxStale = 365 * 24 * time.Hour // as Cache-Control: max-stale without a value
+			f.MaxStale = router.AnyStaleness
 		case o.MaxStale > 0:
-			f.MaxStale = (o.MaxStale + time.Second - 1) / time.Second * time.Second
+			f.MaxStale = time.Duration(router.AgeSeconds(o.MaxStale)) * time.Second
 		}
 	}
 	return f
@@ -237,8 +238,7 @@ func (e *embedded) Get(ctx context.Context, db, table string, key []string, o *c
 	doc := &client.Document{Key: keyFromParts(d.Key), SCN: d.SCN.String(), ETag: d.ETag, LastModified: d.Modified.Truncate(1e9),
 		SchemaVersion: d.BodyVersion, Body: d.Body}
 	if d.FromSlave || d.FromCache || d.FromTier {
-		// As the Age header says it: whole seconds, rounded up.
-		doc.Age = (d.Stale + time.Second - 1) / time.Second * time.Second
+		doc.Age = time.Duration(router.AgeSeconds(d.Stale)) * time.Second // as the Age header says it
 	}
 	switch {
 	case d.FromSlave:

@@ -825,7 +825,7 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 	h["Etag"], h["Last-Modified"], h[keySCN] = v[0:1:1], v[1:2:2], v[2:3:3]
 	if d.FromSlave || d.FromCache || d.FromTier {
 		// RFC 9111 Age: how long the answer may have been stale.
-		h.Set("Age", strconv.Itoa(ageSeconds(d.Stale)))
+		h.Set("Age", strconv.Itoa(AgeSeconds(d.Stale)))
 	}
 	if d.FromSlave {
 		h.Set(HeaderReplica, "slave")
@@ -838,9 +838,14 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 	}
 }
 
-// ageSeconds is an Age header's value for an answer that may be stale
-// by up to d: whole seconds, rounded up.
-func ageSeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+// AgeSeconds is an Age header's value for an answer that may be stale
+// by up to d: whole seconds, rounded up (the embedded client reports its
+// Age the same way).
+func AgeSeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+
+// AnyStaleness is the bound of Cache-Control: max-stale without a value
+// (any staleness is accepted).
+const AnyStaleness = 365 * 24 * time.Hour
 
 // httpDate formats t as HTTP's dates are (http.TimeFormat), without
 // time.Format's parsing of the layout on every document read.
@@ -869,7 +874,7 @@ func maxStale(req *http.Request) time.Duration {
 		for _, d := range strings.Split(v, ",") {
 			d = strings.TrimSpace(strings.ToLower(d))
 			if d == "max-stale" {
-				return 365 * 24 * time.Hour
+				return AnyStaleness
 			}
 			if s, ok := strings.CutPrefix(d, "max-stale="); ok {
 				if n, err := strconv.Atoi(strings.Trim(s, `"`)); err == nil && n > 0 {
@@ -901,7 +906,7 @@ func writePage(w http.ResponseWriter, req *http.Request, p *Page) {
 	defer p.Release()
 	w.Header()["Vary"] = varyAccept // a multi-get may be streamed instead
 	if p.FromSlave {
-		w.Header().Set("Age", strconv.Itoa(ageSeconds(p.Stale)))
+		w.Header().Set("Age", strconv.Itoa(AgeSeconds(p.Stale)))
 		w.Header().Set(HeaderReplica, "slave")
 	}
 	if p.SCN != (storage.SCN{}) {

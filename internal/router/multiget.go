@@ -233,7 +233,7 @@ func (e *StreamEnd) AppendLine(b []byte) []byte {
 		b = append(appendInts(append(b, `,"missingPartitions":[`...), e.MissingPartitions), ']')
 	}
 	if e.FromSlave {
-		b = fmt.Appendf(b, `,"replica":"slave","age":%d`, ageSeconds(e.Stale))
+		b = fmt.Appendf(b, `,"replica":"slave","age":%d`, AgeSeconds(e.Stale))
 	}
 	return append(b, "}\n"...)
 }

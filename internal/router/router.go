@@ -210,7 +210,7 @@ func (p *Page) fromSlave(items []*node.Item) {
 	for _, it := range items {
 		p.Stale = max(p.Stale, it.Stale)
 	}
-	p.Body = fmt.Appendf(p.Body[:len(p.Body)-1], `,"replica":"slave","age":%d}`, ageSeconds(p.Stale))
+	p.Body = fmt.Appendf(p.Body[:len(p.Body)-1], `,"replica":"slave","age":%d}`, AgeSeconds(p.Stale))
 }
 
 // setMissingPartitions records the partitions a partial page lacks, in
