@@ -1,6 +1,7 @@
 package jepsen
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -97,24 +98,44 @@ type History struct {
 	ackedAt   map[string]time.Time
 	// floors: per counter key, when each rise of its floor was known
 	// (staleReader checks a stale read against the floor of a moment).
-	floors map[string][]floorAt
+	floors map[string][]floorAt[int64]
 	// bankFloors: per bank, when each rise of the SCN a read of its
 	// accounts must be at or past was known: an acknowledged transfer's,
 	// or a read's (bankReader checks a stale read against the floor of a
 	// moment, as staleReader does).
-	bankFloors map[string][]scnAt
+	bankFloors map[string][]floorAt[storage.SCN]
 }
 
-// scnAt is a bank's SCN floor from a moment on.
-type scnAt struct {
-	at  time.Time
-	scn storage.SCN
-}
-
-// floorAt is a counter's floor from a moment on.
-type floorAt struct {
+// floorAt is a floor (a counter's value, a bank's SCN) from a moment on.
+type floorAt[T any] struct {
 	at time.Time
-	v  int64
+	v  T
+}
+
+// risen is fs with the floor risen to v, known from at on (or from the
+// last rise's moment, if later: operations are added as they complete,
+// not quite in the order of their ends; a later moment only makes the
+// floor of a moment lower); fs itself when v is not above the last
+// floor (less orders the values).
+func risen[T any](fs []floorAt[T], at time.Time, v T, less func(a, b T) bool) []floorAt[T] {
+	if n := len(fs); n > 0 {
+		if !less(fs[n-1].v, v) {
+			return fs
+		}
+		at = later(at, fs[n-1].at)
+	}
+	return append(fs, floorAt[T]{at, v})
+}
+
+// floorAtTime is the floor of fs as known at t: the zero value before
+// its first rise.
+func floorAtTime[T any](fs []floorAt[T], t time.Time) T {
+	i := sort.Search(len(fs), func(i int) bool { return fs[i].at.After(t) })
+	if i == 0 {
+		var zero T
+		return zero
+	}
+	return fs[i-1].v
 }
 
 // Anomaly is one violation found.
@@ -125,8 +146,8 @@ type Anomaly struct {
 }
 
 func newHistory() *History {
-	return &History{floor: map[string]int64{}, incs: map[string]int64{}, ackedAt: map[string]time.Time{}, floors: map[string][]floorAt{},
-		bankFloors: map[string][]scnAt{}}
+	return &History{floor: map[string]int64{}, incs: map[string]int64{}, ackedAt: map[string]time.Time{}, floors: map[string][]floorAt[int64]{},
+		bankFloors: map[string][]floorAt[storage.SCN]{}}
 }
 
 func (h *History) add(op Op) {
@@ -155,15 +176,7 @@ func (h *History) add(op Op) {
 		if err != nil {
 			return
 		}
-		fs := h.bankFloors[bank]
-		at := op.End
-		if n := len(fs); n > 0 {
-			if !fs[n-1].scn.Less(scn) {
-				return
-			}
-			at = later(at, fs[n-1].at)
-		}
-		h.bankFloors[bank] = append(fs, scnAt{at, scn})
+		h.bankFloors[bank] = risen(h.bankFloors[bank], op.End, scn, storage.SCN.Less)
 	}
 }
 
@@ -172,28 +185,12 @@ func (h *History) add(op Op) {
 func (h *History) bankFloorBefore(bank string, t time.Time) storage.SCN {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	fs := h.bankFloors[bank]
-	i := sort.Search(len(fs), func(i int) bool { return fs[i].at.After(t) })
-	if i == 0 {
-		return storage.SCN{}
-	}
-	return fs[i-1].scn
+	return floorAtTime(h.bankFloors[bank], t)
 }
 
-// floorRose records key's floor as known from at on (or from the last
-// rise's moment, if later: operations are added as they complete, not
-// quite in the order of their ends; a later moment only makes the
-// floor of a moment lower).
+// floorRose records key's floor as known from at on (risen).
 func (h *History) floorRose(key string, at time.Time) {
-	v := max(h.floor[key], h.incs[key])
-	fs := h.floors[key]
-	if n := len(fs); n > 0 {
-		if fs[n-1].v >= v {
-			return
-		}
-		at = later(at, fs[n-1].at)
-	}
-	h.floors[key] = append(fs, floorAt{at, v})
+	h.floors[key] = risen(h.floors[key], at, max(h.floor[key], h.incs[key]), cmp.Less[int64])
 }
 
 // floorBefore is key's floor as known at t: every value a read that
@@ -201,12 +198,7 @@ func (h *History) floorRose(key string, at time.Time) {
 func (h *History) floorBefore(key string, t time.Time) int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	fs := h.floors[key]
-	i := sort.Search(len(fs), func(i int) bool { return fs[i].at.After(t) })
-	if i == 0 {
-		return 0
-	}
-	return fs[i-1].v
+	return floorAtTime(h.floors[key], t)
 }
 
 func (h *History) anomaly(kind, format string, args ...any) {
