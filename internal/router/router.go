@@ -632,7 +632,10 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	}
 	var failed atomic.Bool
 	errs := make([]error, len(parts))
-	slaves := make([]bool, len(parts))
+	var slaves []bool // which partitions a slave answered: only reads that accept staleness ask slaves
+	if maxStale > 0 {
+		slaves = make([]bool, len(parts))
+	}
 	run := func(c call) {
 		err := c.err
 		if err == nil && failed.Load() {
@@ -673,7 +676,7 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 	for i, err := range errs {
 		switch {
 		case err == nil:
-			fromSlave = fromSlave || slaves[i]
+			fromSlave = fromSlave || slaves != nil && slaves[i]
 		case partial && Problem(err).Status == http.StatusServiceUnavailable && !errors.Is(err, context.Canceled):
 			missing = append(missing, i)
 			if first == nil {
