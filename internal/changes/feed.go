@@ -975,9 +975,17 @@ func (r *reader) snapshot() error {
 		}
 		return nil
 	}
-	err = src.Snapshot(r.ctx, node.SnapshotRequest{DB: r.s.db.Name, Partition: r.part}, func(c *node.SnapshotChunk) error {
+	// Replicated: a snapshot holds no commit a failover could undo. Its
+	// rows are state, all at the snapshot's SCN: a rollback to before
+	// it could only be undone by dropping all of them, acknowledged
+	// documents with the rest. (Changes after it may still be rolled
+	// back; each names its own commit.)
+	err = src.Snapshot(r.ctx, node.SnapshotRequest{DB: r.s.db.Name, Partition: r.part, Replicated: true}, func(c *node.SnapshotChunk) error {
 		if !started {
 			scn, started = c.SCN, true
+			if !c.Replicated && r.s.f.Logger != nil {
+				r.s.f.Logger.Warn("change stream: the partition's master is of an older release and did not wait for its replicas: a failover may roll back to before this snapshot", "db", r.s.db.Name, "partition", r.part, "scn", c.SCN)
+			}
 		}
 		for i := range c.Rows {
 			row := &c.Rows[i]

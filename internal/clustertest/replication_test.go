@@ -471,6 +471,29 @@ func TestSnapshotWaitsForReplicas(t *testing.T) {
 	if rows, first, err := snapshot(ra, false); err != nil || rows != 1 || first.Replicated {
 		t.Fatalf("a plain snapshot: %d rows, %v, %+v; want the unreplicated row, at once", rows, err, first)
 	}
+	// Snapshots waiting for replicas hold none of the node's slots: as
+	// many as it streams at once wait, and a rebuild's snapshot is
+	// streamed meanwhile.
+	var waiting sync.WaitGroup
+	var ended atomic.Int64
+	for range node.MaxSnapshots {
+		waiting.Go(func() {
+			defer ended.Add(1)
+			if _, _, err := snapshot(ra, true); !errors.Is(err, node.ErrNotReplicated) {
+				t.Errorf("a replicated snapshot holding an unreplicated commit: %v, want ErrNotReplicated", err)
+			}
+		})
+	}
+	for plain := 0; ended.Load() < node.MaxSnapshots || plain == 0; plain++ {
+		if rows, _, err := snapshot(ra, false); err != nil || rows != 1 {
+			t.Errorf("a plain snapshot while %d replicated ones wait for replicas: %d rows, %v; want the row", node.MaxSnapshots, rows, err)
+			break
+		}
+	}
+	waiting.Wait()
+	if t.Failed() {
+		return
+	}
 	var truncated int
 	stop := follow(t, b, ra, &truncated)
 	defer stop()

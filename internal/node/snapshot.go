@@ -20,8 +20,8 @@ type SnapshotRequest struct {
 	// snapshot holds is held by as many replicas as a write's
 	// acknowledgement needs, as a read on the master waits for what it
 	// returns: what it streams cannot un-happen in a failover. A backup
-	// asks for it. A replica's rebuild must not: the commits it lacks
-	// may be waiting for its own acknowledgement.
+	// and a change stream ask for it. A replica's rebuild must not: the
+	// commits it lacks may be waiting for its own acknowledgement.
 	Replicated bool
 }
 
@@ -68,19 +68,6 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 	if err != nil {
 		return err
 	}
-	// A snapshot pins Pebble's files while it streams: a node streams a
-	// few at once, each at least at minSnapshotRate, so none lasts
-	// without bound whatever the asker says.
-	select {
-	case n.snapshots <- struct{}{}:
-		defer func() { <-n.snapshots }()
-	default:
-		return fmt.Errorf("partition %s/%d: %d snapshots already streaming: %w", req.DB, req.Partition, cap(n.snapshots), ErrUnavailable)
-	}
-	rate := n.opts.SnapshotBytesPerSecond
-	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
-		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
-	}
 	// Only the master in force streams a snapshot: every asker (a
 	// replica being rebuilt, a relay, a change stream, a backup, the
 	// cache tier) takes it for the partition's state, and a slave — one
@@ -96,6 +83,29 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 			defer e.mu.RUnlock()
 		}
 		return fmt.Errorf("a snapshot: %w", notMaster(req.DB, req.Partition, e))
+	}
+	if req.Replicated {
+		// The replicas catch up with what the partition holds now
+		// before the snapshot takes a slot, so that while no replica
+		// acknowledges, askers waiting for them hold none of the slots
+		// a replica's rebuild needs. Only the commits made meanwhile
+		// are waited for with a slot held, below.
+		if err := n.awaitReplicated(ctx, p, p.SCN()); err != nil {
+			return fmt.Errorf("partition %s/%d: a snapshot: %w", req.DB, req.Partition, err)
+		}
+	}
+	// A snapshot pins Pebble's files while it streams: a node streams a
+	// few at once, each at least at minSnapshotRate, so none lasts
+	// without bound whatever the asker says.
+	select {
+	case n.snapshots <- struct{}{}:
+		defer func() { <-n.snapshots }()
+	default:
+		return fmt.Errorf("partition %s/%d: %d snapshots already streaming: %w", req.DB, req.Partition, cap(n.snapshots), ErrUnavailable)
+	}
+	rate := n.opts.SnapshotBytesPerSecond
+	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
+		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
 	}
 	// Taken before the snapshot, so the snapshot holds what it names.
 	acked := n.acknowledged(p)
