@@ -146,7 +146,9 @@ type Document struct {
 	NotFound bool
 	// Age, on a document Get read with ReadOptions.MaxStale, is how far
 	// behind it may be (the Age header) when a cache or a slave answered
-	// (FromReplica "slave", or Cache "hit" or "redis").
+	// (FromReplica "slave", or Cache "hit" or "redis"). A slave's
+	// ErrNotFound comes with a Document holding only these: the
+	// document may have been written within Age.
 	Age         time.Duration
 	FromReplica string
 	Cache       string

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -58,6 +59,13 @@ func TestStaleReadsOfManyDocuments(t *testing.T) {
 	if onVictim == 0 || onVictim == len(ks) {
 		t.Fatalf("the multi-get's keys should span the victim's partitions and others: %d of %d on %s", onVictim, len(ks), victim)
 	}
+	// A key of the victim's, with no document.
+	absent := ""
+	for i := 0; absent == ""; i++ {
+		if k := fmt.Sprintf("absent%d", i); before.Partitions[d.PartitionOf(keys.Part{Str: k})].Replicas[0] == victim {
+			absent = k
+		}
+	}
 	multi := "T/(" + strings.Join(ks, ",") + ")"
 	reads := []struct{ name, path string }{
 		{"collection", "M/g"},
@@ -89,8 +97,16 @@ func TestStaleReadsOfManyDocuments(t *testing.T) {
 			t.Fatalf("%s answered by a slave without saying so: %v %s", r.name, resp.Header, resp.body)
 		}
 	}
+	// A document a slave does not have: 404, saying how stale that may
+	// be (the document may have been written within Age).
+	if resp := c.read("T/"+absent, stale); resp.StatusCode != 404 || resp.Header.Get("X-Cortado-Replica") != "slave" || resp.Header.Get("Age") == "" {
+		t.Fatalf("a missing document with max-stale, its master killed: %d %v %s; want 404 from a slave, with Age", resp.StatusCode, resp.Header, resp.body)
+	}
 	// The Go client says so too.
 	cl := client.New(c.url)
+	if doc, err := cl.Get(c.ctx, "d", "T", client.Key{absent}, &client.ReadOptions{MaxStale: 30 * time.Second}); !errors.Is(err, client.ErrNotFound) || doc == nil || doc.FromReplica != "slave" {
+		t.Fatalf("the client's Get of a missing document with MaxStale: %v %+v; want ErrNotFound from a slave", err, doc)
+	}
 	page, err := cl.Collection(c.ctx, "d", "M", client.Key{"g"}, 0, "", &client.ReadOptions{MaxStale: 30 * time.Second})
 	if err != nil || len(page.Documents) != 5 || page.Replica != "slave" {
 		t.Fatalf("the client's collection with MaxStale: %v %+v", err, page)

@@ -185,6 +185,11 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 		return nil, err
 	}
 	if !ok {
+		if lease == staleRead {
+			// A slave's "not found" may be stale too: it says how much
+			// (an Age for the answer), as its documents do.
+			return &Item{Key: req.Key, SCN: before, Stale: stale}, ErrNotFound
+		}
 		return nil, ErrNotFound
 	}
 	it, err := n.render(t, req.Key, &d, req.Read)

@@ -53,7 +53,7 @@ var wireKinds = []struct {
 }
 
 // toStatus carries err across the wire; item is the headers of a
-// not-modified read.
+// not-modified read, or a slave's not-found one (its staleness).
 func toStatus(err error, item *Item) error {
 	w := &wire.Error{Kind: "internal", Message: err.Error()}
 	code := codes.Unknown
@@ -77,7 +77,7 @@ func toStatus(err error, item *Item) error {
 			}
 		}
 	}
-	if errors.Is(err, ErrNotModified) {
+	if item != nil && (errors.Is(err, ErrNotModified) || errors.Is(err, ErrNotFound)) {
 		w.Item = itemTo(item)
 	}
 	var nm *NotMasterError
@@ -262,8 +262,9 @@ func call[Req, Res any](r *Remote, ctx context.Context, f func(wire.NodeClient, 
 	return res, nil
 }
 
-// notModified returns the headers a not-modified read carries.
-func notModified(err error) *Item {
+// errItem returns the headers an error carries: a not-modified read's,
+// or a slave's not-found read's.
+func errItem(err error) *Item {
 	st, ok := status.FromError(err)
 	if !ok {
 		return nil
@@ -288,7 +289,7 @@ func (r *Remote) Get(ctx context.Context, req GetRequest) (*Item, error) {
 	}
 	w, err := r.c.Get(ctx, getTo(req))
 	if err != nil {
-		return notModified(err), end(r.fail(ctx, err))
+		return errItem(err), end(r.fail(ctx, err))
 	}
 	end(nil)
 	return itemFrom(w)

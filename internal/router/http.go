@@ -776,6 +776,9 @@ func (r *Router) serveGet(w http.ResponseWriter, req *http.Request, tg *target, 
 		return
 	}
 	if err != nil {
+		if doc != nil { // a slave's not found: how stale it may be
+			staleHeaders(w.Header(), doc)
+		}
 		r.fail(w, Problem(err))
 		return
 	}
@@ -823,6 +826,12 @@ func docHeaders(w http.ResponseWriter, d *Document) {
 	// One array holds the values (Header.Set allocates a slice each).
 	v := []string{d.ETag, httpDate(d.Modified), d.SCN.String()}
 	h["Etag"], h["Last-Modified"], h[keySCN] = v[0:1:1], v[1:2:2], v[2:3:3]
+	staleHeaders(h, d)
+}
+
+// staleHeaders says what answered a read other than the master, and how
+// stale the answer may be.
+func staleHeaders(h http.Header, d *Document) {
 	if d.FromSlave || d.FromCache || d.FromTier {
 		// RFC 9111 Age: how long the answer may have been stale.
 		h.Set("Age", strconv.Itoa(AgeSeconds(d.Stale)))

@@ -392,7 +392,7 @@ func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Precon
 		it, err = n.Get(ctx, req)
 	}
 	if err != nil {
-		if it != nil { // not modified: headers only
+		if it != nil { // not modified, or a slave's not found: headers only
 			d := &Document{Key: it.Key, SCN: it.SCN, ETag: schema.WithSuffix(it.ETag, suffix), Modified: it.Modified, Stale: it.Stale}
 			d.setSource(from)
 			return d, err
