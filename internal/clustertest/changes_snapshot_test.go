@@ -55,12 +55,7 @@ func (c countingSnapshots) Snapshot(ctx context.Context, req node.SnapshotReques
 // every acknowledged document and without the discarded one.
 func TestChangeStreamSnapshotHoldsOnlyReplicated(t *testing.T) {
 	ctx := context.Background()
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3})
-	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
-	b := newStorageNodeWith(t, reg, node.Options{})
-	a.SetRole("d", 0, node.Master, 1, 0)
-	b.SetRole("d", 0, node.Slave, 0, 0)
-	a.SetSlaves("d", 0, []string{"follower", "c"})
+	reg, a, b := semiSyncPair(t)
 	var truncated int
 	stopB := follow(t, b, remote(t, a.url), &truncated)
 	write(t, a, "k1", "acked")

@@ -437,6 +437,19 @@ func TestMastershipIsBoundToItsLease(t *testing.T) {
 	}
 }
 
+// semiSyncPair is database d (one partition, replicas 3, semi-sync), its
+// master a, which gives up on its replicas' acknowledgements after
+// 300 ms, and a slave b ("follower" once it follows a).
+func semiSyncPair(t *testing.T) (*registry.Registry, *storageNode, *storageNode) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3})
+	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	b := newStorageNodeWith(t, reg, node.Options{})
+	a.SetRole("d", 0, node.Master, 1, 0)
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	a.SetSlaves("d", 0, []string{"follower", "c"})
+	return reg, a, b
+}
+
 // TestSnapshotWaitsForReplicas: a snapshot that asks for Replicated (a
 // backup's) streams nothing while it holds a commit no replica took — a
 // write answered "not replicated", which a failover may undo — and
@@ -445,12 +458,7 @@ func TestMastershipIsBoundToItsLease(t *testing.T) {
 // at once and says it did not wait.
 func TestSnapshotWaitsForReplicas(t *testing.T) {
 	ctx := context.Background()
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3})
-	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
-	b := newStorageNodeWith(t, reg, node.Options{})
-	a.SetRole("d", 0, node.Master, 1, 0)
-	b.SetRole("d", 0, node.Slave, 0, 0)
-	a.SetSlaves("d", 0, []string{"follower", "c"})
+	reg, a, b := semiSyncPair(t)
 	if _, err := a.Write(ctx, writeReq(t, "k1")); !errors.Is(err, node.ErrNotReplicated) {
 		t.Fatalf("a write no slave applied: %v, want ErrNotReplicated", err)
 	}
