@@ -102,6 +102,12 @@ func TestStaleReadsOfManyDocuments(t *testing.T) {
 	if resp := c.read("T/"+absent, stale); resp.StatusCode != 404 || resp.Header.Get("X-Cortado-Replica") != "slave" || resp.Header.Get("Age") == "" {
 		t.Fatalf("a missing document with max-stale, its master killed: %d %v %s; want 404 from a slave, with Age", resp.StatusCode, resp.Header, resp.body)
 	}
+	// An empty collection of the victim's says so as well: its Age is
+	// the slave's, not nothing (the master has been silent a while).
+	if resp := c.read("M/"+absent, stale); resp.StatusCode != 200 || resp.Header.Get("X-Cortado-Replica") != "slave" || resp.Header.Get("Age") == "0" || resp.Header.Get("Age") == "" ||
+		!strings.Contains(resp.body, `"documents":[]`) {
+		t.Fatalf("an empty collection with max-stale, its master killed: %d %v %s; want an empty page from a slave, with its Age", resp.StatusCode, resp.Header, resp.body)
+	}
 	// The Go client says so too.
 	cl := client.New(c.url)
 	if doc, err := cl.Get(c.ctx, "d", "T", client.Key{absent}, &client.ReadOptions{MaxStale: 30 * time.Second}); !errors.Is(err, client.ErrNotFound) || doc == nil || doc.FromReplica != "slave" {

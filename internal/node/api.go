@@ -214,6 +214,9 @@ type ScanResult struct {
 	Next []byte
 	// SCN is the partition's SCN when the page was read.
 	SCN storage.SCN
+	// Stale, set when a slave answered, bounds how far behind its master
+	// the page may be, whether or not it holds documents.
+	Stale time.Duration
 }
 
 // OpKind is the kind of one write operation.

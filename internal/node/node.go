@@ -313,6 +313,7 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 		if err != nil {
 			return nil, err
 		}
+		res.Stale = stale
 		for _, it := range res.Items {
 			it.Stale = stale
 		}
@@ -325,7 +326,7 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 		}
 		return res, nil
 	}
-	res := &ScanResult{SCN: p.SCN()}
+	res := &ScanResult{SCN: p.SCN(), Stale: stale}
 	limit, maxBytes, size := req.CountLimit(), req.ByteLimit(), 0
 	var renderErr error
 	var last []byte

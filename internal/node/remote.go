@@ -335,7 +335,7 @@ func (r *Remote) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error)
 	if err != nil {
 		return nil, err
 	}
-	return &ScanResult{Items: items, Next: w.Next, SCN: scnFrom(w.Scn)}, nil
+	return &ScanResult{Items: items, Next: w.Next, SCN: scnFrom(w.Scn), Stale: max(0, time.Duration(w.StaleNanos))}, nil
 }
 
 // Write implements Service.

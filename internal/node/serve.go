@@ -119,7 +119,7 @@ func (s *service) Scan(ctx context.Context, w *wire.ScanRequest) (*wire.ScanResu
 	if err != nil {
 		return nil, toStatus(err, nil)
 	}
-	return &wire.ScanResult{Items: itemsTo(res.Items), Next: res.Next, Scn: scnTo(res.SCN)}, nil
+	return &wire.ScanResult{Items: itemsTo(res.Items), Next: res.Next, Scn: scnTo(res.SCN), StaleNanos: int64(res.Stale)}, nil
 }
 
 func (s *service) Write(ctx context.Context, w *wire.WriteRequest) (*wire.WriteResult, error) {

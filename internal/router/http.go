@@ -849,8 +849,11 @@ func staleHeaders(h http.Header, d *Document) {
 
 // AgeSeconds is an Age header's value for an answer that may be stale
 // by up to d: whole seconds, rounded up (the embedded client reports its
-// Age the same way).
-func AgeSeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+// Age the same way), from 0 to a year whatever a node said.
+func AgeSeconds(d time.Duration) int {
+	d = min(max(d, 0), AnyStaleness)
+	return int((d + time.Second - 1) / time.Second)
+}
 
 // AnyStaleness is the bound of Cache-Control: max-stale without a value
 // (any staleness is accepted).

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -102,6 +103,23 @@ func TestAcceptNegotiation(t *testing.T) {
 		}
 		if got != tc.want || err == nil && f.Version != tc.version {
 			t.Errorf("Accept %q: %s version %d (%v), want %s version %d", tc.accept, got, f.Version, err, tc.want, tc.version)
+		}
+	}
+}
+
+// AgeSeconds rounds up to whole seconds, and stays within 0 and a year
+// whatever staleness a node reported.
+func TestAgeSeconds(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want int
+	}{
+		{0, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {time.Second + 1, 2},
+		{-time.Hour, 0}, {math.MinInt64, 0},
+		{math.MaxInt64, int(AnyStaleness / time.Second)},
+	} {
+		if got := AgeSeconds(c.d); got != c.want {
+			t.Errorf("AgeSeconds(%v) = %d, want %d", c.d, got, c.want)
 		}
 	}
 }

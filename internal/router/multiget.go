@@ -199,7 +199,7 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	}
 	page.setMissingPartitions(lacking)
 	if slaves {
-		page.fromSlave(items)
+		page.fromSlave(items, 0)
 	}
 	if len(m.order) == 1 {
 		// One partition: its SCNs are comparable; report the newest.

@@ -202,11 +202,13 @@ type Page struct {
 }
 
 // fromSlave records that slaves answered for some of the page's
-// partitions, and the most any of its documents may be behind (each
-// slave's documents carry how long since it heard from its master), in
-// the page's JSON too ("replica":"slave","age":seconds).
-func (p *Page) fromSlave(items []*node.Item) {
-	p.FromSlave = true
+// partitions, and the most the page may be behind: stale, the most any
+// answering slave said its answer may be (with or without documents), or
+// more if one of items says so (each slave's documents carry how long
+// since it heard from its master), in the page's JSON too
+// ("replica":"slave","age":seconds).
+func (p *Page) fromSlave(items []*node.Item, stale time.Duration) {
+	p.FromSlave, p.Stale = true, max(p.Stale, stale)
 	for _, it := range items {
 		p.Stale = max(p.Stale, it.Stale)
 	}
@@ -455,7 +457,7 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 	}
 	page, err := r.scanPage(tg, res, nil, f, nil)
 	if err == nil && slave {
-		page.fromSlave(res.Items)
+		page.fromSlave(res.Items, res.Stale)
 	}
 	return page, err
 }
@@ -576,7 +578,7 @@ func (r *Router) Query(ctx context.Context, db, table string, prefix []string, q
 	}
 	page, err := r.scanPage(tg, res, missing, f, bind)
 	if err == nil && slave {
-		page.fromSlave(res.Items)
+		page.fromSlave(res.Items, res.Stale)
 	}
 	return page, err
 }
@@ -784,6 +786,7 @@ func (r *Router) queryAll(ctx context.Context, tg *target, req node.ScanRequest,
 			continue // a partition left out
 		}
 		out.Items = append(out.Items, res.Items...)
+		out.Stale = max(out.Stale, res.Stale)
 		more = more || res.Next != nil
 		if res.Next != nil && len(res.Items) > 0 {
 			if p := res.Items[len(res.Items)-1].Position; bound == nil || index.ComparePositions(order, p, bound) < 0 {

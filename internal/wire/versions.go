@@ -19,7 +19,9 @@ import "fmt"
 // and says it did not wait). MultiGetRequest's and ScanRequest's
 // max_stale_nanos came without a version: an older slave ignores them
 // and refuses the read as not master, which a router takes as a slave
-// that cannot answer, and an older master answers as it always did. A
+// that cannot answer, and an older master answers as it always did;
+// ScanResult's stale_nanos likewise (an older slave that answers a
+// page sends none, and the page's Age then counts its documents only). A
 // binary speaks [MinVersion, Version]; two binaries use the highest
 // version both speak, so adjacent releases interoperate during a rolling
 // upgrade.

@@ -782,10 +782,13 @@ func (x *ScanRequest) GetMaxStaleNanos() int64 {
 }
 
 type ScanResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Items         []*Item                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
-	Next          []byte                 `protobuf:"bytes,2,opt,name=next,proto3,oneof" json:"next,omitempty"`
-	Scn           *SCN                   `protobuf:"bytes,3,opt,name=scn,proto3" json:"scn,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*Item                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Next  []byte                 `protobuf:"bytes,2,opt,name=next,proto3,oneof" json:"next,omitempty"`
+	Scn   *SCN                   `protobuf:"bytes,3,opt,name=scn,proto3" json:"scn,omitempty"`
+	// A slave's answer: how far behind its master it may be, with or
+	// without items (0 from a master, and from nodes that predate it).
+	StaleNanos    int64 `protobuf:"varint,4,opt,name=stale_nanos,json=staleNanos,proto3" json:"stale_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -839,6 +842,13 @@ func (x *ScanResult) GetScn() *SCN {
 		return x.Scn
 	}
 	return nil
+}
+
+func (x *ScanResult) GetStaleNanos() int64 {
+	if x != nil {
+		return x.StaleNanos
+	}
+	return 0
 }
 
 type Op struct {
@@ -2491,12 +2501,14 @@ const file_wire_proto_rawDesc = "" +
 	"\tmax_bytes\x18\n" +
 	" \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fmax_stale_nanos\x18\v \x01(\x03R\rmaxStaleNanosB\b\n" +
-	"\x06_after\"\x83\x01\n" +
+	"\x06_after\"\xa4\x01\n" +
 	"\n" +
 	"ScanResult\x12+\n" +
 	"\x05items\x18\x01 \x03(\v2\x15.cortado.wire.v1.ItemR\x05items\x12\x17\n" +
 	"\x04next\x18\x02 \x01(\fH\x00R\x04next\x88\x01\x01\x12&\n" +
-	"\x03scn\x18\x03 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scnB\a\n" +
+	"\x03scn\x18\x03 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x12\x1f\n" +
+	"\vstale_nanos\x18\x04 \x01(\x03R\n" +
+	"staleNanosB\a\n" +
 	"\x05_next\"\xba\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
