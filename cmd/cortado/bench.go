@@ -37,6 +37,7 @@ func runBench(args []string) error {
 	rate := fs.Float64("rate", 1000, "multiget: requests per second (open loop)")
 	stallRate := fs.Float64("read-rate", 0, "stall: reads per second (default: 0.8 of the capacity C found open loop through the first router, as overload finds it)")
 	multi := fs.Int("multi", 10, "multiget: keys per request")
+	stallMulti := fs.Int("stall-multi", 0, "stall: keys per read, read as multi-gets (default: single-document reads); the default rate is then divided by it")
 	accept := fs.String("accept", "", "multiget: the requests' Accept header (application/x-ndjson: streamed; default a page)")
 	consumers := fs.Int("consumers", 1, "consume: concurrent consumers")
 	expect := fs.Int("expect", 0, "consume: change events each consumer waits for")
@@ -148,7 +149,7 @@ func runBench(args []string) error {
 			return bench.OverloadPlots(*out, c, steps)
 		}
 	case "stall":
-		so := bench.StallOptions{Options: o, Routers: map[string]string{}, Watch: map[string]string{}, Rate: *stallRate, PID: *pid,
+		so := bench.StallOptions{Options: o, Routers: map[string]string{}, Watch: map[string]string{}, Rate: *stallRate, Multi: *stallMulti, PID: *pid,
 			StopAt: *stopAt, StopFor: *stopFor, Rounds: *rounds, Timeout: *clientTimeout}
 		for flag, m := range map[string]map[string]string{"--routers": so.Routers, "--watch": so.Watch} {
 			val := *routers

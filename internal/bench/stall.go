@@ -44,6 +44,11 @@ type StallOptions struct {
 	// overloaded the first router measured, and its reads failed for
 	// whole runs, stall or not.
 	Rate, Multiple float64
+	// Multi, when more than 1, makes each read a multi-get of that many
+	// random keys (a page, with max-stale as the others), and divides
+	// the default rate by it: a multi-get reads that many documents,
+	// mostly of different partitions.
+	Multi int
 	// PID is the storage process stopped; it is stopped StopAt into each
 	// run for StopFor (defaults 5 s and 2 s).
 	PID             int
@@ -108,7 +113,7 @@ func Stall(ctx context.Context, o *StallOptions, progress io.Writer) ([]StallRun
 		if err != nil {
 			return nil, err
 		}
-		o.Rate = o.Multiple * c
+		o.Rate = o.Multiple * c / float64(max(1, o.Multi))
 		fmt.Fprintf(progress, "capacity C through %s: %.0f requests/s (95%% GET, 5%% PUT, open loop); offering %.0f reads/s\n", names[0], c, o.Rate)
 	}
 	var runs []StallRun
@@ -185,7 +190,18 @@ func stallRun(ctx context.Context, o StallOptions, base string) (StallRun, error
 	)
 	err := offer(ctx, base, o.Rate, o.Duration, o.Timeout, openLoad{
 		write: func(bw *bufio.Writer, r *rand.Rand, host string) bool {
-			fmt.Fprintf(bw, "GET /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\nCache-Control: max-stale=10\r\n\r\n", o.DB, r.IntN(o.Keys), host)
+			if o.Multi <= 1 {
+				fmt.Fprintf(bw, "GET /%s/Doc/%d HTTP/1.1\r\nHost: %s\r\nCache-Control: max-stale=10\r\n\r\n", o.DB, r.IntN(o.Keys), host)
+				return false
+			}
+			fmt.Fprintf(bw, "GET /%s/Doc/(", o.DB)
+			for i := range o.Multi {
+				if i > 0 {
+					bw.WriteByte(',')
+				}
+				bw.WriteString(strconv.Itoa(r.IntN(o.Keys)))
+			}
+			fmt.Fprintf(bw, ") HTTP/1.1\r\nHost: %s\r\nCache-Control: max-stale=10\r\n\r\n", host)
 			return false
 		},
 		answer: func(due time.Time, took time.Duration, a answer) {
@@ -301,7 +317,11 @@ func (m metricsPage) sum(name, label string) float64 {
 
 // StallTable writes the runs as a Markdown table.
 func StallTable(w io.Writer, o StallOptions, runs []StallRun) {
-	fmt.Fprintf(w, "%.0f reads/s (Cache-Control: max-stale=10), one storage process stopped %v into each %v run for %v.\n\n", o.Rate, o.StopAt, o.Duration, o.StopFor)
+	what := "reads"
+	if o.Multi > 1 {
+		what = fmt.Sprintf("multi-gets of %d random keys", o.Multi)
+	}
+	fmt.Fprintf(w, "%.0f %s a second (Cache-Control: max-stale=10), one storage process stopped %v into each %v run for %v.\n\n", o.Rate, what, o.StopAt, o.Duration, o.StopFor)
 	fmt.Fprintf(w, "| router | round | normal p50 | normal p99 | stalled p50 | stalled p99 | stalled p99 / normal p99 | failed (stalled) | hedges sent | denied | other nodes: peak in progress / limit | refused |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	for _, r := range runs {
 		ratio := 0.0

@@ -22,6 +22,7 @@ import (
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/router"
+	"github.com/cortado-db/cortado/internal/schema"
 )
 
 // proxyLast returns a toxiproxy proxy and the advertiseLast option that
@@ -111,6 +112,96 @@ func TestHedgedReads(t *testing.T) {
 	}
 	if s, _, _ := c.router.HedgeStats(); s != sent {
 		t.Fatalf("writes were hedged: %d hedges after, %d before", s, sent)
+	}
+}
+
+// TestHedgedReadsOfManyDocuments puts 300 ms of latency in front of one
+// storage node (toxiproxy), as TestHedgedReads does, and reads many
+// documents at once: a collection page of a partition it masters, a
+// multi-get of keys on its partitions and others', a query in the
+// collection and one over every partition. With Cache-Control: max-stale
+// each partition's call to the slow master is hedged to a slave, whose
+// answer comes first and says so (X-Cortado-Replica: slave, Age); without
+// it nothing is hedged and every read waits for the slow master.
+func TestHedgedReadsOfManyDocuments(t *testing.T) {
+	proxy, advertise := proxyLast(t)
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: 4, replicas: 3, advertiseLast: advertise,
+		router: router.Options{Cache: keycache.Options{MaxBytes: -1}}})
+	const slow = "n2"
+	if _, _, err := c.reg.RegisterVersion(c.ctx, "d", "M", []schema.KeyPart{{Name: "g"}, {Name: "n", Type: "long"}},
+		`{"type":"record","name":"M","fields":[{"name":"v","type":"string","index":"attribute"}]}`); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := c.reg.Database("d")
+	c.put("first", "x") // the routing table is known
+	masterOf := func(k string) string { return c.view.Table("d").Partitions[d.PartitionOf(keys.S(k))].Replicas[0] }
+	group := ""
+	for i := 0; group == "" && i < 1000; i++ {
+		if g := fmt.Sprintf("g%d", i); masterOf(g) == slow {
+			group = g
+		}
+	}
+	var ks []string
+	onSlow := 0
+	for i := 0; (len(ks) < 12 || onSlow == 0 || onSlow == len(ks)) && i < 1000; i++ {
+		k := fmt.Sprintf("k%d", i)
+		c.put(k, k)
+		ks = append(ks, k)
+		if masterOf(k) == slow {
+			onSlow++
+		}
+	}
+	if group == "" || onSlow == 0 || onSlow == len(ks) {
+		t.Fatalf("%s masters no collection, or the keys do not span it and others (%d of %d on it)", slow, onSlow, len(ks))
+	}
+	for i := range 5 {
+		c.putPath(fmt.Sprintf("M/%s/%d", group, i), `{"v":"x"}`)
+	}
+	awaitReplicasEqual(t, c.view, c.nodes, 4)
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"lag","type":"latency","stream":"downstream","attributes":{"latency":300}}`)); err != nil {
+		t.Fatal(err)
+	}
+	multi := "T/(" + strings.Join(ks, ",") + ")"
+	reads := []struct {
+		name, path string
+		want       int
+	}{
+		{"collection", "M/" + group, 5},
+		{"multi-get", multi, len(ks)},
+		{"query in the collection", "M/" + group + "?query=v:x", 5},
+		{"query of every partition", "M?query=v:x", 5},
+	}
+	count := func(r response) int {
+		var page struct{ Documents []json.RawMessage }
+		if err := json.Unmarshal([]byte(r.body), &page); err != nil {
+			t.Fatalf("%s: %v", r.body, err)
+		}
+		return len(page.Documents)
+	}
+	for _, r := range reads {
+		sent, won, _ := c.router.HedgeStats()
+		start := time.Now()
+		resp := c.read(r.path, http.Header{"Cache-Control": {"max-stale=60"}})
+		took := time.Since(start)
+		sentAfter, wonAfter, _ := c.router.HedgeStats()
+		t.Logf("%s with max-stale: %v, hedges sent %d, won %d", r.name, took.Round(time.Millisecond), sentAfter-sent, wonAfter-won)
+		if resp.StatusCode != 200 || count(resp) != r.want {
+			t.Fatalf("%s with max-stale, its master slow: %d %s", r.name, resp.StatusCode, resp.body)
+		}
+		if wonAfter == won || resp.Header.Get("X-Cortado-Replica") != "slave" || resp.Header.Get("Age") == "" {
+			t.Fatalf("%s with max-stale was not answered by a hedge to a slave: %d won, headers %v", r.name, wonAfter-won, resp.Header)
+		}
+	}
+	sent, _, _ := c.router.HedgeStats()
+	for _, r := range reads {
+		start := time.Now()
+		resp := c.read(r.path, nil)
+		if took := time.Since(start); resp.StatusCode != 200 || count(resp) != r.want || took < 300*time.Millisecond || resp.Header.Get("X-Cortado-Replica") != "" {
+			t.Fatalf("%s without max-stale: %d in %v, headers %v: %s; want the slow master's answer", r.name, resp.StatusCode, took, resp.Header, resp.body)
+		}
+	}
+	if after, _, _ := c.router.HedgeStats(); after != sent {
+		t.Fatalf("reads without max-stale were hedged: %d hedges", after-sent)
 	}
 }
 

@@ -11,11 +11,12 @@ import (
 	"github.com/cortado-db/cortado/internal/node"
 )
 
-// Hedged reads: a document read that accepts a slave's answer
-// (Cache-Control: max-stale) goes to the master; if the master has not
-// answered within its usual time (its recent p95, within bounds), the
-// same read goes to a slave too, and the first answer wins (the other is
-// cancelled). Hedges are paid from a budget per destination host — a
+// Hedged reads: a read that accepts a slave's answer (Cache-Control:
+// max-stale) goes to the master; if the master has not answered within
+// its usual time (its recent p95, within bounds), the same read goes to a
+// slave too, and the first answer wins (the other is cancelled). A read
+// of many documents (a collection page, a multi-get, a query) hedges
+// each partition's call to a node of another process the same way. Hedges are paid from a budget per destination host — a
 // tenth of that host's recent successful traffic plus a small floor —
 // never from a global one, so retries cannot pile onto a replica set
 // that is already slow. Writes are never hedged.
@@ -148,35 +149,46 @@ func addrOf(s node.Service) string {
 	return ""
 }
 
-type getResult struct {
-	it    *node.Item
-	err   error
-	slave bool
+// hedgeable says whether reads of master can be hedged: hedging is on,
+// the router knows slaves, and master names its host (whose budget and
+// latency are counted).
+func (r *Router) hedgeable(master node.Service) (replicaBackend, string, bool) {
+	rb, ok := r.backend.(replicaBackend)
+	addr := addrOf(master)
+	return rb, addr, ok && !r.hedges.opts.Off && addr != ""
 }
 
-// hedgedGet reads from master, hedging to a slave as above. It returns
-// what slaveGet would on the master's failure.
-func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.GetRequest, maxStale time.Duration) (*node.Item, bool, error) {
-	rb, ok := r.backend.(replicaBackend)
-	maddr := addrOf(master)
-	if !ok || r.hedges.opts.Off || maddr == "" {
-		return r.plainGet(ctx, master, req, maxStale)
+// hedge makes a read of partition part's master (call with slave false)
+// and, if the master has not answered within its delay (hosts.delay),
+// the same read of the first of the partition's slaves whose host has
+// budget (call with slave true). The first answer that stands — stands
+// says which errors are answers, as a not-found is — wins, and the other
+// call is cancelled; a slave's failure leaves the read to the master.
+// hedged says whether a slave was asked: when the master failed before
+// that, its error is returned and the caller decides where the read goes
+// next. The caller checks hedgeable first.
+func hedge[T any](ctx context.Context, r *Router, rb replicaBackend, maddr, db string, part int, master node.Service,
+	stands func(error) bool, call func(ctx context.Context, n node.Service, slave bool) (T, error)) (v T, slave, hedged bool, err error) {
+	type result struct {
+		v     T
+		err   error
+		slave bool
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make(chan getResult, 2)
+	results := make(chan result, 2)
 	start := time.Now()
 	timer := time.NewTimer(r.hedges.delay(master, maddr))
+	defer timer.Stop()
 	go func() {
-		it, err := master.Get(ctx, req)
+		v, err := call(ctx, master, false)
 		if err == nil {
 			r.hedges.observe(maddr, time.Since(start))
 		}
-		results <- getResult{it, err, false}
+		results <- result{v, err, false}
 	}()
-	defer timer.Stop()
-	pending, hedged := 1, false
-	var masterRes *getResult
+	pending := 1
+	var masterRes *result
 	for pending > 0 {
 		select {
 		case res := <-results:
@@ -184,44 +196,31 @@ func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.Ge
 			if !res.slave {
 				masterRes = &res
 			}
-			if res.err == nil || errors.Is(res.err, node.ErrNotFound) || errors.Is(res.err, node.ErrNotModified) {
+			if res.err == nil || stands(res.err) {
 				if res.slave {
 					r.hedges.won.Add(1)
 				}
-				return res.it, res.slave, res.err
+				return res.v, res.slave, hedged, res.err
 			}
-			if res.slave {
-				continue // the master may still answer
+			if !hedged && !res.slave {
+				return res.v, false, false, res.err // the caller decides
 			}
-			overloaded := errors.Is(res.err, node.ErrOverloaded)
-			if !overloaded && !errors.Is(res.err, node.ErrUnavailable) && !errors.Is(res.err, node.ErrNotMaster) {
-				return res.it, false, res.err // the master's answer stands
-			}
-			if !hedged {
-				// The master failed before the hedge: the slaves, in
-				// turn, as without hedging — but a master that refused
-				// the read as overloaded (it did nothing) is retried
-				// only within the slaves' budgets: a cluster-wide
-				// overload must not double its reads.
-				return r.slaveGet(ctx, req, maxStale, res.err, overloaded)
-			}
+			// Wait for the other call: the master may still answer, or
+			// the slave.
 		case <-timer.C:
 			if hedged {
 				continue
 			}
-			slaves := rb.Slaves(req.DB, req.Partition)
-			for _, s := range slaves {
+			for _, s := range rb.Slaves(db, part) {
 				if a := addrOf(s); a != "" && r.hedges.spend(a) {
 					hedged, pending = true, pending+1
-					sreq := req
-					sreq.MaxStale = maxStale
 					go func() {
 						t0 := time.Now()
-						it, err := s.Get(ctx, sreq)
+						v, err := call(ctx, s, true)
 						if err == nil {
 							r.hedges.observe(a, time.Since(t0))
 						}
-						results <- getResult{it, err, true}
+						results <- result{v, err, true}
 					}()
 					break
 				}
@@ -229,10 +228,87 @@ func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.Ge
 		}
 	}
 	if masterRes != nil {
-		return masterRes.it, false, masterRes.err
+		return masterRes.v, false, hedged, masterRes.err
 	}
-	return nil, false, ctx.Err()
+	return v, false, hedged, ctx.Err()
 }
+
+// getStands says which errors of a document read are answers.
+func getStands(err error) bool {
+	return errors.Is(err, node.ErrNotFound) || errors.Is(err, node.ErrNotModified)
+}
+
+// hedgedGet reads from master, hedging to a slave as above. When the
+// master fails before a hedge, it returns what slaveGet would.
+func (r *Router) hedgedGet(ctx context.Context, master node.Service, req node.GetRequest, maxStale time.Duration) (*node.Item, bool, error) {
+	rb, maddr, ok := r.hedgeable(master)
+	if !ok {
+		return r.plainGet(ctx, master, req, maxStale)
+	}
+	it, slave, hedged, err := hedge(ctx, r, rb, maddr, req.DB, req.Partition, master, getStands,
+		func(ctx context.Context, n node.Service, slave bool) (*node.Item, error) {
+			q := req
+			if slave {
+				q.MaxStale = maxStale
+			}
+			return n.Get(ctx, q)
+		})
+	if err == nil || hedged || getStands(err) {
+		return it, slave, err
+	}
+	overloaded := errors.Is(err, node.ErrOverloaded)
+	if !overloaded && !errors.Is(err, node.ErrUnavailable) && !errors.Is(err, node.ErrNotMaster) {
+		return it, false, err // the master's answer stands
+	}
+	// The master failed before the hedge: the slaves, in turn, as
+	// without hedging — but a master that refused the read as
+	// overloaded (it did nothing) is retried only within the slaves'
+	// budgets: a cluster-wide overload must not double its reads.
+	return r.slaveGet(ctx, req, maxStale, err, overloaded)
+}
+
+// hedging is a partition's master whose reads of many documents
+// (MultiGet, Scan: their requests carry MaxStale, which a master in
+// force ignores) are hedged to its slaves, as hedgedGet hedges a
+// document's; slave is set when a slave answered one. A read its master
+// fails before a hedge fails as without hedging (the fan-out then asks
+// the slaves of a master that is gone: router.onSlaves).
+type hedging struct {
+	node.Service
+	r     *Router
+	rb    replicaBackend
+	addr  string
+	db    string
+	part  int
+	slave *bool
+}
+
+// hedged returns master as a hedging service when its reads can be
+// hedged, else master.
+func (r *Router) hedged(db string, part int, master node.Service, slave *bool) node.Service {
+	rb, addr, ok := r.hedgeable(master)
+	if !ok {
+		return master
+	}
+	return hedging{master, r, rb, addr, db, part, slave}
+}
+
+func (h hedging) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
+	items, slave, _, err := hedge(ctx, h.r, h.rb, h.addr, h.db, h.part, h.Service, noneStand,
+		func(ctx context.Context, n node.Service, _ bool) ([]*node.Item, error) { return n.MultiGet(ctx, req) })
+	*h.slave = *h.slave || slave
+	return items, err
+}
+
+func (h hedging) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {
+	res, slave, _, err := hedge(ctx, h.r, h.rb, h.addr, h.db, h.part, h.Service, noneStand,
+		func(ctx context.Context, n node.Service, _ bool) (*node.ScanResult, error) { return n.Scan(ctx, req) })
+	*h.slave = *h.slave || slave
+	return res, err
+}
+
+// noneStand: every error of a read of many documents is a failure.
+func noneStand(error) bool { return false }
 
 // plainGet is a read without hedging: the master, then the slaves if it
 // is unavailable and staleness is allowed.

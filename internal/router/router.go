@@ -464,10 +464,14 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 
 // scanOne asks the partition tg names for one page, of its master or,
 // when the read accepts staleness and the master cannot answer, of a
-// slave (onSlaves; slave says one answered).
+// slave (onSlaves; slave says one answered). A master of another process
+// that is slow to answer such a read is hedged (hedging).
 func (r *Router) scanOne(ctx context.Context, tg *target, req node.ScanRequest) (res *node.ScanResult, slave bool, err error) {
 	n, err := r.nodeFor(tg)
 	if err == nil {
+		if req.MaxStale > 0 && !node.IsInProcess(n) {
+			n = r.hedged(tg.db.Name, tg.part, n, &slave)
+		}
 		res, err = n.Scan(ctx, req)
 	}
 	if err != nil {
@@ -643,11 +647,21 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 		if err == nil && failed.Load() {
 			err = context.Canceled
 		}
+		hedgedToSlave := false
 		if err == nil {
-			err = fn(callCtx, c.i, c.n)
+			n := c.n
+			if maxStale > 0 && !c.here {
+				// A call to another process is hedged (hedging); one to
+				// this process's node stalls with the router.
+				n = r.hedged(db, parts[c.i], n, &hedgedToSlave)
+			}
+			err = fn(callCtx, c.i, n)
 		}
 		if err != nil && maxStale > 0 && !failed.Load() {
 			slaves[c.i], err = r.onSlaves(db, parts[c.i], maxStale, err, func(s node.Service) error { return fn(callCtx, c.i, s) })
+		}
+		if hedgedToSlave {
+			slaves[c.i] = true
 		}
 		if err != nil {
 			errs[c.i] = err
