@@ -84,11 +84,15 @@ const (
 	DefaultMaxInFlight = 64
 	// DefaultRouterMaxInFlight is a router's: by Little's law its limit
 	// must exceed throughput × latency at capacity, or the limit itself
-	// caps throughput (`serve --nodes 3` serves about 10,000 requests a
-	// second at 10 ms or more under load: 100 and up; with 64, the
-	// open-loop overload test queued every request for 100 ms at C).
-	// Storage nodes, whose own limits bound the work, keep 64.
-	DefaultRouterMaxInFlight = 256
+	// caps throughput (with 64, the open-loop overload test queued every
+	// request for 100 ms at C). `serve --nodes 3` now serves 21,000–
+	// 28,000 requests a second, at tens of milliseconds each past
+	// capacity: with 256 a router refused more than the excess, and
+	// served 1.19–1.22C at 2C and 5C against 1.32–1.37C with 512 or
+	// 1,024 (docs/performance.md). 512 holds at most 1 GiB of request
+	// bodies at the default --max-body-bytes. Storage nodes, whose own
+	// limits bound the work, keep 64.
+	DefaultRouterMaxInFlight = 512
 	DefaultMinQueue          = 256
 	maxQueueCap              = 4096
 	DefaultQueueTimeout      = 100 * time.Millisecond

@@ -54,7 +54,7 @@ const (
 	// (admission.DefaultRouterMaxInFlight; a server sizes it from its
 	// own): one node may hold half of them, whatever becomes of it, and
 	// the other half stays for the others.
-	DefaultMaxCalls = 128
+	DefaultMaxCalls = 256
 )
 
 var (
