@@ -5,7 +5,8 @@
 // multi-get's as they come), and renders documents as JSON or Avro. Reads
 // that accept staleness may be answered from its hot-key cache
 // (internal/keycache), which its writes keep exact for its own clients,
-// and, partition by partition, by slaves where a master cannot answer.
+// and, partition by partition, by slaves where a master cannot answer or
+// answers slowly (hedged within a budget per slave host; never writes).
 //
 // It never touches storage directly: every partition is reached through a
 // node.Service, which later becomes a network call. Every error leaving the

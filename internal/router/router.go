@@ -721,8 +721,9 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 // the next; any other error of a slave is the read's. Without an answer
 // it returns masterErr. It tries slaves only when the master is
 // unavailable or no longer master (a failover): an overloaded master's
-// read is not doubled on its slaves (single-document reads hedge within
-// a budget per host instead, hedgedGet).
+// read is not doubled on its slaves (a single-document read asks them
+// within a budget per host instead, hedgedGet). A master that is only
+// slow is hedged before this (hedging).
 func (r *Router) onSlaves(db string, part int, maxStale time.Duration, masterErr error, call func(s node.Service) error) (bool, error) {
 	if maxStale <= 0 || !errors.Is(masterErr, node.ErrUnavailable) && !errors.Is(masterErr, node.ErrNotMaster) {
 		return false, masterErr
