@@ -283,9 +283,14 @@ type hedging struct {
 	slave *bool
 }
 
-// hedged returns master as a hedging service when its reads can be
-// hedged, else master.
-func (r *Router) hedged(db string, part int, master node.Service, slave *bool) node.Service {
+// hedged returns master as a hedging service for a read that accepts
+// maxStale, when its reads can be hedged, else master. A master in this
+// process is not hedged: a router of `serve` calls its own nodes in the
+// request's goroutine, and they stall with it.
+func (r *Router) hedged(db string, part int, master node.Service, maxStale time.Duration, slave *bool) node.Service {
+	if maxStale <= 0 || node.IsInProcess(master) {
+		return master
+	}
 	rb, addr, ok := r.hedgeable(master)
 	if !ok {
 		return master

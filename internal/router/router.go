@@ -469,10 +469,7 @@ func (r *Router) Collection(ctx context.Context, db, table string, prefix []stri
 func (r *Router) scanOne(ctx context.Context, tg *target, req node.ScanRequest) (res *node.ScanResult, slave bool, err error) {
 	n, err := r.nodeFor(tg)
 	if err == nil {
-		if req.MaxStale > 0 && !node.IsInProcess(n) {
-			n = r.hedged(tg.db.Name, tg.part, n, &slave)
-		}
-		res, err = n.Scan(ctx, req)
+		res, err = r.hedged(tg.db.Name, tg.part, n, req.MaxStale, &slave).Scan(ctx, req)
 	}
 	if err != nil {
 		slave, err = r.onSlaves(tg.db.Name, tg.part, req.MaxStale, err, func(s node.Service) (err error) {
@@ -649,13 +646,7 @@ func (r *Router) fanOut(ctx context.Context, db string, parts []int, partial boo
 		}
 		hedgedToSlave := false
 		if err == nil {
-			n := c.n
-			if maxStale > 0 && !c.here {
-				// A call to another process is hedged (hedging); one to
-				// this process's node stalls with the router.
-				n = r.hedged(db, parts[c.i], n, &hedgedToSlave)
-			}
-			err = fn(callCtx, c.i, n)
+			err = fn(callCtx, c.i, r.hedged(db, parts[c.i], c.n, maxStale, &hedgedToSlave))
 		}
 		if err != nil && maxStale > 0 && !failed.Load() {
 			slaves[c.i], err = r.onSlaves(db, parts[c.i], maxStale, err, func(s node.Service) error { return fn(callCtx, c.i, s) })
