@@ -23,6 +23,7 @@ import (
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
 )
 
 // proxyLast returns a toxiproxy proxy and the advertiseLast option that
@@ -66,8 +67,10 @@ func TestHedgedReads(t *testing.T) {
 	if len(onSlow) == 0 {
 		t.Fatalf("%s masters no partition", slow)
 	}
-	// Slaves hold the writes (semi-sync), and have heard from the master.
+	// Slaves hold the writes (semi-sync), and have heard from the master
+	// that it holds them.
 	awaitReplicasEqual(t, c.view, c.nodes, 4)
+	awaitSlavesConfirmed(t, c, 4)
 	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"lag","type":"latency","stream":"downstream","attributes":{"latency":300}}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +161,7 @@ func TestHedgedReadsOfManyDocuments(t *testing.T) {
 		c.putPath(fmt.Sprintf("M/%s/%d", group, i), `{"v":"x"}`)
 	}
 	awaitReplicasEqual(t, c.view, c.nodes, 4)
+	awaitSlavesConfirmed(t, c, 4)
 	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"lag","type":"latency","stream":"downstream","attributes":{"latency":300}}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +206,43 @@ func TestHedgedReadsOfManyDocuments(t *testing.T) {
 	}
 	if after, _, _ := c.router.HedgeStats(); after != sent {
 		t.Fatalf("reads without max-stale were hedged: %d hedges", after-sent)
+	}
+}
+
+// awaitSlavesConfirmed waits until every slave of d's partitions holds
+// all its master holds and answers a read with max-stale at once: a
+// slave's read waits until its master has confirmed holding what the
+// read returns (node.Scan), which the master says in answer to the
+// slave's acknowledgement. Once the master is slowed, so is that answer.
+func awaitSlavesConfirmed(t *testing.T, c *testCluster, partitions int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	scan := func(id string, p int, maxStale, wait time.Duration) (storage.SCN, error) {
+		ctx, cancel := context.WithTimeout(c.ctx, wait)
+		defer cancel()
+		res, err := c.nodes[id].Scan(ctx, node.ScanRequest{DB: "d", Table: "T", Partition: p, Limit: 1, MaxStale: maxStale})
+		if err != nil {
+			return storage.SCN{}, err
+		}
+		return res.SCN, nil
+	}
+	for p := range partitions {
+		replicas := c.view.Table("d").Partitions[p].Replicas
+		head, err := scan(replicas[0], p, 0, 10*time.Second)
+		if err != nil {
+			t.Fatalf("the master %s of partition %d: %v", replicas[0], p, err)
+		}
+		for _, id := range replicas[1:] {
+			for {
+				scn, err := scan(id, p, time.Minute, 50*time.Millisecond)
+				if err == nil && !scn.Less(head) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("slave %s of partition %d is not confirmed up to %s: at %s, %v", id, p, head, scn, err)
+				}
+			}
+		}
 	}
 }
 
