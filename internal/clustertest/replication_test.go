@@ -251,6 +251,67 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	}
 }
 
+// TestSlaveReadsOnlyAcknowledgedCommits: with replicas 3 and minInSync
+// 3, a commit slave b holds but the third replica c does not is not
+// acknowledged (its writer is answered "not replicated"), and a failover
+// that promoted c would undo it: b's max-stale read of it waits, as the
+// master's would, instead of showing it; once c holds it too, b answers
+// it. A document written before, which c holds, b answers at once.
+func TestSlaveReadsOnlyAcknowledgedCommits(t *testing.T) {
+	ctx := context.Background()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
+	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
+	a.SetRole("d", 0, node.Master, 1, 0)
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	a.SetSlaves("d", 0, []string{"follower", "c"})
+	// c is a slave that acknowledges by hand.
+	ackC := func(scn storage.SCN) {
+		t.Helper()
+		if _, err := a.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: scn}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var truncated int
+	stop := follow(t, b, remote(t, a.url), &truncated)
+	defer stop()
+
+	// "old" is acknowledged: both slaves hold it.
+	acked := make(chan error, 1)
+	go func() { _, err := a.Write(ctx, writeReq(t, "old")); acked <- err }()
+	pa, _ := a.eng.Partition("d", 0)
+	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 2})
+	ackC(pa.SCN())
+	if err := <-acked; err != nil {
+		t.Fatalf("a write both slaves hold: %v", err)
+	}
+	// "new" reaches b only.
+	if _, err := a.Write(ctx, writeReq(t, "new")); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("a write c does not hold: %v, want ErrNotReplicated", err)
+	}
+	unacked := pa.SCN()
+	awaitSCN(t, b, unacked)
+
+	read := func(ctx context.Context, k string) (*node.Item, error) {
+		return b.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S(k)}, MaxStale: time.Minute})
+	}
+	if it, err := read(ctx, "old"); err != nil || it.SCN != (storage.SCN{Gen: 1, Seq: 2}) {
+		t.Fatalf("b's read of an acknowledged commit: %+v %v", it, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if it, err := read(short, "new"); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("b's read of a commit c does not hold: %+v %v, want ErrNotReplicated", it, err)
+	}
+
+	// Once c holds it, b learns so with its next acknowledgement (at
+	// least once a second) and answers.
+	ackC(unacked)
+	if it, err := read(ctx, "new"); err != nil || it.SCN != unacked {
+		t.Fatalf("b's read once c holds it: %+v %v", it, err)
+	}
+}
+
 // writeReq is a put of k in table T.
 func writeReq(t *testing.T, k string) node.WriteRequest {
 	t.Helper()

@@ -443,7 +443,7 @@ func (r *Remote) Ack(ctx context.Context, req AckRequest) (*AckResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &AckResult{Held: w.Held, Authoritative: w.Authoritative, Head: scnFrom(w.Head)}, nil
+	return &AckResult{Held: w.Held, Authoritative: w.Authoritative, Head: scnFrom(w.Head), Acknowledged: scnFrom(w.Acknowledged)}, nil
 }
 
 // Status lists the remote node's partitions.

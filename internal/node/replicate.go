@@ -132,6 +132,12 @@ type AckResult struct {
 	// Head is the answering replica's newest commit (zero from a node of
 	// an earlier version).
 	Head storage.SCN `json:"head"`
+	// Acknowledged is, from an authoritative master, the newest commit
+	// that as many replicas durably hold as a write needs before it is
+	// acknowledged (the master's head when it needs none). A slave
+	// answers reads only of commits up to it. Zero otherwise, and from a
+	// node of an earlier version.
+	Acknowledged storage.SCN `json:"acknowledged"`
 }
 
 // Acker takes acknowledgements: a partition's master.
@@ -165,8 +171,13 @@ func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
 	// Authoritative here means established too: the asker, a former
 	// master, takes it as confirmation that its own commits up to SCN
 	// survived the hand-over.
-	auth := n.authoritative(req.DB, req.Partition) && e.established(n.syncSlaves(req.DB))
-	return &AckResult{Held: held, Authoritative: auth, Head: p.SCN()}, nil
+	need := n.syncSlaves(req.DB)
+	auth := n.authoritative(req.DB, req.Partition) && e.established(need)
+	res := &AckResult{Held: held, Authoritative: auth, Head: p.SCN()}
+	if auth {
+		res.Acknowledged = e.quorum(need, res.Head)
+	}
+	return res, nil
 }
 
 // acked records that replica holds everything up to scn and tells
@@ -565,6 +576,16 @@ func (n *Node) acknowledge(ctx context.Context, p *storage.Partition, e *partRol
 		marks.add(sent, ack.Head)
 	}
 	if ack.Held && ack.Authoritative {
+		// What this replica holds counts as confirmed only as far as
+		// enough replicas hold it for a write to be acknowledged: a read
+		// here waits for that (awaitReplicated), as one on the master
+		// does, so no reader sees a commit a failover could undo. With
+		// the default minInSync of 2 this replica's own acknowledgement
+		// completes the quorum; a master of an earlier release names no
+		// quorum, and its word is taken for this replica's SCN.
+		if !ack.Acknowledged.IsZero() && ack.Acknowledged.Less(scn) {
+			scn = ack.Acknowledged
+		}
 		e.confirm(scn)
 	}
 	return nil

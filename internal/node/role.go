@@ -180,6 +180,18 @@ func (e *partRole) quorumLocked(need int) storage.SCN {
 	return held[need-1]
 }
 
+// quorum returns the newest SCN that need of the current slaves hold, at
+// most head (the master's own newest commit, which is what it returns
+// when need is 0).
+func (e *partRole) quorum(need int, head storage.SCN) storage.SCN {
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	if q := e.quorumLocked(need); q.Less(head) {
+		return q
+	}
+	return head
+}
+
 // awaitAck waits until need slaves durably hold scn (or the partition's
 // new master does), for at most timeout.
 func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, timeout time.Duration) error {

@@ -192,7 +192,7 @@ func (s *service) Ack(ctx context.Context, w *wire.AckRequest) (*wire.AckResult,
 	if err != nil {
 		return nil, toStatus(err, nil)
 	}
-	return &wire.AckResult{Held: res.Held, Authoritative: res.Authoritative, Head: scnTo(res.Head)}, nil
+	return &wire.AckResult{Held: res.Held, Authoritative: res.Authoritative, Head: scnTo(res.Head), Acknowledged: scnTo(res.Acknowledged)}, nil
 }
 
 func (s *service) Status(ctx context.Context, w *wire.StatusRequest) (*wire.StatusResult, error) {

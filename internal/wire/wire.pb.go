@@ -1622,7 +1622,13 @@ type AckResult struct {
 	// a relay that went silent asks the master for it: a master ahead of
 	// the slave means the relay is not passing its log on. Unset from a
 	// node before this field (the slave then waits out the silence).
-	Head          *SCN `protobuf:"bytes,3,opt,name=head,proto3" json:"head,omitempty"`
+	Head *SCN `protobuf:"bytes,3,opt,name=head,proto3" json:"head,omitempty"`
+	// acknowledged: when authoritative, the newest commit that as many
+	// replicas hold as a write needs before it is acknowledged (the
+	// master's head when it needs none): a slave answers reads only of
+	// commits up to it. Unset from a node before this field (the slave
+	// then takes its own acknowledgement's SCN).
+	Acknowledged  *SCN `protobuf:"bytes,4,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1674,6 +1680,13 @@ func (x *AckResult) GetAuthoritative() bool {
 func (x *AckResult) GetHead() *SCN {
 	if x != nil {
 		return x.Head
+	}
+	return nil
+}
+
+func (x *AckResult) GetAcknowledged() *SCN {
+	if x != nil {
+		return x.Acknowledged
 	}
 	return nil
 }
@@ -2580,11 +2593,12 @@ const file_wire_proto_rawDesc = "" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x18\n" +
 	"\areplica\x18\x03 \x01(\tR\areplica\x12&\n" +
-	"\x03scn\x18\x04 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\"o\n" +
+	"\x03scn\x18\x04 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\"\xa9\x01\n" +
 	"\tAckResult\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12$\n" +
 	"\rauthoritative\x18\x02 \x01(\bR\rauthoritative\x12(\n" +
-	"\x04head\x18\x03 \x01(\v2\x14.cortado.wire.v1.SCNR\x04head\"\x1f\n" +
+	"\x04head\x18\x03 \x01(\v2\x14.cortado.wire.v1.SCNR\x04head\x128\n" +
+	"\facknowledged\x18\x04 \x01(\v2\x14.cortado.wire.v1.SCNR\facknowledged\"\x1f\n" +
 	"\rStatusRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\"\x89\x03\n" +
 	"\x0fPartitionStatus\x12\x0e\n" +
@@ -2743,47 +2757,48 @@ var file_wire_proto_depIdxs = []int32{
 	2,  // 20: cortado.wire.v1.LogResult.log_start:type_name -> cortado.wire.v1.SCN
 	2,  // 21: cortado.wire.v1.AckRequest.scn:type_name -> cortado.wire.v1.SCN
 	2,  // 22: cortado.wire.v1.AckResult.head:type_name -> cortado.wire.v1.SCN
-	2,  // 23: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 24: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
-	32, // 25: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
-	22, // 26: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
-	2,  // 27: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
-	2,  // 28: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
-	33, // 29: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
-	5,  // 30: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
-	27, // 31: cortado.wire.v1.Error.master:type_name -> cortado.wire.v1.MasterHint
-	2,  // 32: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 33: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
-	2,  // 34: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
-	29, // 35: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
-	30, // 36: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
-	0,  // 37: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
-	7,  // 38: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
-	8,  // 39: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
-	9,  // 40: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
-	12, // 41: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
-	17, // 42: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
-	17, // 43: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
-	19, // 44: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
-	21, // 45: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
-	24, // 46: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
-	28, // 47: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
-	1,  // 48: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
-	5,  // 49: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
-	6,  // 50: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
-	10, // 51: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
-	14, // 52: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
-	18, // 53: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
-	18, // 54: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
-	20, // 55: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
-	23, // 56: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
-	25, // 57: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
-	31, // 58: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
-	48, // [48:59] is the sub-list for method output_type
-	37, // [37:48] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	2,  // 23: cortado.wire.v1.AckResult.acknowledged:type_name -> cortado.wire.v1.SCN
+	2,  // 24: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 25: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
+	32, // 26: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
+	22, // 27: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
+	2,  // 28: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
+	2,  // 29: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
+	33, // 30: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
+	5,  // 31: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
+	27, // 32: cortado.wire.v1.Error.master:type_name -> cortado.wire.v1.MasterHint
+	2,  // 33: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 34: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
+	2,  // 35: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
+	29, // 36: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
+	30, // 37: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
+	0,  // 38: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
+	7,  // 39: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
+	8,  // 40: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
+	9,  // 41: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
+	12, // 42: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
+	17, // 43: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
+	17, // 44: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
+	19, // 45: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
+	21, // 46: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
+	24, // 47: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
+	28, // 48: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
+	1,  // 49: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
+	5,  // 50: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
+	6,  // 51: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
+	10, // 52: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
+	14, // 53: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
+	18, // 54: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
+	18, // 55: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
+	20, // 56: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
+	23, // 57: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
+	25, // 58: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
+	31, // 59: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
+	49, // [49:60] is the sub-list for method output_type
+	38, // [38:49] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
