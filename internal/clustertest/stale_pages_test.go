@@ -108,6 +108,17 @@ func TestStaleReadsOfManyDocuments(t *testing.T) {
 		!strings.Contains(resp.body, `"documents":[]`) {
 		t.Fatalf("an empty collection with max-stale, its master killed: %d %v %s; want an empty page from a slave, with its Age", resp.StatusCode, resp.Header, resp.body)
 	}
+	// So does a multi-get a slave answers with no document, as a page
+	// and streamed: the keys it reports missing may have been written
+	// within its Age.
+	if resp := c.read("T/("+absent+")", stale); resp.StatusCode != 200 || resp.Header.Get("X-Cortado-Replica") != "slave" || resp.Header.Get("Age") == "0" || resp.Header.Get("Age") == "" ||
+		!strings.Contains(resp.body, `"documents":[]`) || !strings.Contains(resp.body, `"age":`+resp.Header.Get("Age")) {
+		t.Fatalf("a multi-get of a missing key with max-stale, its master killed: %d %v %s; want an empty page from a slave, with its Age", resp.StatusCode, resp.Header, resp.body)
+	}
+	if resp := c.read("T/("+absent+")", http.Header{"Cache-Control": {"max-stale=30"}, "Accept": {"application/x-ndjson"}}); resp.StatusCode != 200 ||
+		!strings.Contains(resp.body, `"missingKeys":1,"replica":"slave","age":`) || strings.Contains(resp.body, `"age":0`) {
+		t.Fatalf("a streamed multi-get of a missing key with max-stale, its master killed: %d %s; want its end line with the slave's Age", resp.StatusCode, resp.body)
+	}
 	// The Go client says so too.
 	cl := client.New(c.url)
 	if doc, err := cl.Get(c.ctx, "d", "T", client.Key{absent}, &client.ReadOptions{MaxStale: 30 * time.Second}); !errors.Is(err, client.ErrNotFound) || doc == nil || doc.FromReplica != "slave" {
@@ -205,7 +216,7 @@ type failingMaster struct {
 	f *failingAfter
 }
 
-func (m failingMaster) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
+func (m failingMaster) MultiGet(ctx context.Context, req node.MultiGetRequest) (*node.MultiGetResult, error) {
 	if m.f.calls.Add(1) > m.f.answers {
 		return nil, fmt.Errorf("a master that died midway: %w", node.ErrUnavailable)
 	}

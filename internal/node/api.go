@@ -39,7 +39,7 @@ var (
 // Service is what a router needs from a storage node.
 type Service interface {
 	Get(ctx context.Context, req GetRequest) (*Item, error)
-	MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error)
+	MultiGet(ctx context.Context, req MultiGetRequest) (*MultiGetResult, error)
 	Scan(ctx context.Context, req ScanRequest) (*ScanResult, error)
 	Write(ctx context.Context, req WriteRequest) (*WriteResult, error)
 }
@@ -103,6 +103,15 @@ type GetRequest struct {
 	// MaxStale, when positive, lets a slave answer if it heard from its
 	// master within that long (Cache-Control: max-stale).
 	MaxStale time.Duration
+}
+
+// MultiGetResult is one partition's answer to a multi-get: the
+// documents found, in the request's order of keys (ByteLimit may end it
+// early; MultiGetRequest.Answered), and, from a slave, how far behind its
+// master it may be — for the keys it reports missing too.
+type MultiGetResult struct {
+	Items []*Item
+	Stale time.Duration
 }
 
 // MultiGetRequest reads documents of one partition; missing ones are

@@ -200,7 +200,7 @@ func (n *Node) Get(ctx context.Context, req GetRequest) (*Item, error) {
 }
 
 // MultiGet reads several documents of one partition.
-func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error) {
+func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) (*MultiGetResult, error) {
 	t, p, err := n.open(req.DB, req.Table, req.Partition)
 	if err != nil {
 		return nil, err
@@ -242,7 +242,7 @@ func (n *Node) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, erro
 	if err := n.inForce(req.DB, req.Partition, lease); err != nil {
 		return nil, err
 	}
-	return items, nil
+	return &MultiGetResult{Items: items, Stale: stale}, nil
 }
 
 func later(a, b storage.SCN) storage.SCN {

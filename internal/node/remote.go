@@ -307,12 +307,16 @@ func guarded[Req, Res any](r *Remote, ctx context.Context, f func(wire.NodeClien
 }
 
 // MultiGet implements Service.
-func (r *Remote) MultiGet(ctx context.Context, req MultiGetRequest) ([]*Item, error) {
+func (r *Remote) MultiGet(ctx context.Context, req MultiGetRequest) (*MultiGetResult, error) {
 	w, err := guarded(r, ctx, wire.NodeClient.MultiGet, multiGetTo(req))
 	if err != nil {
 		return nil, err
 	}
-	return itemsFrom(w.Items)
+	items, err := itemsFrom(w.Items)
+	if err != nil {
+		return nil, err
+	}
+	return &MultiGetResult{Items: items, Stale: time.Duration(w.StaleNanos)}, nil
 }
 
 // Scan implements Service.

@@ -99,11 +99,11 @@ func (s *service) MultiGet(ctx context.Context, w *wire.MultiGetRequest) (*wire.
 	if err != nil {
 		return nil, toStatus(err, nil)
 	}
-	items, err := n.MultiGet(ctx, req)
+	res, err := n.MultiGet(ctx, req)
 	if err != nil {
 		return nil, toStatus(err, nil)
 	}
-	return &wire.Items{Items: itemsTo(items)}, nil
+	return &wire.Items{Items: itemsTo(res.Items), StaleNanos: int64(res.Stale)}, nil
 }
 
 func (s *service) Scan(ctx context.Context, w *wire.ScanRequest) (*wire.ScanResult, error) {

@@ -298,11 +298,13 @@ func (r *Router) hedged(db string, part int, master node.Service, maxStale time.
 	return hedging{master, r, rb, addr, db, part, slave}
 }
 
-func (h hedging) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
-	items, slave, _, err := hedge(ctx, h.r, h.rb, h.addr, h.db, h.part, h.Service, noneStand,
-		func(ctx context.Context, n node.Service, _ bool) ([]*node.Item, error) { return n.MultiGet(ctx, req) })
+func (h hedging) MultiGet(ctx context.Context, req node.MultiGetRequest) (*node.MultiGetResult, error) {
+	res, slave, _, err := hedge(ctx, h.r, h.rb, h.addr, h.db, h.part, h.Service, noneStand,
+		func(ctx context.Context, n node.Service, _ bool) (*node.MultiGetResult, error) {
+			return n.MultiGet(ctx, req)
+		})
 	*h.slave = *h.slave || slave
-	return items, err
+	return res, err
 }
 
 func (h hedging) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {

@@ -120,11 +120,12 @@ const streamChunkBytes = 1 << 20
 // maxBytes of documents (node.MultiGetRequest.MaxBytes), calling got
 // with each answer and the keys it covers as it comes (concurrently for
 // partitions on other processes: remote): ks are m.groups[g][from:] as
-// far as the answer goes. It returns the partitions that did not answer
+// far as the answer goes, stale how far behind its master the slave
+// that gave it may be (0 from a master). It returns the partitions that did not answer
 // (Prefer: partial-ok), and whether slaves answered for some
 // (Format.MaxStale: a slave takes up a partition's keys where its master
 // stopped answering).
-func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxBytes int, got func(g, from int, ks [][]keys.Part, items []*node.Item, remote bool) error) (lacking []int, slaves bool, err error) {
+func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxBytes int, got func(g, from int, ks [][]keys.Part, items []*node.Item, stale time.Duration, remote bool) error) (lacking []int, slaves bool, err error) {
 	// How far each partition's keys are answered: one call at a time
 	// asks a partition (its master, then maybe its slaves).
 	answered := make([]int, len(m.groups))
@@ -133,12 +134,12 @@ func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxByt
 		for answered[g] < len(ks) {
 			from := answered[g]
 			req := node.MultiGetRequest{DB: m.db.Name, Table: m.table.Name, Partition: m.order[g], Keys: ks[from:], Read: m.spec, MaxBytes: maxBytes, MaxStale: f.MaxStale}
-			items, err := n.MultiGet(ctx, req)
+			res, err := n.MultiGet(ctx, req)
 			if err != nil {
 				return err
 			}
-			done := req.Answered(items)
-			if err := got(g, from, ks[from:from+done], items, !node.IsInProcess(n)); err != nil {
+			done := req.Answered(res.Items)
+			if err := got(g, from, ks[from:from+done], res.Items, res.Stale, !node.IsInProcess(n)); err != nil {
 				return err
 			}
 			answered[g] += done
@@ -166,7 +167,12 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	}
 	found := make([]*node.Item, len(m.all)) // by place in m.all; each partition's calls fill their own
 	limit := r.opts.MaxResponseBytes
-	lacking, slaves, err := r.callMultiGet(ctx, m, f, limit, func(g, from int, ks [][]keys.Part, items []*node.Item, _ bool) error {
+	var mu sync.Mutex
+	var stale time.Duration // the most an answering slave may be behind
+	lacking, slaves, err := r.callMultiGet(ctx, m, f, limit, func(g, from int, ks [][]keys.Part, items []*node.Item, behind time.Duration, _ bool) error {
+		mu.Lock()
+		stale = max(stale, behind)
+		mu.Unlock()
 		if from+len(ks) < len(m.groups[g]) {
 			// The partition's documents alone, before their conversion
 			// to JSON, reached the page's bound.
@@ -199,7 +205,7 @@ func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]st
 	}
 	page.setMissingPartitions(lacking)
 	if slaves {
-		page.fromSlave(items, 0)
+		page.fromSlave(items, stale)
 	}
 	if len(m.order) == 1 {
 		// One partition: its SCNs are comparable; report the newest.
@@ -218,8 +224,8 @@ type StreamEnd struct {
 	Documents, Missing int
 	MissingPartitions  []int
 	// FromSlave says slaves answered for partitions whose master could
-	// not (Format.MaxStale); Stale is then the most any document sent
-	// may be behind.
+	// not (Format.MaxStale); Stale is then the most any answering slave
+	// may be behind, whether or not it sent documents.
 	FromSlave bool
 	Stale     time.Duration
 }
@@ -258,7 +264,7 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 	}
 	var mu sync.Mutex
 	end := &StreamEnd{}
-	lacking, slaves, err := r.callMultiGet(ctx, m, f, streamChunkBytes, func(_, _ int, ks [][]keys.Part, items []*node.Item, remote bool) error {
+	lacking, slaves, err := r.callMultiGet(ctx, m, f, streamChunkBytes, func(_, _ int, ks [][]keys.Part, items []*node.Item, behind time.Duration, remote bool) error {
 		buf := pageBuffers.get(renderedSize(items) + 32*(len(ks)-len(items)))
 		b := (*buf)[:0]
 		defer func() { pageBuffers.put(buf, b) }() // emit has written or copied the lines
@@ -285,6 +291,7 @@ func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts 
 		defer mu.Unlock()
 		end.Documents += docs
 		end.Missing += len(ks) - docs
+		end.Stale = max(end.Stale, behind)
 		for _, it := range items {
 			end.Stale = max(end.Stale, it.Stale)
 		}

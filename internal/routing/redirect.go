@@ -125,12 +125,12 @@ func (s redirecting) Get(ctx context.Context, req node.GetRequest) (*node.Item, 
 	return redirect(ctx, s, res, err, func(n node.Service) (*node.Item, error) { return n.Get(ctx, req) })
 }
 
-func (s redirecting) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
+func (s redirecting) MultiGet(ctx context.Context, req node.MultiGetRequest) (*node.MultiGetResult, error) {
 	res, err := s.Service.MultiGet(ctx, req)
 	if err == nil {
 		return res, nil
 	}
-	return redirect(ctx, s, res, err, func(n node.Service) ([]*node.Item, error) { return n.MultiGet(ctx, req) })
+	return redirect(ctx, s, res, err, func(n node.Service) (*node.MultiGetResult, error) { return n.MultiGet(ctx, req) })
 }
 
 func (s redirecting) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {

@@ -197,11 +197,11 @@ func (s reporting) Get(ctx context.Context, req node.GetRequest) (*node.Item, er
 	return it, err
 }
 
-func (s reporting) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
+func (s reporting) MultiGet(ctx context.Context, req node.MultiGetRequest) (*node.MultiGetResult, error) {
 	start := time.Now()
-	items, err := s.Service.MultiGet(ctx, req)
+	res, err := s.Service.MultiGet(ctx, req)
 	s.r.observe(s.id, s.inc, time.Since(start), err)
-	return items, err
+	return res, err
 }
 
 func (s reporting) Scan(ctx context.Context, req node.ScanRequest) (*node.ScanResult, error) {

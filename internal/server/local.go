@@ -46,7 +46,7 @@ func (c *localNode) Get(ctx context.Context, req node.GetRequest) (*node.Item, e
 	return call(c, ctx, (*node.Node).Get, req)
 }
 
-func (c *localNode) MultiGet(ctx context.Context, req node.MultiGetRequest) ([]*node.Item, error) {
+func (c *localNode) MultiGet(ctx context.Context, req node.MultiGetRequest) (*node.MultiGetResult, error) {
 	return call(c, ctx, (*node.Node).MultiGet, req)
 }
 

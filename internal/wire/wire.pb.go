@@ -413,8 +413,13 @@ func (x *Item) GetPosition() []byte {
 }
 
 type Items struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Items         []*Item                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*Item                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// stale_nanos: from a slave, how far behind its master it may be (for
+	// the keys it reports missing as for its documents). Unset from a
+	// master, and from a node before this field (the asker then counts
+	// only its documents' own).
+	StaleNanos    int64 `protobuf:"varint,2,opt,name=stale_nanos,json=staleNanos,proto3" json:"stale_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -454,6 +459,13 @@ func (x *Items) GetItems() []*Item {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *Items) GetStaleNanos() int64 {
+	if x != nil {
+		return x.StaleNanos
+	}
+	return 0
 }
 
 type GetRequest struct {
@@ -2481,9 +2493,11 @@ const file_wire_proto_rawDesc = "" +
 	"\fbody_version\x18\x06 \x01(\x05R\vbodyVersion\x12\x1f\n" +
 	"\vstale_nanos\x18\a \x01(\x03R\n" +
 	"staleNanos\x12\x1a\n" +
-	"\bposition\x18\b \x01(\fR\bposition\"4\n" +
+	"\bposition\x18\b \x01(\fR\bposition\"U\n" +
 	"\x05Items\x12+\n" +
-	"\x05items\x18\x01 \x03(\v2\x15.cortado.wire.v1.ItemR\x05items\"\xed\x01\n" +
+	"\x05items\x18\x01 \x03(\v2\x15.cortado.wire.v1.ItemR\x05items\x12\x1f\n" +
+	"\vstale_nanos\x18\x02 \x01(\x03R\n" +
+	"staleNanos\"\xed\x01\n" +
 	"\n" +
 	"GetRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x14\n" +
