@@ -55,9 +55,9 @@ func TestPreconditionsFollowRFC9110Order(t *testing.T) {
 // version its tag was read at.
 func TestPreconditionsAtAnotherVersion(t *testing.T) {
 	mod := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
-	doc := &storage.Doc{Version: 1, CRC: 0xabc, Modified: mod}
+	doc := &storage.Doc{Version: 1, SCN: storage.SCN{Gen: 1, Seq: 9}, CRC: 0xabc, Modified: mod}
 	etag, at2 := doc.ETag(), etagAt(doc, 2)
-	if at2 != `"00000abc+v2"` || etagAt(doc, 1) != etag || etagAt(doc, 0) != etag {
+	if at2 != `"1.9.00000abc+v2"` || etagAt(doc, 1) != etag || etagAt(doc, 0) != etag {
 		t.Fatalf("ETags %s %s %s", etag, at2, etagAt(doc, 1))
 	}
 	after := mod.Add(time.Hour)

@@ -174,7 +174,7 @@ func encodeValue(dst []byte, s avro.Schema, v any, path string, depth int) ([]by
 		}
 		if len(obj) > 0 {
 			// Sorted keys make equal documents encode to equal bytes,
-			// and so to equal ETags.
+			// and so to equal CRCs.
 			names := make([]string, 0, len(obj))
 			for k := range obj {
 				names = append(names, k)

@@ -45,7 +45,7 @@ func (v *Version) Validate(b []byte) error { return (&Validator{w: v.JSON}).Vali
 // Canonical checks that b is exactly one well-formed value of this
 // version and returns the bytes a JSON body of the same document is
 // stored as (map entries sorted, each key once), so that equal documents
-// have equal bytes and ETags whatever the form they arrived in.
+// have equal bytes (and CRCs) whatever the form they arrived in.
 func (v *Version) Canonical(b []byte) ([]byte, error) {
 	if err := v.Validate(b); err != nil {
 		return nil, err

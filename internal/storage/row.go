@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"strconv"
 	"time"
 )
 
@@ -24,19 +25,31 @@ type Doc struct {
 	Version  int
 	SCN      SCN
 	Modified time.Time
-	// CRC is the CRC-32 (IEEE) of Value; the ETag.
+	// CRC is the CRC-32 (IEEE) of Value.
 	CRC   uint32
 	Value []byte
 }
 
-// ETag renders the entity tag of the document.
+// ETag renders the entity tag of the document: the SCN of the commit
+// that wrote it and the CRC of its bytes, in hex ("1.2f.41d912ff"). The
+// SCN names one version for good: commits are numbered along the
+// partition's timeline, and a read never shows a commit a failover could
+// undo, so two versions never share a tag — as two with the same CRC-32
+// did, by chance one in 2³² or by a writer who chose its bytes (CRC-32 is
+// linear), letting an If-Match write over a version it was not read from.
+// The CRC tells apart what one transaction wrote twice to a key.
 func (d *Doc) ETag() string {
+	var b [40]byte
+	t := append(b[:0], '"')
+	t = strconv.AppendUint(t, uint64(d.SCN.Gen), 16)
+	t = append(t, '.')
+	t = strconv.AppendUint(t, d.SCN.Seq, 16)
+	t = append(t, '.')
 	const hex = "0123456789abcdef"
-	b := [10]byte{0: '"', 9: '"'}
-	for i := range 8 {
-		b[8-i] = hex[d.CRC>>(4*i)&0xf]
+	for i := 7; i >= 0; i-- {
+		t = append(t, hex[d.CRC>>(4*i)&0xf])
 	}
-	return string(b[:])
+	return string(append(t, '"'))
 }
 
 func encodeRow(dst []byte, d *Doc) []byte {

@@ -193,14 +193,27 @@ func TestCorruptRowDetected(t *testing.T) {
 	}
 }
 
-// TestDocETag: a document's entity tag is its CRC in eight hex digits,
-// quoted, as clients have stored it.
+// TestDocETag: a document's entity tag is the SCN of its commit and its
+// CRC in eight hex digits, quoted; two versions with the same bytes, or
+// with the same CRC, have different tags.
 func TestDocETag(t *testing.T) {
-	for _, crc := range []uint32{0, 1, 0xffe31b90, 0xdeadbeef, 0xffffffff, 0x0000abcd} {
-		d := Doc{CRC: crc}
-		if got, want := d.ETag(), fmt.Sprintf(`"%08x"`, crc); got != want {
-			t.Fatalf("ETag of %#x: %s, want %s", crc, got, want)
+	for _, tc := range []struct {
+		scn  SCN
+		crc  uint32
+		want string
+	}{
+		{SCN{Gen: 1, Seq: 1}, 0, `"1.1.00000000"`},
+		{SCN{Gen: 1, Seq: 0x2f}, 0x0000abcd, `"1.2f.0000abcd"`},
+		{SCN{Gen: 0xffffffff, Seq: 0xffffffffffffffff}, 0xffffffff, `"ffffffff.ffffffffffffffff.ffffffff"`},
+	} {
+		d := Doc{SCN: tc.scn, CRC: tc.crc}
+		if got := d.ETag(); got != tc.want {
+			t.Fatalf("ETag of %s/%#x: %s, want %s", tc.scn, tc.crc, got, tc.want)
 		}
+	}
+	a, b := Doc{SCN: SCN{Gen: 1, Seq: 5}, CRC: 7}, Doc{SCN: SCN{Gen: 1, Seq: 6}, CRC: 7}
+	if a.ETag() == b.ETag() {
+		t.Fatalf("two versions with the same CRC share the tag %s", a.ETag())
 	}
 }
 
