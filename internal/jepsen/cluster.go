@@ -38,6 +38,10 @@ type Options struct {
 	// 50 commits per partition: slaves that fall behind are rebuilt from
 	// snapshots during the run.
 	Retention string
+	// MinInSync, when set, is the test database's minInSync (default 2:
+	// a slave's acknowledgement completes a write's quorum; with 3 a
+	// write needs both slaves, and a slave's reads wait for the other's).
+	MinInSync int
 	// Dir, when set, holds the processes' data and logs and is kept after
 	// the run (default: a temporary directory, removed); LogLevel is their
 	// log level (default warn).
@@ -142,6 +146,9 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 	retention := ""
 	if o.Retention != "" {
 		retention = fmt.Sprintf(`,"retention":{"maxAge":%q}`, o.Retention)
+	}
+	if o.MinInSync > 0 {
+		retention += fmt.Sprintf(`,"minInSync":%d`, o.MinInSync)
 	}
 	if st, b := h.do("PUT", "/_schemata/d", fmt.Sprintf(`{"partitions":%d,"replicas":3%s}`, o.Partitions, retention), ""); st != 201 {
 		t.Fatalf("create database: %d %s", st, b)
