@@ -121,10 +121,10 @@ const streamChunkBytes = 1 << 20
 // with each answer and the keys it covers as it comes (concurrently for
 // partitions on other processes: remote): ks are m.groups[g][from:] as
 // far as the answer goes, stale how far behind its master the slave
-// that gave it may be (0 from a master). It returns the partitions that did not answer
-// (Prefer: partial-ok), and whether slaves answered for some
-// (Format.MaxStale: a slave takes up a partition's keys where its master
-// stopped answering).
+// that gave it may be (0 from a master). It returns the partitions that
+// did not answer (Prefer: partial-ok), and whether slaves answered for
+// some (Format.MaxStale: a slave takes up a partition's keys where its
+// master stopped answering).
 func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxBytes int, got func(g, from int, ks [][]keys.Part, items []*node.Item, stale time.Duration, remote bool) error) (lacking []int, slaves bool, err error) {
 	// How far each partition's keys are answered: one call at a time
 	// asks a partition (its master, then maybe its slaves).
