@@ -286,7 +286,9 @@ var (
 	// is unknown.
 	ErrUnavailable = &Error{Type: "urn:cortado:problem:unavailable"}
 	// ErrNotReplicated: a write committed on the master but not made
-	// durable on enough replicas in time; its outcome is unknown.
+	// durable on enough replicas in time; its outcome is unknown. From a
+	// read: what it would return was not yet durable on enough replicas
+	// in time; retry it.
 	ErrNotReplicated = &Error{Type: "urn:cortado:problem:not-replicated"}
 	// ErrLimitExceeded: the registry holds the most databases'
 	// partitions, tables of the database, versions of the table or

@@ -64,8 +64,10 @@ var ErrNotEnoughReplicas = errors.New("fewer live replicas than minInSync")
 // ErrNotReplicated is returned for a write the master committed but no
 // slave confirmed in time under semi-sync replication: its outcome is
 // uncertain (a failover now may or may not keep it), so it is not
-// acknowledged (503: retry; a retried PUT is idempotent).
-var ErrNotReplicated = errors.New("write committed on the master but not confirmed by a replica")
+// acknowledged (503: retry; a retried PUT is idempotent). A read returns
+// it when what it would return was not held by enough replicas in time
+// (awaitReplicated): nothing it would show is certain yet.
+var ErrNotReplicated = errors.New("not durable on enough replicas in time")
 
 // roles holds the role of every partition this node hosts. With allMaster
 // (single-node serve) every partition is master in generation 1.

@@ -62,6 +62,21 @@ var ErrNotAcceptable = errors.New("not acceptable")
 // ErrUnsupportedMedia is returned for a request body type the API cannot read.
 var ErrUnsupportedMedia = errors.New("unsupported media type")
 
+// readError is the error of a read that waited for replicas to hold
+// what it returns (node.ErrNotReplicated): its problem speaks of a read,
+// which may simply be retried, not of a write whose outcome is unknown.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
+// readFailed marks *err, the error of a read, as a read's.
+func readFailed(err *error) {
+	if *err != nil && errors.Is(*err, node.ErrNotReplicated) {
+		*err = &readError{*err}
+	}
+}
+
 // Problem maps any error of the document API to its RFC 9457 problem. It
 // is the one place where errors become statuses.
 func Problem(err error) *problem.Problem {
@@ -187,6 +202,10 @@ func toProblem(err error) *problem.Problem {
 		return p
 	case errors.Is(err, node.ErrUnavailable):
 		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Storage unavailable", err.Error())
+		p.RetryAfter = 1
+		return p
+	case errors.As(err, new(*readError)):
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeNotReplicated, "Read not confirmed by replicas", err.Error()+"; what it would return is not yet durable on enough replicas to survive a failover: retry it")
 		p.RetryAfter = 1
 		return p
 	case errors.Is(err, node.ErrNotReplicated):

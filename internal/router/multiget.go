@@ -160,7 +160,8 @@ func (r *Router) callMultiGet(ctx context.Context, m *multiGet, f Format, maxByt
 // MultiGet reads documents by full keys, fanning out to their partitions in
 // parallel. Documents come back in request order; keys not found are
 // listed under "missing".
-func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]string, f Format) (*Page, error) {
+func (r *Router) MultiGet(ctx context.Context, db, table string, keyTexts [][]string, f Format) (_ *Page, err error) {
+	defer readFailed(&err)
 	m, err := r.planMultiGet(db, table, keyTexts, f)
 	if err != nil {
 		return nil, err
@@ -257,7 +258,8 @@ func (e *StreamEnd) AppendLine(b []byte) []byte {
 // goroutine, so their lines may wait for the next ones. After the last
 // line the caller writes the end (StreamEnd); an error after lines were
 // emitted means the stream is incomplete.
-func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts [][]string, f Format, emit func(lines []byte, remote bool) error) (*StreamEnd, error) {
+func (r *Router) StreamMultiGet(ctx context.Context, db, table string, keyTexts [][]string, f Format, emit func(lines []byte, remote bool) error) (_ *StreamEnd, err error) {
+	defer readFailed(&err)
 	m, err := r.planMultiGet(db, table, keyTexts, f)
 	if err != nil {
 		return nil, err

@@ -357,7 +357,8 @@ func (r *Router) Get(ctx context.Context, db, table string, key []string, f Form
 
 // get reads the document tg names; a JSON body is appended to dst (see
 // document).
-func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Preconditions, dst []byte) (*Document, error) {
+func (r *Router) get(ctx context.Context, tg *target, f Format, cond node.Preconditions, dst []byte) (_ *Document, err error) {
+	defer readFailed(&err)
 	if !r.full(tg) {
 		return nil, &keyError{fmt.Errorf("a document read needs the full key (%d parts)", len(tg.table.Key))}
 	}
@@ -435,7 +436,8 @@ func forProjection(tags []string, suffix string) []string {
 
 // Collection reads one page of the documents under a partial key, in key
 // order. token is the previous page's "next", or "".
-func (r *Router) Collection(ctx context.Context, db, table string, prefix []string, limit int, token string, f Format) (*Page, error) {
+func (r *Router) Collection(ctx context.Context, db, table string, prefix []string, limit int, token string, f Format) (_ *Page, err error) {
+	defer readFailed(&err)
 	tg, err := r.resolve(db, table, prefix, false)
 	if err != nil {
 		return nil, err
@@ -546,7 +548,8 @@ func (r *Router) scanPage(tg *target, res *node.ScanResult, missing []int, f For
 // the previous page's "next", or "". The query is parsed and planned here
 // first, so a bad one is refused with its position before any node is
 // asked. Without a partition key every partition is asked (queryAll).
-func (r *Router) Query(ctx context.Context, db, table string, prefix []string, query, sort string, limit int, token string, f Format) (*Page, error) {
+func (r *Router) Query(ctx context.Context, db, table string, prefix []string, query, sort string, limit int, token string, f Format) (_ *Page, err error) {
+	defer readFailed(&err)
 	tg, err := r.resolve(db, table, prefix, true)
 	if err != nil {
 		return nil, err
