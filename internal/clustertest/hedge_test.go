@@ -216,7 +216,6 @@ func TestHedgedReadsOfManyDocuments(t *testing.T) {
 // slave's acknowledgement. Once the master is slowed, so is that answer.
 func awaitSlavesConfirmed(t *testing.T, c *testCluster, partitions int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
 	scan := func(id string, p int, maxStale, wait time.Duration) (storage.SCN, error) {
 		ctx, cancel := context.WithTimeout(c.ctx, wait)
 		defer cancel()
@@ -233,15 +232,10 @@ func awaitSlavesConfirmed(t *testing.T, c *testCluster, partitions int) {
 			t.Fatalf("the master %s of partition %d: %v", replicas[0], p, err)
 		}
 		for _, id := range replicas[1:] {
-			for {
+			await(t, 20*time.Second, fmt.Sprintf("slave %s of partition %d answering at %s or later", id, p, head), func() bool {
 				scn, err := scan(id, p, time.Minute, 50*time.Millisecond)
-				if err == nil && !scn.Less(head) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("slave %s of partition %d is not confirmed up to %s: at %s, %v", id, p, head, scn, err)
-				}
-			}
+				return err == nil && !scn.Less(head)
+			})
 		}
 	}
 }

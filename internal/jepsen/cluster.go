@@ -143,14 +143,14 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 		c.Routers = append(c.Routers, c.start(id, append(args, c.common(id)...)...))
 	}
 	h := newHTTP(c.Routers[0].URL)
-	retention := ""
+	settings := "" // the database's, past partitions and replicas
 	if o.Retention != "" {
-		retention = fmt.Sprintf(`,"retention":{"maxAge":%q}`, o.Retention)
+		settings = fmt.Sprintf(`,"retention":{"maxAge":%q}`, o.Retention)
 	}
 	if o.MinInSync > 0 {
-		retention += fmt.Sprintf(`,"minInSync":%d`, o.MinInSync)
+		settings += fmt.Sprintf(`,"minInSync":%d`, o.MinInSync)
 	}
-	if st, b := h.do("PUT", "/_schemata/d", fmt.Sprintf(`{"partitions":%d,"replicas":3%s}`, o.Partitions, retention), ""); st != 201 {
+	if st, b := h.do("PUT", "/_schemata/d", fmt.Sprintf(`{"partitions":%d,"replicas":3%s}`, o.Partitions, settings), ""); st != 201 {
 		t.Fatalf("create database: %d %s", st, b)
 	}
 	for _, tbl := range []string{

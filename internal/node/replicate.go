@@ -171,11 +171,10 @@ func (n *Node) Ack(_ context.Context, req AckRequest) (*AckResult, error) {
 	// Authoritative here means established too: the asker, a former
 	// master, takes it as confirmation that its own commits up to SCN
 	// survived the hand-over.
-	need := n.syncSlaves(req.DB)
-	auth := n.authoritative(req.DB, req.Partition) && e.established(need)
-	res := &AckResult{Held: held, Authoritative: auth, Head: p.SCN()}
-	if auth {
-		res.Acknowledged = e.quorum(need, res.Head)
+	res := &AckResult{Held: held, Head: p.SCN()}
+	acked, established := e.quorum(n.syncSlaves(req.DB), res.Head)
+	if n.authoritative(req.DB, req.Partition) && established {
+		res.Authoritative, res.Acknowledged = true, acked
 	}
 	return res, nil
 }

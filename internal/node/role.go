@@ -182,18 +182,6 @@ func (e *partRole) quorumLocked(need int) storage.SCN {
 	return held[need-1]
 }
 
-// quorum returns the newest SCN that need of the current slaves hold, at
-// most head (the master's own newest commit, which is what it returns
-// when need is 0).
-func (e *partRole) quorum(need int, head storage.SCN) storage.SCN {
-	e.ackMu.Lock()
-	defer e.ackMu.Unlock()
-	if q := e.quorumLocked(need); q.Less(head) {
-		return q
-	}
-	return head
-}
-
 // awaitAck waits until need slaves durably hold scn (or the partition's
 // new master does), for at most timeout.
 func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, timeout time.Duration) error {
@@ -228,14 +216,22 @@ func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, time
 	}
 }
 
-// established reports whether need slaves hold the marker commit this
-// master opened its generation with: from then on its timeline is the
-// partition's for good (a failover can only choose a replica holding
-// it), and what it confirms to a former master cannot be undone.
-func (e *partRole) established(need int) bool {
+// quorum returns the newest SCN that need of the current slaves hold, at
+// most head (the master's own newest commit, which is what it returns
+// when need is 0), and whether this master is established: need slaves
+// hold the marker commit it opened its generation with. From then on its
+// timeline is the partition's for good (a failover can only choose a
+// replica holding it), and what it confirms to a former master cannot be
+// undone.
+func (e *partRole) quorum(need int, head storage.SCN) (acked storage.SCN, established bool) {
 	e.ackMu.Lock()
 	defer e.ackMu.Unlock()
-	return !e.quorumLocked(need).Less(e.opened)
+	q := e.quorumLocked(need)
+	established = !q.Less(e.opened)
+	if head.Less(q) {
+		q = head
+	}
+	return q, established
 }
 
 // SetSlaves tells a master which live slaves its partition has (by node
