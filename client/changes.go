@@ -121,7 +121,8 @@ type ChangeSource struct {
 }
 
 // Changes iterates over a database's change stream until ctx ends or the
-// caller stops. When the connection breaks it reconnects, resuming after
+// caller stops. It yields only changes acknowledged to their writers,
+// which no failover takes back (docs/change-stream.md). When the connection breaks it reconnects, resuming after
 // the last event's token, with a growing pause (up to 5 s); an error the
 // server states (a bad request, an unknown database, or mid-stream a
 // change it cannot render in the asked version: an "error" event) ends

@@ -207,7 +207,7 @@ func (u *Updater) followOnce(ctx context.Context, db string, part int) error {
 			return err
 		}
 		rctx, cancel := context.WithTimeout(ctx, u.tier.opts.WriteTimeout+time.Second)
-		res, err := src.Log(rctx, node.LogRequest{DB: db, Partition: part, After: at, Wait: min(u.tier.opts.FreshEvery, time.Second)})
+		res, err := src.Log(rctx, node.LogRequest{DB: db, Partition: part, After: at, Wait: min(u.tier.opts.FreshEvery, time.Second), AckedOnly: true})
 		cancel()
 		switch {
 		case err != nil:

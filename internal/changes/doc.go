@@ -5,6 +5,11 @@
 // resolved (heartbeat) events, rollback events for positions a failover
 // took off the timeline, and transaction boundaries.
 //
+// It sends only commits acknowledged to their writers: it asks its
+// sources for those alone (node.LogRequest.AckedOnly), so no failover
+// undoes a change it sent. A source of an earlier release sends every
+// commit, and a failover may then bring a rollback.
+//
 // Per partition, events keep the commit order; the events of one
 // transaction are contiguous and share its SCN. A token names, per
 // partition, the last SCN delivered and how many events of the next

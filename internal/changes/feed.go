@@ -743,8 +743,8 @@ func (r *reader) now() bool {
 		src, err := r.s.f.Sources.Log(r.s.db.Name, r.part)
 		if err == nil {
 			var res *node.LogResult
-			if res, err = src.Log(r.ctx, node.LogRequest{DB: r.s.db.Name, Partition: r.part, Max: 1}); err == nil {
-				r.pos = Position{SCN: res.SourceSCN}
+			if res, err = src.Log(r.ctx, node.LogRequest{DB: r.s.db.Name, Partition: r.part, Max: 1, AckedOnly: true}); err == nil {
+				r.pos = Position{SCN: head(res)}
 				return r.send(item{kind: "resolved", body: r.resolved(), pos: r.pos})
 			}
 		}
@@ -769,7 +769,7 @@ func (r *reader) tail(src node.LogSource) error {
 	}
 	defer r.caughtUp()
 	defer r.unreserve()
-	req := node.LogRequest{DB: r.s.db.Name, Partition: r.part, After: r.pos.SCN, MaxBytes: r.s.answerBytes()}
+	req := node.LogRequest{DB: r.s.db.Name, Partition: r.part, After: r.pos.SCN, MaxBytes: r.s.answerBytes(), AckedOnly: true}
 	return node.StreamFrom(r.ctx, src, req, func(res *node.LogResult) error {
 		err := r.answer(res)
 		r.giveBacklog()
@@ -778,7 +778,7 @@ func (r *reader) tail(src node.LogSource) error {
 			return err
 		}
 		n := len(res.Commits)
-		if n == 0 || !res.Commits[n-1].SCN.Less(res.SourceSCN) {
+		if n == 0 || !res.Commits[n-1].SCN.Less(head(res)) {
 			r.caughtUp()
 			return nil
 		}
@@ -790,6 +790,16 @@ func (r *reader) tail(src node.LogSource) error {
 		}
 		return nil
 	})
+}
+
+// head is the newest commit a log answer's source would send a change
+// stream: its newest acknowledged commit, or, from a source of an earlier
+// release that sends every commit, its newest.
+func head(res *node.LogResult) storage.SCN {
+	if res.AckedOnly && res.Acked.Less(res.SourceSCN) {
+		return res.Acked
+	}
+	return res.SourceSCN
 }
 
 // answer sends the events of one log answer.

@@ -260,15 +260,20 @@ func TestChangeStreamRetention(t *testing.T) {
 	c.verify(acked)
 }
 
-// TestChangeStreamRollback: a change the stream delivered and a failover
-// then discarded reaches the consumer as a rollback. Both slaves of the
-// only partition are paused, so a write commits on the master alone
-// (its writer is told 503, outcome unknown) and the
-// relay ships it to the consumer; the relay and the master are killed
-// -9, so no replica can have it, and the slaves resume and one takes
-// over. The consumer must be told to undo the discarded change, and end
-// equal to the database, with every acknowledged write.
-func TestChangeStreamRollback(t *testing.T) {
+// TestChangeStreamShowsOnlyAcknowledgedChanges: a change stream sends
+// only changes acknowledged to their writers, so no failover takes back
+// what a consumer was told. Both slaves of the only partition are
+// paused, so a write commits on the master alone (its writer is told
+// 503, outcome unknown). Neither a consumer reading along nor one that
+// starts "now" is shown it: the latter starts at the newest
+// acknowledged commit. The relay and the master are then killed -9, so
+// no replica has the write, the slaves resume and one takes over. Both
+// consumers must end equal to the database, with every acknowledged
+// write, never having seen the discarded one and with no rollback.
+// (Before the stream held back what was not acknowledged, the first
+// consumer got the write and then a rollback, and the second one a
+// rollback: its "now" was past what the new master holds.)
+func TestChangeStreamShowsOnlyAcknowledgedChanges(t *testing.T) {
 	c := startProcCluster(t, 3, 1)
 	acked := map[string]string{}
 	for i := range 5 {
@@ -279,8 +284,11 @@ func TestChangeStreamRollback(t *testing.T) {
 	// Both slaves must read through the relay: what the master sent
 	// into a paused slave's socket would be applied on its resumption.
 	c.awaitSlavesOnRelay(acked)
-	cons := startConsumer(t, c.router.URL, "beginning", 1, 1<<20)
-	await(t, 30*time.Second, "the consumer to hold the first writes", func() bool { return cons.state()["k4"] == "1" })
+	along := startConsumer(t, c.router.URL, "beginning", 1, 1<<20)
+	await(t, 30*time.Second, "the consumer to hold the first writes", func() bool { return along.state()["k4"] == "1" })
+	along.mu.Lock()
+	lastAcked := along.Parts[0][len(along.Parts[0])-1].SCN
+	along.mu.Unlock()
 
 	route := c.table().Partitions[0]
 	master, slaves := route.Replicas[0], route.Replicas[1:]
@@ -295,7 +303,22 @@ func TestChangeStreamRollback(t *testing.T) {
 	if st, body := c.put("phantom", "x", "2s"); st != 503 || !strings.Contains(body, "not-replicated") && !strings.Contains(body, "deadline-exceeded") {
 		t.Fatalf("a write with both slaves paused: %d %s, want 503 not-replicated or deadline-exceeded", st, body)
 	}
-	await(t, 30*time.Second, "the consumer to get the unreplicated change", func() bool { return cons.state()["phantom"] == "x" })
+	// "now" is the newest acknowledged commit, not the master's head.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var now *client.ChangeEvent
+	for e, err := range client.New(c.router.URL).Changes(ctx, "d", &client.ChangeOptions{Since: "now"}) {
+		if err != nil {
+			t.Fatalf("a stream from now: %v", err)
+		}
+		now = e
+		break
+	}
+	if now == nil || now.Type != "resolved" || now.Source.SCN != lastAcked.String() {
+		t.Fatalf("a stream from now, the newest acknowledged commit %v: first event %+v", lastAcked, now)
+	}
+	fromNow := startConsumer(t, c.router.URL, now.Token, 2, 1<<20)
+
 	c.relay.Kill()
 	c.storage[master].Kill()
 	for _, s := range slaves {
@@ -310,20 +333,24 @@ func TestChangeStreamRollback(t *testing.T) {
 	c.relay.Restart()
 	c.storage[master].Restart()
 	c.awaitHosting(master)
-	cons.awaitEqual(c.router.URL, acked)
-	cons.mu.Lock()
-	rollbacks := slices.Clone(cons.Rollbacks)
-	cons.mu.Unlock()
-	if len(rollbacks) == 0 {
-		resp, _ := http.Get(c.router.URL + "/d/T/phantom")
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t.Fatalf("the consumer got no rollback for the discarded change; snapshots %d; the database: %d %s; table %+v", cons.Snapshots, resp.StatusCode, b, c.table().Partitions[0])
+	along.awaitEqual(c.router.URL, acked)
+	await(t, 60*time.Second, "the consumer from now to get the write after the failover", func() bool { return fromNow.state()["after"] == "2" })
+	for name, cons := range map[string]*consumer{"along": along, "from now": fromNow} {
+		cons.mu.Lock()
+		rollbacks, parts := slices.Clone(cons.Rollbacks), cons.Parts[0]
+		cons.mu.Unlock()
+		if len(rollbacks) > 0 {
+			t.Errorf("consumer %s got rollbacks %v", name, rollbacks)
+		}
+		for _, ch := range parts {
+			if ch.Key == "T/phantom" {
+				t.Errorf("consumer %s was shown the write no replica confirmed, at %v", name, ch.SCN)
+			}
+		}
 	}
-	if _, ok := cons.state()["phantom"]; ok {
-		t.Fatal("the consumer still holds the discarded change")
+	if st := fromNow.state(); len(st) != 1 {
+		t.Errorf("the consumer from now holds %v, want only the write after the failover", st)
 	}
-	t.Logf("rollbacks %v", rollbacks)
 	c.verify(acked)
 }
 

@@ -312,6 +312,84 @@ func TestSlaveReadsOnlyAcknowledgedCommits(t *testing.T) {
 	}
 }
 
+// TestLogOfAcknowledgedCommits: a master asked for acknowledged commits
+// only (a change stream's reader) sends none that too few replicas hold,
+// and sends it once they do; a reader watching the watermark (a relay's
+// pull) is told of its move without a commit. Replicas 3, minInSync 3:
+// a commit is acknowledged once both slaves hold it, and b's own
+// acknowledgement is not enough.
+func TestLogOfAcknowledgedCommits(t *testing.T) {
+	ctx := context.Background()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
+	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
+	a.SetRole("d", 0, node.Master, 1, 0)
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	a.SetSlaves("d", 0, []string{"follower", "c"})
+	ackC := func(scn storage.SCN) {
+		t.Helper()
+		if _, err := a.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: scn}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var truncated int
+	stop := follow(t, b, remote(t, a.url), &truncated)
+	defer stop()
+	pa, _ := a.eng.Partition("d", 0)
+	done := make(chan error, 1)
+	go func() { _, err := a.Write(ctx, writeReq(t, "old")); done <- err }()
+	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 2})
+	ackC(pa.SCN())
+	if err := <-done; err != nil {
+		t.Fatalf("a write both slaves hold: %v", err)
+	}
+	old := pa.SCN()
+	if _, err := a.Write(ctx, writeReq(t, "new")); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("a write c does not hold: %v, want ErrNotReplicated", err)
+	}
+	unacked := pa.SCN()
+	awaitSCN(t, b, unacked)
+
+	src := remote(t, a.url) // over the wire, as relays and routers read
+	res, err := src.Log(ctx, node.LogRequest{DB: "d", Partition: 0, AckedOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.AckedOnly || res.Acked != old || len(res.Commits) == 0 || res.Commits[len(res.Commits)-1].SCN != old {
+		t.Fatalf("acknowledged commits only, %v acknowledged and %v not: %+v", old, unacked, res)
+	}
+	if res, err := src.Log(ctx, node.LogRequest{DB: "d", Partition: 0}); err != nil || res.AckedOnly || res.Commits[len(res.Commits)-1].SCN != unacked {
+		t.Fatalf("every commit: %+v %v", res, err)
+	}
+
+	// Both wait for c: the reader of acknowledged commits for the new
+	// one, the watcher for the watermark's move.
+	type answer struct {
+		res  *node.LogResult
+		took time.Duration
+		err  error
+	}
+	ask := func(req node.LogRequest) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			start := time.Now()
+			res, err := src.Log(ctx, req)
+			ch <- answer{res, time.Since(start), err}
+		}()
+		return ch
+	}
+	const wait = 10 * time.Second
+	reader := ask(node.LogRequest{DB: "d", Partition: 0, After: old, Wait: wait, AckedOnly: true})
+	watcher := ask(node.LogRequest{DB: "d", Partition: 0, After: unacked, Wait: wait, WatchAcked: true, AckedSeen: old})
+	ackC(unacked)
+	if got := <-reader; got.err != nil || len(got.res.Commits) != 1 || got.res.Commits[0].SCN != unacked || got.took >= wait {
+		t.Fatalf("the reader of acknowledged commits once c holds %v: %+v %v after %v", unacked, got.res, got.err, got.took)
+	}
+	if got := <-watcher; got.err != nil || len(got.res.Commits) != 0 || got.res.Acked != unacked || got.took >= wait {
+		t.Fatalf("the watermark's watcher once c holds %v: %+v %v after %v", unacked, got.res, got.err, got.took)
+	}
+}
+
 // writeReq is a put of k in table T.
 func writeReq(t *testing.T, k string) node.WriteRequest {
 	t.Helper()

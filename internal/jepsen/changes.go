@@ -94,7 +94,9 @@ func (s *Consumer) Stats() string {
 // An acknowledged write it never got is lost to the change stream's
 // readers; a document it holds that the database does not (a change that
 // was undone without a rollback event, or a refused write that took
-// effect) is an anomaly, as is a change out of commit order or repeated.
+// effect) is an anomaly, as is a change out of commit order or repeated,
+// and any rollback: the stream sends only acknowledged changes, which no
+// failover undoes.
 func CheckChanges(c *Cluster, h *History, s *Consumer) (lost, anomalies []Anomaly) {
 	defer s.Stop()
 	acked := map[string]Op{}
@@ -160,6 +162,11 @@ func CheckChanges(c *Cluster, h *History, s *Consumer) (lost, anomalies []Anomal
 	s.mu.Lock()
 	for _, p := range s.Problems {
 		anomalies = append(anomalies, Anomaly{time.Now(), "change stream", p})
+	}
+	// The stream sends only acknowledged changes, which no failover
+	// discards: it never has one to take back.
+	for _, r := range s.Rollbacks {
+		anomalies = append(anomalies, Anomaly{time.Now(), "change stream", fmt.Sprintf("a rollback (%s): the stream had sent a change a failover discarded", r)})
 	}
 	s.mu.Unlock()
 	return lost, anomalies

@@ -203,12 +203,14 @@ func writeResultFrom(w *wire.WriteResult) (*WriteResult, error) {
 
 func logTo(r LogRequest) *wire.LogRequest {
 	return &wire.LogRequest{Db: r.DB, Partition: int32(r.Partition), After: scnTo(r.After), Max: int32(r.Max),
-		WaitNanos: int64(r.Wait), Ack: r.Ack, Replica: r.Replica, BufferOnly: r.BufferOnly, MaxBytes: int64(r.MaxBytes)}
+		WaitNanos: int64(r.Wait), Ack: r.Ack, Replica: r.Replica, BufferOnly: r.BufferOnly, MaxBytes: int64(r.MaxBytes),
+		AckedOnly: r.AckedOnly, WatchAcked: r.WatchAcked, AckedSeen: scnTo(r.AckedSeen)}
 }
 
 func logFrom(w *wire.LogRequest) LogRequest {
 	return LogRequest{DB: w.Db, Partition: int(w.Partition), After: scnFrom(w.After), Max: int(w.Max),
-		Wait: time.Duration(w.WaitNanos), Ack: w.Ack, Replica: w.Replica, BufferOnly: w.BufferOnly, MaxBytes: bytesFrom(w.MaxBytes, MaxLogBytes)}
+		Wait: time.Duration(w.WaitNanos), Ack: w.Ack, Replica: w.Replica, BufferOnly: w.BufferOnly, MaxBytes: bytesFrom(w.MaxBytes, MaxLogBytes),
+		AckedOnly: w.AckedOnly, WatchAcked: w.WatchAcked, AckedSeen: scnFrom(w.AckedSeen)}
 }
 
 func commitTo(c *storage.Commit) *wire.Commit {
@@ -233,7 +235,7 @@ func commitFrom(w *wire.Commit) storage.Commit {
 func logResultTo(r *LogResult) *wire.LogResult {
 	w := &wire.LogResult{Diverged: r.Diverged, Common: scnTo(r.Common), Holds: r.Holds, SourceRole: int32(r.SourceRole),
 		SourceScn: scnTo(r.SourceSCN), Acked: scnTo(r.Acked), Trimmed: r.Trimmed, LogStart: scnTo(r.LogStart), SourceBehindNanos: int64(r.SourceBehind),
-		Commits: make([]*wire.Commit, len(r.Commits))}
+		AckedOnly: r.AckedOnly, Commits: make([]*wire.Commit, len(r.Commits))}
 	for i := range r.Commits {
 		w.Commits[i] = commitTo(&r.Commits[i])
 	}
@@ -242,7 +244,7 @@ func logResultTo(r *LogResult) *wire.LogResult {
 
 func logResultFrom(w *wire.LogResult) *LogResult {
 	r := &LogResult{Diverged: w.Diverged, Common: scnFrom(w.Common), Holds: w.Holds, SourceRole: Role(w.SourceRole),
-		SourceSCN: scnFrom(w.SourceScn), Acked: scnFrom(w.Acked), Trimmed: w.Trimmed, LogStart: scnFrom(w.LogStart),
+		SourceSCN: scnFrom(w.SourceScn), Acked: scnFrom(w.Acked), Trimmed: w.Trimmed, LogStart: scnFrom(w.LogStart), AckedOnly: w.AckedOnly,
 		// Never ahead of the master (which would stretch a slave's
 		// freshness into the future).
 		SourceBehind: max(0, time.Duration(w.SourceBehindNanos))}

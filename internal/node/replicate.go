@@ -32,6 +32,25 @@ type LogRequest struct {
 	// asking the master (a failover's drain: the master is gone, and a
 	// paused one would hold the request).
 	BufferOnly bool
+	// AckedOnly asks for commits acknowledged to their writers only, up
+	// to the answer's Acked: what a change stream sends, so that no
+	// failover undoes what a consumer was told. The answer says whether
+	// its source honoured it (LogResult.AckedOnly).
+	AckedOnly bool
+	// WatchAcked asks for an answer, with no commit when there is none,
+	// once the source's Acked differs from AckedSeen: a relay's pull,
+	// whose AckedOnly readers wait for the watermark. A source that
+	// learns of it from acknowledgements answers at once, or, on a busy
+	// stream (its last two answers with commits within ackNewsDelay of
+	// each other and of now), within ackNewsDelay of the move unless a
+	// commit comes first and carries it.
+	WatchAcked bool
+	AckedSeen  storage.SCN
+	// sentCommits is when the stream this request continues last sent
+	// commits, and commitGap how long before that it sent the ones
+	// before (pollLog; not on the wire).
+	sentCommits time.Time
+	commitGap   time.Duration
 }
 
 // LogResult is a batch of commits in SCN order, or word that the asker's
@@ -67,6 +86,10 @@ type LogResult struct {
 	// master committed since (0 from the master itself, and from a relay
 	// of an earlier release). A slave's staleness counts from then.
 	SourceBehind time.Duration
+	// AckedOnly says the answer holds only commits up to Acked, as the
+	// request asked (false from a source of an earlier release, which
+	// sends every commit).
+	AckedOnly bool
 }
 
 // LogSource is where a slave reads its master's log: a local Node, or a
@@ -109,8 +132,13 @@ func pollLog(ctx context.Context, src LogSource, req LogRequest, fn func(*LogRes
 		}
 		if len(res.Commits) > 0 {
 			req.After = res.Commits[len(res.Commits)-1].SCN
+			now := time.Now()
+			req.sentCommits, req.commitGap = now, now.Sub(req.sentCommits)
 		}
 		req.Ack, req.Wait = false, logHeartbeat
+		if req.WatchAcked {
+			req.AckedSeen = res.Acked
+		}
 	}
 	return ctx.Err()
 }
@@ -145,15 +173,24 @@ type Acker interface {
 	Ack(ctx context.Context, req AckRequest) (*AckResult, error)
 }
 
-// acknowledged is the newest commit of p known to have been
-// acknowledged to its writer: the watermark slaves' acknowledgements
-// move, or, on a node that masters every partition alone (serve with
-// one node, where nothing else holds the commits), its durable commits.
-func (n *Node) acknowledged(p *storage.Partition) storage.SCN {
+// acknowledged is the newest commit of p known to be acknowledged in the
+// sense writes are: the watermark acknowledged writes move; on the
+// master in force, once established, as far as enough of its slaves
+// durably hold (a write answered not-replicated whose commit they took
+// since, or an earlier master's commit: no failover undoes either); on
+// a node that masters every partition alone (serve with one node, where
+// nothing else holds the commits), its durable commits.
+func (n *Node) acknowledged(p *storage.Partition, db string, id int) storage.SCN {
 	if n.roles.mastersAll() {
 		return p.DurableSCN()
 	}
-	return p.AcknowledgedSCN()
+	acked := p.AcknowledgedSCN()
+	if n.authoritative(db, id) {
+		if q, established := n.roles.entry(db, id).quorum(n.syncSlaves(db), p.DurableSCN()); established {
+			acked = later(acked, q)
+		}
+	}
+	return acked
 }
 
 // Ack records that a slave durably holds a commit, if it is on this
@@ -204,9 +241,15 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 	}
 	req.Wait = min(req.Wait, MaxLogWait)
 	deadline := time.Now().Add(req.Wait)
+	var news <-chan time.Time // the watermark moved: answer at this time unless a commit comes first
 	for {
 		changed := p.Changed()
-		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN(), Acked: n.acknowledged(p), Holds: true}
+		var moved <-chan struct{}
+		if req.AckedOnly || req.WatchAcked {
+			moved = n.roles.entry(req.DB, req.Partition).ackChanged() // before the watermark is read: no move is missed
+		}
+		acked := n.acknowledged(p, req.DB, req.Partition)
+		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN(), Acked: acked, Holds: true, AckedOnly: req.AckedOnly}
 		if start := p.LogStart(); req.After.Less(start) && p.OnTimeline(req.After) {
 			// The asker's position is on this timeline, but the log no
 			// longer holds what follows it.
@@ -231,6 +274,9 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		if res.Holds {
 			size := 0
 			err := p.ReadLog(req.After, func(c storage.Commit) bool {
+				if req.AckedOnly && acked.Less(c.SCN) {
+					return false
+				}
 				res.Commits = append(res.Commits, c)
 				size += c.Size()
 				return len(res.Commits) < req.Max && size < req.ByteLimit()
@@ -243,10 +289,22 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 			if err != nil || len(res.Commits) > 0 {
 				return res, err
 			}
+			if req.WatchAcked && acked != req.AckedSeen && news == nil {
+				if req.commitGap >= ackNewsDelay || time.Since(req.sentCommits) >= ackNewsDelay {
+					return res, nil // a quiet stream: told at once
+				}
+				// A busy one is told after a short while, in which a
+				// commit would carry it: under writes most moves go
+				// with the next commit, not in an answer of their own.
+				t := time.NewTimer(ackNewsDelay)
+				defer t.Stop()
+				news = t.C
+			}
 		}
-		// Nothing to serve yet: no new commit, or this replica is behind
-		// the asker (it may catch up), or it is not the master in force
-		// and cannot judge the asker's timeline.
+		// Nothing to serve yet: no new commit (or none acknowledged, if
+		// that was asked), or this replica is behind the asker (it may
+		// catch up), or it is not the master in force and cannot judge
+		// the asker's timeline.
 		wait := time.Until(deadline)
 		if wait <= 0 {
 			return res, nil
@@ -254,6 +312,10 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		t := time.NewTimer(wait)
 		select {
 		case <-changed:
+		case <-moved:
+		case <-news:
+			t.Stop()
+			return res, nil
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
@@ -262,6 +324,13 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		t.Stop()
 	}
 }
+
+// ackNewsDelay is how long a busy log stream that watches the
+// acknowledged watermark (LogRequest.WatchAcked) waits, after the
+// watermark moved, for a commit to carry it before it answers with none.
+// A stream is busy when its last two answers with commits came within
+// ackNewsDelay of each other and the last within ackNewsDelay of now.
+const ackNewsDelay = 5 * time.Millisecond
 
 // ByteLimit is the most bytes of commits an answer to r holds before its
 // last commit (MaxBytes within MaxLogBytes).

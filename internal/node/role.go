@@ -130,6 +130,17 @@ func (e *partRole) changedLocked() {
 	}
 }
 
+// ackChanged returns a channel closed at the next acknowledgement or
+// confirmation recorded.
+func (e *partRole) ackChanged() <-chan struct{} {
+	e.ackMu.Lock()
+	defer e.ackMu.Unlock()
+	if e.ackedCh == nil {
+		e.ackedCh = make(chan struct{})
+	}
+	return e.ackedCh
+}
+
 // ack records that replica holds every commit up to scn, durably.
 func (e *partRole) ack(replica string, scn storage.SCN) (prev storage.SCN) {
 	e.ackMu.Lock()

@@ -108,7 +108,7 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
 	}
 	// Taken before the snapshot, so the snapshot holds what it names.
-	acked := n.acknowledged(p)
+	acked := n.acknowledged(p, req.DB, req.Partition)
 	snap, err := p.Snapshot(ctx)
 	if err != nil {
 		return err

@@ -2,16 +2,18 @@
 // pulls every master partition's commit log, in SCN order, into a
 // per-partition buffer bounded in commits and in bytes, and serves it to
 // slaves (and change-stream readers) through the same log API as a storage
-// node. A reader behind the buffer, or on another timeline, is served by
-// re-reading from the master. A relay that starts (or whose buffer the
-// master's retained log has passed) fills its buffer from where the
-// master's retained log starts, not from before it. The relay's copy is in
-// memory, so it acknowledges nothing: a semi-sync write is acknowledged
-// once slaves durably hold it (slaves that read through the relay
-// acknowledge to the master directly). Its answers say how long ago it
-// last heard from the master, so that its readers never take its own
-// answers for the master's word. A new master chosen in a failover drains
-// the relay before it takes over.
+// node; readers that ask for acknowledged commits only (change streams)
+// get those up to the master's acknowledged watermark, whose moves the
+// pull asks the master to tell it of. A reader behind the buffer, or on
+// another timeline, is served by re-reading from the master. A relay that
+// starts (or whose buffer the master's retained log has passed) fills its
+// buffer from where the master's retained log starts, not from before it.
+// The relay's copy is in memory, so it acknowledges nothing: a semi-sync
+// write is acknowledged once slaves durably hold it (slaves that read
+// through the relay acknowledge to the master directly). Its answers say
+// how long ago it last heard from the master, so that its readers never
+// take its own answers for the master's word. A new master chosen in a
+// failover drains the relay before it takes over.
 package relay
 
 import (
@@ -19,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,10 +98,25 @@ type partition struct {
 	// master: the buffer holds what the master had then (answers say
 	// how long ago, LogResult.SourceBehind).
 	heard   time.Time
-	changed chan struct{}
-	cancel  context.CancelFunc
-	pulled  chan struct{} // closed when the current puller has returned
+	changed chan struct{} // closed when commits are added or dropped
+	moved   chan struct{} // closed when acked moves
+	// ackedAsked is when a reader last asked for acknowledged commits
+	// only (a change stream's); while that is within watchLinger the
+	// pull's stream watches the master's watermark (watching), and
+	// rewatch ends a stream that does not, for the pull to start one
+	// that does. Without such readers nobody pays for the watermark's
+	// answers.
+	ackedAsked time.Time
+	watching   bool
+	rewatch    context.CancelFunc
+	cancel     context.CancelFunc
+	pulled     chan struct{} // closed when the current puller has returned
 }
+
+// watchLinger is how long after an acknowledged-only reader last asked
+// the relay's pull of its partition goes on watching the master's
+// acknowledged watermark.
+const watchLinger = time.Minute
 
 // last is the newest SCN held; the caller holds mu.
 func (p *partition) last() storage.SCN {
@@ -163,6 +181,15 @@ func (p *partition) notify() {
 	if p.changed != nil {
 		close(p.changed)
 		p.changed = nil
+	}
+}
+
+// ackMoved wakes the readers waiting for acknowledged commits; the
+// caller holds mu.
+func (p *partition) ackMoved() {
+	if p.moved != nil {
+		close(p.moved)
+		p.moved = nil
 	}
 }
 
@@ -294,14 +321,21 @@ func (r *Relay) awaitPart(ctx context.Context, db string, id int) *partition {
 // breaks or the master says the buffer diverged.
 func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, master node.LogSource) {
 	for ctx.Err() == nil {
+		sctx, rewatch := context.WithCancel(ctx)
 		p.mu.Lock()
 		after := p.last()
+		// Readers that take only acknowledged commits (change streams)
+		// wait for the watermark's moves: while there are any, the
+		// master tells of each.
+		p.watching, p.rewatch = p.wantWatch(), rewatch
+		req := node.LogRequest{DB: db, Partition: id, After: after, Wait: time.Second, WatchAcked: p.watching, AckedSeen: p.acked}
 		p.mu.Unlock()
-		err := node.StreamFrom(ctx, master, node.LogRequest{DB: db, Partition: id, After: after, Wait: time.Second}, func(res *node.LogResult) error {
+		err := node.StreamFrom(sctx, master, req, func(res *node.LogResult) error {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			if !res.Diverged {
+			if !res.Diverged && p.acked != res.Acked {
 				p.acked = res.Acked
+				p.ackMoved()
 			}
 			switch {
 			case res.Trimmed:
@@ -339,10 +373,17 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 				// nothing of how far behind the buffer is.)
 				p.heard = time.Now()
 			}
-			p.notify()
+			if len(res.Commits) > 0 || res.Diverged {
+				p.notify()
+			}
+			if p.watching && !p.wantWatch() {
+				return errRestart // no acknowledged-only reader for a while
+			}
 			return nil
 		})
-		if err != nil && ctx.Err() == nil {
+		rewatched := sctx.Err() != nil && ctx.Err() == nil
+		rewatch()
+		if err != nil && ctx.Err() == nil && !rewatched {
 			t := time.NewTimer(100 * time.Millisecond)
 			select {
 			case <-ctx.Done():
@@ -354,6 +395,12 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 }
 
 var errRestart = errors.New("relay: restart the log stream")
+
+// wantWatch says whether an acknowledged-only reader asked within
+// watchLinger; the caller holds mu.
+func (p *partition) wantWatch() bool {
+	return !p.ackedAsked.IsZero() && time.Since(p.ackedAsked) < watchLinger
+}
 
 // neverHeard is the SourceBehind of a buffer whose pull has had no
 // answer from the master: a reader's staleness is then unbounded.
@@ -372,7 +419,16 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 		return nil, node.ErrUnavailable
 	}
 	deadline := time.Now().Add(req.Wait)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
+		// Its last answer is made after the wait, so that it says how
+		// long ago the master was heard as of when it is sent.
+		last := ctx.Err() != nil || !time.Now().Before(deadline)
 		p.mu.Lock()
 		start, ok := p.find(req.After)
 		if !ok {
@@ -386,13 +442,22 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 			}
 			return r.remotes.Source(master).Log(ctx, req)
 		}
-		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last(), Holds: true, Acked: p.acked, SourceBehind: neverHeard}
+		res := &node.LogResult{SourceRole: node.Offline, SourceSCN: p.last(), Holds: true, Acked: p.acked, SourceBehind: neverHeard, AckedOnly: req.AckedOnly}
 		if !p.heard.IsZero() {
 			res.SourceBehind = time.Since(p.heard)
 		}
-		if start < len(p.commits) {
+		stop := len(p.commits)
+		if req.AckedOnly {
+			stop = p.upTo(p.acked)
+			p.ackedAsked = time.Now()
+			if !p.watching && p.rewatch != nil {
+				p.rewatch() // the pull starts a stream that watches the watermark
+				p.rewatch = nil
+			}
+		}
+		if start < stop {
 			end, size := start, 0
-			for end < len(p.commits) && end-start < req.Max && size < req.ByteLimit() {
+			for end < stop && end-start < req.Max && size < req.ByteLimit() {
 				size += p.commits[end].Size()
 				end++
 			}
@@ -403,19 +468,38 @@ func (r *Relay) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, 
 			}
 			return res, nil
 		}
+		if last {
+			p.mu.Unlock()
+			return res, nil
+		}
 		if p.changed == nil {
 			p.changed = make(chan struct{})
 		}
 		changed := p.changed
+		var moved chan struct{}
+		if req.AckedOnly {
+			if p.moved == nil {
+				p.moved = make(chan struct{})
+			}
+			moved = p.moved
+		}
 		p.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(time.Until(deadline))
+		}
 		select {
 		case <-changed:
-		case <-time.After(time.Until(deadline)):
-			return res, nil
+		case <-moved:
+		case <-timer.C:
 		case <-ctx.Done():
-			return res, nil
 		}
 	}
+}
+
+// upTo is how many buffered commits are at or before scn; the caller
+// holds mu.
+func (p *partition) upTo(scn storage.SCN) int {
+	return sort.Search(len(p.commits), func(i int) bool { return scn.Less(p.commits[i].SCN) })
 }
 
 // find returns the index of the first buffered commit after scn, if scn is

@@ -236,3 +236,88 @@ func heartbeat(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
+
+// TestAckedOnlyReaders: a reader that asks for acknowledged commits only
+// (a change stream's) gets the buffered commits up to the master's
+// acknowledged SCN, and the later ones once the master says they are
+// acknowledged, in an answer of its own. The relay's pull asks the
+// master to tell it of the watermark's moves (WatchAcked, with what it
+// last heard) only once such a reader came: without one, nobody pays for
+// those answers. This master answers a pull that does not watch only
+// when it ends, so the reader's commits can come only by the watch.
+func TestAckedOnlyReaders(t *testing.T) {
+	var acked atomic.Uint64
+	acked.Store(1)
+	var watched, seenWrong atomic.Int64
+	var lastSaid atomic.Uint64
+	master := node.LogFunc(func(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+		if req.WatchAcked {
+			watched.Add(1)
+			if req.AckedSeen.Seq != lastSaid.Load() {
+				seenWrong.Add(1)
+			}
+		}
+		res := &node.LogResult{SourceRole: node.Master, Holds: true, SourceSCN: storage.SCN{Gen: 1, Seq: 3}}
+		if req.After.IsZero() {
+			res.Commits = []storage.Commit{commit(1, 10), commit(2, 10), commit(3, 10)}
+		} else {
+			for !req.WatchAcked || acked.Load() == req.AckedSeen.Seq {
+				select {
+				case <-time.After(time.Millisecond):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+		}
+		res.Acked = storage.SCN{Gen: 1, Seq: acked.Load()}
+		lastSaid.Store(res.Acked.Seq)
+		return res, nil
+	})
+	r, ctx := pulling(t, master)
+
+	all := node.LogRequest{DB: "d", Partition: 0, Wait: 10 * time.Millisecond}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if res, err := r.Log(ctx, all); err == nil && len(res.Commits) == 3 {
+			if res.AckedOnly {
+				t.Fatal("an answer with every commit says it holds acknowledged ones only")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the relay never held the master's commits")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := watched.Load(); n > 0 {
+		t.Fatalf("with no reader of acknowledged commits, %d of the pull's requests watched the watermark", n)
+	}
+	ackedOnly := all
+	ackedOnly.AckedOnly = true
+	res, err := r.Log(ctx, ackedOnly)
+	if err != nil || len(res.Commits) != 1 || res.Commits[0].SCN.Seq != 1 || !res.AckedOnly || res.Acked.Seq != 1 {
+		t.Fatalf("acknowledged commits only, 1:1 acknowledged: %+v %v", res, err)
+	}
+	// A reader at 1:1 waits for the master's word that 1:3 is
+	// acknowledged, which comes with no commit.
+	ackedOnly.After, ackedOnly.Wait = storage.SCN{Gen: 1, Seq: 1}, 10*time.Second
+	got := make(chan *node.LogResult, 1)
+	go func() {
+		res, err := r.Log(ctx, ackedOnly)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res
+	}()
+	acked.Store(3)
+	res = <-got
+	if res == nil || len(res.Commits) != 2 || res.Commits[1].SCN.Seq != 3 || res.Acked.Seq != 3 {
+		t.Fatalf("once 1:3 is acknowledged: %+v", res)
+	}
+	if watched.Load() == 0 {
+		t.Fatal("the pull never watched the watermark")
+	}
+	if n := seenWrong.Load(); n > 0 {
+		t.Fatalf("%d of the pull's watching requests did not say the watermark it last heard", n)
+	}
+}

@@ -1337,7 +1337,18 @@ type LogRequest struct {
 	// Bytes of commits an answer holds at most before its last commit
 	// (0: the server's bound). A server that does not know the field sends
 	// up to its own bound.
-	MaxBytes      int64 `protobuf:"varint,9,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int64 `protobuf:"varint,9,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// acked_only: only commits acknowledged to their writers, up to the
+	// answer's acked (a change stream's reader: no failover undoes what it
+	// is sent). A server that honours it says so (LogResult.acked_only);
+	// one that does not know the field sends every commit.
+	AckedOnly bool `protobuf:"varint,10,opt,name=acked_only,json=ackedOnly,proto3" json:"acked_only,omitempty"`
+	// watch_acked: also answer, without a commit when there is none, once
+	// acked differs from acked_seen (a relay, whose acked_only readers
+	// wait for it). A server that does not know it answers only commits
+	// and heartbeats.
+	WatchAcked    bool `protobuf:"varint,11,opt,name=watch_acked,json=watchAcked,proto3" json:"watch_acked,omitempty"`
+	AckedSeen     *SCN `protobuf:"bytes,12,opt,name=acked_seen,json=ackedSeen,proto3" json:"acked_seen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1435,6 +1446,27 @@ func (x *LogRequest) GetMaxBytes() int64 {
 	return 0
 }
 
+func (x *LogRequest) GetAckedOnly() bool {
+	if x != nil {
+		return x.AckedOnly
+	}
+	return false
+}
+
+func (x *LogRequest) GetWatchAcked() bool {
+	if x != nil {
+		return x.WatchAcked
+	}
+	return false
+}
+
+func (x *LogRequest) GetAckedSeen() *SCN {
+	if x != nil {
+		return x.AckedSeen
+	}
+	return nil
+}
+
 type LogResult struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Commits    []*Commit              `protobuf:"bytes,1,rep,name=commits,proto3" json:"commits,omitempty"`
@@ -1454,8 +1486,11 @@ type LogResult struct {
 	// counts from then. 0 from a master, and from a relay that does not
 	// know the field.
 	SourceBehindNanos int64 `protobuf:"varint,10,opt,name=source_behind_nanos,json=sourceBehindNanos,proto3" json:"source_behind_nanos,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// acked_only: the answer holds only commits up to acked, as the request
+	// asked.
+	AckedOnly     bool `protobuf:"varint,11,opt,name=acked_only,json=ackedOnly,proto3" json:"acked_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LogResult) Reset() {
@@ -1556,6 +1591,13 @@ func (x *LogResult) GetSourceBehindNanos() int64 {
 		return x.SourceBehindNanos
 	}
 	return 0
+}
+
+func (x *LogResult) GetAckedOnly() bool {
+	if x != nil {
+		return x.AckedOnly
+	}
+	return false
 }
 
 type AckRequest struct {
@@ -2574,7 +2616,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x06Commit\x12&\n" +
 	"\x03scn\x18\x01 \x01(\v2\x14.cortado.wire.v1.SCNR\x03scn\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12.\n" +
-	"\x06events\x18\x03 \x03(\v2\x16.cortado.wire.v1.EventR\x06events\"\x81\x02\n" +
+	"\x06events\x18\x03 \x03(\v2\x16.cortado.wire.v1.EventR\x06events\"\xf6\x02\n" +
 	"\n" +
 	"LogRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
@@ -2587,7 +2629,14 @@ const file_wire_proto_rawDesc = "" +
 	"\areplica\x18\a \x01(\tR\areplica\x12\x1f\n" +
 	"\vbuffer_only\x18\b \x01(\bR\n" +
 	"bufferOnly\x12\x1b\n" +
-	"\tmax_bytes\x18\t \x01(\x03R\bmaxBytes\"\x9d\x03\n" +
+	"\tmax_bytes\x18\t \x01(\x03R\bmaxBytes\x12\x1d\n" +
+	"\n" +
+	"acked_only\x18\n" +
+	" \x01(\bR\tackedOnly\x12\x1f\n" +
+	"\vwatch_acked\x18\v \x01(\bR\n" +
+	"watchAcked\x123\n" +
+	"\n" +
+	"acked_seen\x18\f \x01(\v2\x14.cortado.wire.v1.SCNR\tackedSeen\"\xbc\x03\n" +
 	"\tLogResult\x121\n" +
 	"\acommits\x18\x01 \x03(\v2\x17.cortado.wire.v1.CommitR\acommits\x12\x1a\n" +
 	"\bdiverged\x18\x02 \x01(\bR\bdiverged\x12,\n" +
@@ -2601,7 +2650,9 @@ const file_wire_proto_rawDesc = "" +
 	"\atrimmed\x18\b \x01(\bR\atrimmed\x121\n" +
 	"\tlog_start\x18\t \x01(\v2\x14.cortado.wire.v1.SCNR\blogStart\x12.\n" +
 	"\x13source_behind_nanos\x18\n" +
-	" \x01(\x03R\x11sourceBehindNanos\"|\n" +
+	" \x01(\x03R\x11sourceBehindNanos\x12\x1d\n" +
+	"\n" +
+	"acked_only\x18\v \x01(\bR\tackedOnly\"|\n" +
 	"\n" +
 	"AckRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
@@ -2764,55 +2815,56 @@ var file_wire_proto_depIdxs = []int32{
 	2,  // 13: cortado.wire.v1.Commit.scn:type_name -> cortado.wire.v1.SCN
 	15, // 14: cortado.wire.v1.Commit.events:type_name -> cortado.wire.v1.Event
 	2,  // 15: cortado.wire.v1.LogRequest.after:type_name -> cortado.wire.v1.SCN
-	16, // 16: cortado.wire.v1.LogResult.commits:type_name -> cortado.wire.v1.Commit
-	2,  // 17: cortado.wire.v1.LogResult.common:type_name -> cortado.wire.v1.SCN
-	2,  // 18: cortado.wire.v1.LogResult.source_scn:type_name -> cortado.wire.v1.SCN
-	2,  // 19: cortado.wire.v1.LogResult.acked:type_name -> cortado.wire.v1.SCN
-	2,  // 20: cortado.wire.v1.LogResult.log_start:type_name -> cortado.wire.v1.SCN
-	2,  // 21: cortado.wire.v1.AckRequest.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 22: cortado.wire.v1.AckResult.head:type_name -> cortado.wire.v1.SCN
-	2,  // 23: cortado.wire.v1.AckResult.acknowledged:type_name -> cortado.wire.v1.SCN
-	2,  // 24: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 25: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
-	32, // 26: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
-	22, // 27: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
-	2,  // 28: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
-	2,  // 29: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
-	33, // 30: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
-	5,  // 31: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
-	27, // 32: cortado.wire.v1.Error.master:type_name -> cortado.wire.v1.MasterHint
-	2,  // 33: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
-	2,  // 34: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
-	2,  // 35: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
-	29, // 36: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
-	30, // 37: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
-	0,  // 38: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
-	7,  // 39: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
-	8,  // 40: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
-	9,  // 41: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
-	12, // 42: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
-	17, // 43: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
-	17, // 44: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
-	19, // 45: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
-	21, // 46: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
-	24, // 47: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
-	28, // 48: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
-	1,  // 49: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
-	5,  // 50: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
-	6,  // 51: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
-	10, // 52: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
-	14, // 53: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
-	18, // 54: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
-	18, // 55: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
-	20, // 56: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
-	23, // 57: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
-	25, // 58: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
-	31, // 59: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
-	49, // [49:60] is the sub-list for method output_type
-	38, // [38:49] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	2,  // 16: cortado.wire.v1.LogRequest.acked_seen:type_name -> cortado.wire.v1.SCN
+	16, // 17: cortado.wire.v1.LogResult.commits:type_name -> cortado.wire.v1.Commit
+	2,  // 18: cortado.wire.v1.LogResult.common:type_name -> cortado.wire.v1.SCN
+	2,  // 19: cortado.wire.v1.LogResult.source_scn:type_name -> cortado.wire.v1.SCN
+	2,  // 20: cortado.wire.v1.LogResult.acked:type_name -> cortado.wire.v1.SCN
+	2,  // 21: cortado.wire.v1.LogResult.log_start:type_name -> cortado.wire.v1.SCN
+	2,  // 22: cortado.wire.v1.AckRequest.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 23: cortado.wire.v1.AckResult.head:type_name -> cortado.wire.v1.SCN
+	2,  // 24: cortado.wire.v1.AckResult.acknowledged:type_name -> cortado.wire.v1.SCN
+	2,  // 25: cortado.wire.v1.PartitionStatus.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 26: cortado.wire.v1.PartitionStatus.log_start:type_name -> cortado.wire.v1.SCN
+	32, // 27: cortado.wire.v1.PartitionStatus.index_building:type_name -> cortado.wire.v1.PartitionStatus.IndexBuildingEntry
+	22, // 28: cortado.wire.v1.StatusResult.partitions:type_name -> cortado.wire.v1.PartitionStatus
+	2,  // 29: cortado.wire.v1.ChecksumRequest.at:type_name -> cortado.wire.v1.SCN
+	2,  // 30: cortado.wire.v1.ChecksumResult.scn:type_name -> cortado.wire.v1.SCN
+	33, // 31: cortado.wire.v1.ChecksumResult.tables:type_name -> cortado.wire.v1.ChecksumResult.TablesEntry
+	5,  // 32: cortado.wire.v1.Error.item:type_name -> cortado.wire.v1.Item
+	27, // 33: cortado.wire.v1.Error.master:type_name -> cortado.wire.v1.MasterHint
+	2,  // 34: cortado.wire.v1.SnapshotChunk.scn:type_name -> cortado.wire.v1.SCN
+	2,  // 35: cortado.wire.v1.SnapshotChunk.history:type_name -> cortado.wire.v1.SCN
+	2,  // 36: cortado.wire.v1.SnapshotChunk.acked:type_name -> cortado.wire.v1.SCN
+	29, // 37: cortado.wire.v1.SnapshotChunk.rows:type_name -> cortado.wire.v1.Row
+	30, // 38: cortado.wire.v1.SnapshotChunk.marks:type_name -> cortado.wire.v1.Mark
+	0,  // 39: cortado.wire.v1.Node.Hello:input_type -> cortado.wire.v1.HelloRequest
+	7,  // 40: cortado.wire.v1.Node.Get:input_type -> cortado.wire.v1.GetRequest
+	8,  // 41: cortado.wire.v1.Node.MultiGet:input_type -> cortado.wire.v1.MultiGetRequest
+	9,  // 42: cortado.wire.v1.Node.Scan:input_type -> cortado.wire.v1.ScanRequest
+	12, // 43: cortado.wire.v1.Node.Write:input_type -> cortado.wire.v1.WriteRequest
+	17, // 44: cortado.wire.v1.Node.Log:input_type -> cortado.wire.v1.LogRequest
+	17, // 45: cortado.wire.v1.Node.StreamLog:input_type -> cortado.wire.v1.LogRequest
+	19, // 46: cortado.wire.v1.Node.Ack:input_type -> cortado.wire.v1.AckRequest
+	21, // 47: cortado.wire.v1.Node.Status:input_type -> cortado.wire.v1.StatusRequest
+	24, // 48: cortado.wire.v1.Node.Checksum:input_type -> cortado.wire.v1.ChecksumRequest
+	28, // 49: cortado.wire.v1.Node.Snapshot:input_type -> cortado.wire.v1.SnapshotRequest
+	1,  // 50: cortado.wire.v1.Node.Hello:output_type -> cortado.wire.v1.HelloResult
+	5,  // 51: cortado.wire.v1.Node.Get:output_type -> cortado.wire.v1.Item
+	6,  // 52: cortado.wire.v1.Node.MultiGet:output_type -> cortado.wire.v1.Items
+	10, // 53: cortado.wire.v1.Node.Scan:output_type -> cortado.wire.v1.ScanResult
+	14, // 54: cortado.wire.v1.Node.Write:output_type -> cortado.wire.v1.WriteResult
+	18, // 55: cortado.wire.v1.Node.Log:output_type -> cortado.wire.v1.LogResult
+	18, // 56: cortado.wire.v1.Node.StreamLog:output_type -> cortado.wire.v1.LogResult
+	20, // 57: cortado.wire.v1.Node.Ack:output_type -> cortado.wire.v1.AckResult
+	23, // 58: cortado.wire.v1.Node.Status:output_type -> cortado.wire.v1.StatusResult
+	25, // 59: cortado.wire.v1.Node.Checksum:output_type -> cortado.wire.v1.ChecksumResult
+	31, // 60: cortado.wire.v1.Node.Snapshot:output_type -> cortado.wire.v1.SnapshotChunk
+	50, // [50:61] is the sub-list for method output_type
+	39, // [39:50] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
