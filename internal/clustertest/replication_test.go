@@ -251,6 +251,45 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	}
 }
 
+// thirdUnacked sets up replicas 3 with minInSync 3: master a, slave b
+// following it, and a third slave c that acknowledges by hand (ackC).
+// It writes "old", which both slaves hold (acknowledged, at SCN old),
+// and "new", which only b holds (its writer answered not-replicated; at
+// SCN unacked). The follower stops when the test ends.
+func thirdUnacked(t *testing.T) (a, b *storageNode, ackC func(storage.SCN), old, unacked storage.SCN) {
+	t.Helper()
+	ctx := context.Background()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
+	a = newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	b = newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
+	a.SetRole("d", 0, node.Master, 1, 0)
+	b.SetRole("d", 0, node.Slave, 0, 0)
+	a.SetSlaves("d", 0, []string{"follower", "c"})
+	ackC = func(scn storage.SCN) {
+		t.Helper()
+		if _, err := a.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: scn}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var truncated int
+	t.Cleanup(follow(t, b, remote(t, a.url), &truncated))
+	done := make(chan error, 1)
+	go func() { _, err := a.Write(ctx, writeReq(t, "old")); done <- err }()
+	pa, _ := a.eng.Partition("d", 0)
+	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 2})
+	ackC(pa.SCN())
+	if err := <-done; err != nil {
+		t.Fatalf("a write both slaves hold: %v", err)
+	}
+	old = pa.SCN()
+	if _, err := a.Write(ctx, writeReq(t, "new")); !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("a write c does not hold: %v, want ErrNotReplicated", err)
+	}
+	unacked = pa.SCN()
+	awaitSCN(t, b, unacked)
+	return a, b, ackC, old, unacked
+}
+
 // TestSlaveReadsOnlyAcknowledgedCommits: with replicas 3 and minInSync
 // 3, a commit slave b holds but the third replica c does not is not
 // acknowledged (its writer is answered "not replicated"), and a failover
@@ -259,43 +298,12 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 // it. A document written before, which c holds, b answers at once.
 func TestSlaveReadsOnlyAcknowledgedCommits(t *testing.T) {
 	ctx := context.Background()
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
-	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
-	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
-	a.SetRole("d", 0, node.Master, 1, 0)
-	b.SetRole("d", 0, node.Slave, 0, 0)
-	a.SetSlaves("d", 0, []string{"follower", "c"})
-	// c is a slave that acknowledges by hand.
-	ackC := func(scn storage.SCN) {
-		t.Helper()
-		if _, err := a.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: scn}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var truncated int
-	stop := follow(t, b, remote(t, a.url), &truncated)
-	defer stop()
-
-	// "old" is acknowledged: both slaves hold it.
-	acked := make(chan error, 1)
-	go func() { _, err := a.Write(ctx, writeReq(t, "old")); acked <- err }()
-	pa, _ := a.eng.Partition("d", 0)
-	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 2})
-	ackC(pa.SCN())
-	if err := <-acked; err != nil {
-		t.Fatalf("a write both slaves hold: %v", err)
-	}
-	// "new" reaches b only.
-	if _, err := a.Write(ctx, writeReq(t, "new")); !errors.Is(err, node.ErrNotReplicated) {
-		t.Fatalf("a write c does not hold: %v, want ErrNotReplicated", err)
-	}
-	unacked := pa.SCN()
-	awaitSCN(t, b, unacked)
+	_, b, ackC, old, unacked := thirdUnacked(t)
 
 	read := func(ctx context.Context, k string) (*node.Item, error) {
 		return b.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S(k)}, MaxStale: time.Minute})
 	}
-	if it, err := read(ctx, "old"); err != nil || it.SCN != (storage.SCN{Gen: 1, Seq: 2}) {
+	if it, err := read(ctx, "old"); err != nil || it.SCN != old {
 		t.Fatalf("b's read of an acknowledged commit: %+v %v", it, err)
 	}
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -320,35 +328,7 @@ func TestSlaveReadsOnlyAcknowledgedCommits(t *testing.T) {
 // acknowledgement is not enough.
 func TestLogOfAcknowledgedCommits(t *testing.T) {
 	ctx := context.Background()
-	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
-	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
-	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
-	a.SetRole("d", 0, node.Master, 1, 0)
-	b.SetRole("d", 0, node.Slave, 0, 0)
-	a.SetSlaves("d", 0, []string{"follower", "c"})
-	ackC := func(scn storage.SCN) {
-		t.Helper()
-		if _, err := a.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: scn}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var truncated int
-	stop := follow(t, b, remote(t, a.url), &truncated)
-	defer stop()
-	pa, _ := a.eng.Partition("d", 0)
-	done := make(chan error, 1)
-	go func() { _, err := a.Write(ctx, writeReq(t, "old")); done <- err }()
-	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 2})
-	ackC(pa.SCN())
-	if err := <-done; err != nil {
-		t.Fatalf("a write both slaves hold: %v", err)
-	}
-	old := pa.SCN()
-	if _, err := a.Write(ctx, writeReq(t, "new")); !errors.Is(err, node.ErrNotReplicated) {
-		t.Fatalf("a write c does not hold: %v, want ErrNotReplicated", err)
-	}
-	unacked := pa.SCN()
-	awaitSCN(t, b, unacked)
+	a, _, ackC, old, unacked := thirdUnacked(t)
 
 	src := remote(t, a.url) // over the wire, as relays and routers read
 	res, err := src.Log(ctx, node.LogRequest{DB: "d", Partition: 0, AckedOnly: true})
