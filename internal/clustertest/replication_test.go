@@ -251,21 +251,32 @@ func TestSemiSyncWaitsForDurableReplicas(t *testing.T) {
 	}
 }
 
+// thirdReplica is replicas 3 with minInSync 3 (thirdUnacked).
+type thirdReplica struct {
+	reg  *registry.Registry
+	a, b *storageNode
+	// ackC acknowledges scn to a as the third replica, c.
+	ackC func(scn storage.SCN)
+	// old is the SCN of "old", which both slaves hold, unacked that of
+	// "new", which only b holds.
+	old, unacked storage.SCN
+}
+
 // thirdUnacked sets up replicas 3 with minInSync 3: master a, slave b
 // following it, and a third slave c that acknowledges by hand (ackC).
-// It writes "old", which both slaves hold (acknowledged, at SCN old),
-// and "new", which only b holds (its writer answered not-replicated; at
-// SCN unacked). The follower stops when the test ends.
-func thirdUnacked(t *testing.T) (a, b *storageNode, ackC func(storage.SCN), old, unacked storage.SCN) {
+// It writes "old", which both slaves hold (acknowledged), and "new",
+// which only b holds (its writer answered not-replicated). The follower
+// stops when the test ends.
+func thirdUnacked(t *testing.T) *thirdReplica {
 	t.Helper()
 	ctx := context.Background()
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
-	a = newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
-	b = newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
+	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
 	a.SetRole("d", 0, node.Master, 1, 0)
 	b.SetRole("d", 0, node.Slave, 0, 0)
 	a.SetSlaves("d", 0, []string{"follower", "c"})
-	ackC = func(scn storage.SCN) {
+	ackC := func(scn storage.SCN) {
 		t.Helper()
 		if _, err := a.Ack(ctx, node.AckRequest{DB: "d", Partition: 0, Replica: "c", SCN: scn}); err != nil {
 			t.Fatal(err)
@@ -281,13 +292,13 @@ func thirdUnacked(t *testing.T) (a, b *storageNode, ackC func(storage.SCN), old,
 	if err := <-done; err != nil {
 		t.Fatalf("a write both slaves hold: %v", err)
 	}
-	old = pa.SCN()
+	old := pa.SCN()
 	if _, err := a.Write(ctx, writeReq(t, "new")); !errors.Is(err, node.ErrNotReplicated) {
 		t.Fatalf("a write c does not hold: %v, want ErrNotReplicated", err)
 	}
-	unacked = pa.SCN()
+	unacked := pa.SCN()
 	awaitSCN(t, b, unacked)
-	return a, b, ackC, old, unacked
+	return &thirdReplica{reg: reg, a: a, b: b, ackC: ackC, old: old, unacked: unacked}
 }
 
 // TestSlaveReadsOnlyAcknowledgedCommits: with replicas 3 and minInSync
@@ -298,7 +309,8 @@ func thirdUnacked(t *testing.T) (a, b *storageNode, ackC func(storage.SCN), old,
 // it. A document written before, which c holds, b answers at once.
 func TestSlaveReadsOnlyAcknowledgedCommits(t *testing.T) {
 	ctx := context.Background()
-	_, b, ackC, old, unacked := thirdUnacked(t)
+	r := thirdUnacked(t)
+	b, ackC, old, unacked := r.b, r.ackC, r.old, r.unacked
 
 	read := func(ctx context.Context, k string) (*node.Item, error) {
 		return b.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S(k)}, MaxStale: time.Minute})
@@ -328,7 +340,8 @@ func TestSlaveReadsOnlyAcknowledgedCommits(t *testing.T) {
 // acknowledgement is not enough.
 func TestLogOfAcknowledgedCommits(t *testing.T) {
 	ctx := context.Background()
-	a, _, ackC, old, unacked := thirdUnacked(t)
+	r := thirdUnacked(t)
+	a, ackC, old, unacked := r.a, r.ackC, r.old, r.unacked
 
 	src := remote(t, a.url) // over the wire, as relays and routers read
 	res, err := src.Log(ctx, node.LogRequest{DB: "d", Partition: 0, AckedOnly: true})
