@@ -246,7 +246,11 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 		changed := p.Changed()
 		var moved <-chan struct{}
 		if req.AckedOnly || req.WatchAcked {
-			moved = n.roles.entry(req.DB, req.Partition).ackChanged() // before the watermark is read: no move is missed
+			// Before the watermark is read: no move is missed. A
+			// replica with no role here moves none.
+			if e, _ := n.roles.lookup(req.DB, req.Partition); e != nil {
+				moved = e.ackChanged()
+			}
 		}
 		acked := n.acknowledged(p, req.DB, req.Partition)
 		res := &LogResult{SourceRole: n.Role(req.DB, req.Partition), SourceSCN: p.SCN(), Acked: acked, Holds: true, AckedOnly: req.AckedOnly}
