@@ -271,7 +271,9 @@ func thirdUnacked(t *testing.T) *thirdReplica {
 	t.Helper()
 	ctx := context.Background()
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
-	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	// Long enough for b to take "old" under the race detector on a
+	// loaded machine; "new" waits it out.
+	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 3 * time.Second})
 	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
 	a.SetRole("d", 0, node.Master, 1, 0)
 	b.SetRole("d", 0, node.Slave, 0, 0)
