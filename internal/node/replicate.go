@@ -46,11 +46,27 @@ type LogRequest struct {
 	// commit comes first and carries it.
 	WatchAcked bool
 	AckedSeen  storage.SCN
-	// sentCommits is when the stream this request continues last sent
-	// commits, and commitGap how long before that it sent the ones
-	// before (pollLog; not on the wire).
-	sentCommits time.Time
-	commitGap   time.Duration
+	// pace is the stream this request continues (pollLog; not on the
+	// wire).
+	pace streamPace
+}
+
+// streamPace is when a log stream last sent commits, and how long before
+// that it sent the ones before: whether the stream is busy.
+type streamPace struct {
+	sent time.Time
+	gap  time.Duration
+}
+
+// sentAt records an answer with commits sent at now.
+func (s *streamPace) sentAt(now time.Time) {
+	s.sent, s.gap = now, now.Sub(s.sent)
+}
+
+// busy says whether the stream's last two answers with commits came
+// within d of each other and the last within d of now.
+func (s streamPace) busy(now time.Time, d time.Duration) bool {
+	return s.gap < d && now.Sub(s.sent) < d
 }
 
 // LogResult is a batch of commits in SCN order, or word that the asker's
@@ -132,8 +148,7 @@ func pollLog(ctx context.Context, src LogSource, req LogRequest, fn func(*LogRes
 		}
 		if len(res.Commits) > 0 {
 			req.After = res.Commits[len(res.Commits)-1].SCN
-			now := time.Now()
-			req.sentCommits, req.commitGap = now, now.Sub(req.sentCommits)
+			req.pace.sentAt(time.Now())
 		}
 		req.Ack, req.Wait = false, logHeartbeat
 		if req.WatchAcked {
@@ -294,7 +309,7 @@ func (n *Node) Log(ctx context.Context, req LogRequest) (*LogResult, error) {
 				return res, err
 			}
 			if req.WatchAcked && acked != req.AckedSeen && news == nil {
-				if req.commitGap >= ackNewsDelay || time.Since(req.sentCommits) >= ackNewsDelay {
+				if !req.pace.busy(time.Now(), ackNewsDelay) {
 					return res, nil // a quiet stream: told at once
 				}
 				// A busy one is told after a short while, in which a

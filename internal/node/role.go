@@ -135,6 +135,11 @@ func (e *partRole) changedLocked() {
 func (e *partRole) ackChanged() <-chan struct{} {
 	e.ackMu.Lock()
 	defer e.ackMu.Unlock()
+	return e.ackChangedLocked()
+}
+
+// ackChangedLocked is ackChanged for a caller holding ackMu.
+func (e *partRole) ackChangedLocked() <-chan struct{} {
 	if e.ackedCh == nil {
 		e.ackedCh = make(chan struct{})
 	}
@@ -174,7 +179,8 @@ func (e *partRole) quorumLocked(need int) storage.SCN {
 	if need <= 0 {
 		return storage.SCN{Gen: ^uint32(0)}
 	}
-	held := make([]storage.SCN, 0, len(e.slaves))
+	var buf [8]storage.SCN // replicas rarely number more: no allocation per answer
+	held := buf[:0]
 	for _, id := range e.slaves {
 		held = append(held, e.acks[id])
 	}
@@ -204,10 +210,7 @@ func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, time
 			e.ackMu.Unlock()
 			return nil
 		}
-		if e.ackedCh == nil {
-			e.ackedCh = make(chan struct{})
-		}
-		ch := e.ackedCh
+		ch := e.ackChangedLocked()
 		e.ackMu.Unlock()
 		if timer == nil {
 			t := time.NewTimer(timeout)
