@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,6 +50,16 @@ func startClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, r
 // router reach at advertise(its URL) (a proxy in front of it).
 func startClusterNodeAt(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string, opts node.Options, advertise func(url string) string, extra ...grpc.ServerOption) *clusterNode {
 	t.Helper()
+	n, run := joinClusterNode(t, ctx, cli, reg, id, opts, advertise, extra...)
+	run()
+	return n
+}
+
+// joinClusterNode starts a storage node and registers it as a member,
+// and returns run, which starts its agent: until then it takes no role
+// the routing tables give it, as a process that joined and stalled.
+func joinClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, reg *registry.Registry, id string, opts node.Options, advertise func(url string) string, extra ...grpc.ServerOption) (n *clusterNode, run func()) {
+	t.Helper()
 	sn := newStorageNodeWith(t, reg, opts, extra...)
 	url := sn.url
 	if advertise != nil {
@@ -62,13 +73,19 @@ func startClusterNodeAt(t testing.TB, ctx context.Context, cli *clientv3.Client,
 	actx, cancel := context.WithCancel(ctx)
 	a := &agent.Agent{Client: cli, Prefix: "/c", ID: id, Node: sn.Node, Member: m, Log: slog.New(slog.DiscardHandler)}
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		a.Run(actx)
-	}()
+	var once sync.Once
+	run = func() {
+		once.Do(func() {
+			go func() {
+				defer close(done)
+				a.Run(actx)
+			}()
+		})
+	}
 	// Before the engine closes (cleanups run last first).
-	t.Cleanup(func() { cancel(); <-done })
-	return &clusterNode{storageNode: sn, id: id, member: m, stop: func() { cancel(); <-done }}
+	stop := func() { cancel(); run(); <-done }
+	t.Cleanup(stop)
+	return &clusterNode{storageNode: sn, id: id, member: m, stop: stop}, run
 }
 
 // kill makes the node vanish as a crashed process would: its API stops
@@ -109,6 +126,7 @@ func startCluster(t testing.TB, nodes, partitions, replicas int) *testCluster {
 // clusterOptions configures startClusterWith.
 type clusterOptions struct {
 	nodes, partitions, replicas int
+	minInSync                   int  // 0: the database's default
 	oneByOne                    bool // the controller publishes one partition's transition at a time
 	replication                 string
 	node                        node.Options
@@ -140,7 +158,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)
-	reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: partitions, Replicas: replicas, Replication: o.replication})
+	reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: partitions, Replicas: replicas, MinInSync: o.minInSync, Replication: o.replication})
 	if _, _, err := reg.RegisterVersion(ctx, "d", "T", []schema.KeyPart{{Name: "k"}}, `{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`); err != nil {
 		t.Fatal(err)
 	}
@@ -384,6 +402,83 @@ func TestControllerJoinUnderLoad(t *testing.T) {
 	close(stop)
 	<-done
 	t.Logf("%d writes acknowledged while a node joined and the copies left behind were deleted", len(acked))
+	c.checkAcked(acked)
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+}
+
+// TestJoinKeepsWritesAcknowledged: with minInSync as large as replicas
+// (a write waits for every slave), a node that joins and is given
+// replicas holds no write up before it has caught up: each slave it is
+// to replace stays a slave, acknowledging writes, until it has (make
+// before break), then goes. Nothing acknowledged is lost.
+func TestJoinKeepsWritesAcknowledged(t *testing.T) {
+	const partitions = 4
+	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: partitions, replicas: 3, minInSync: 3,
+		node: node.Options{SemiSyncTimeout: time.Second}})
+	acked := map[string]string{}
+	write := func(i int) {
+		k, v := fmt.Sprintf("w%d", i), fmt.Sprint(i)
+		for {
+			req, _ := http.NewRequest("PUT", c.url+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode < 300 {
+				acked[k] = v
+				return
+			}
+			// A partition without a master yet is asked again; a
+			// write that its slaves did not acknowledge is the failure.
+			if resp.StatusCode != 503 || strings.Contains(string(b), "not-replicated") {
+				t.Fatalf("put %s: %d %s", k, resp.StatusCode, b)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i := range 40 {
+		write(i)
+	}
+	// A fourth node registers but applies no routing table yet.
+	id := fmt.Sprintf("n%d", len(c.nodes))
+	n, run := joinClusterNode(t, c.ctx, c.cli, c.reg, id, c.nodeOpts, nil)
+	c.nodes[id] = n
+	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
+		for _, r := range tb.Partitions {
+			if slices.Contains(r.Replicas, id) {
+				return true
+			}
+		}
+		return false
+	})
+	for i := 40; i < 240; i++ {
+		write(i)
+	}
+	for p, r := range c.view.Table("d").Partitions {
+		if slices.Contains(r.Replicas, id) && len(r.Replicas) != 4 {
+			t.Fatalf("partition %d: replicas %v while %s has not caught up: the slave it replaces left first", p, r.Replicas, id)
+		}
+	}
+	// It starts: once it has caught up, the slaves it replaces go.
+	run()
+	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
+		holds := 0
+		for _, r := range tb.Partitions {
+			if len(r.Replicas) != 3 {
+				return false
+			}
+			if slices.Contains(r.Replicas, id) {
+				holds++
+			}
+		}
+		return holds == 3 // its share: 12 replicas on 4 nodes
+	})
+	for i := 240; i < 280; i++ {
+		write(i)
+	}
 	c.checkAcked(acked)
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
 }

@@ -58,6 +58,7 @@ func DecideCopies(in CopiesInput) (replicas, drop []string) {
 		// Never the master: it is chosen among the published replicas.
 		replicas = append(replicas[:1], slices.DeleteFunc(replicas[1:], func(id string) bool { return slices.Contains(held, id) })...)
 	}
+	replicas = append(replicas, leaving(in, replicas)...)
 	drop = held
 	if in.SameGeneration && slices.Equal(replicas, in.Published) {
 		for _, id := range redundant(replicas, in.Want, in.Live, in.Status, in.Holders) {
@@ -68,6 +69,42 @@ func DecideCopies(in CopiesInput) (replicas, drop []string) {
 	}
 	slices.Sort(drop)
 	return replicas, drop
+}
+
+// leaving returns the published replicas that replicas leaves out but
+// that stay in it, last, for now: while any slave of replicas has not
+// caught up with its master (a node joining is rebuilt from a snapshot,
+// then reads the log), a replica leaving the set stays a slave, so that
+// writes keep as many live slaves to be acknowledged by as before and
+// need not wait for the newcomer (with minInSync as large as replicas,
+// they would wait for it) — make before break. Only a live replica that
+// reports itself a slave of the partition stays; one told to delete its
+// copy does not. Once every slave has caught up, the leaving ones go
+// (their copies stay until redundant).
+func leaving(in CopiesInput, replicas []string) []string {
+	if len(replicas) == 0 || len(in.Published) == 0 {
+		return nil
+	}
+	ms, ok := in.Status(replicas[0])
+	behind := !ok || ms.SCN.IsZero()
+	for _, id := range replicas[1:] {
+		if s, ok := in.Status(id); !ok || s.Role != node.Slave || s.SCN.IsZero() || !caughtUp(s.SCN, ms.SCN) {
+			behind = true
+		}
+	}
+	if !behind {
+		return nil
+	}
+	var out []string
+	for _, id := range in.Published {
+		if slices.Contains(replicas, id) || slices.Contains(in.Told, id) || !in.Live(id) {
+			continue
+		}
+		if s, ok := in.Status(id); ok && s.Role == node.Slave && !s.SCN.IsZero() {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // redundant returns the holders whose copies may be deleted: those that

@@ -89,7 +89,8 @@ func TestToldCopies(t *testing.T) {
 		{"told, silent", behind, "abxyz", []string{"x", "z"}, []string{"a", "b", "z"}, "[a b]", "[x y z]"},
 		{"told, answered without it", func(m map[string]node.PartitionStatus) { behind(m); delete(m, "x") }, "abxy", []string{"x"}, []string{"a", "b", "x"}, "[a b x]", "[]"},
 		{"told, gone", behind, "aby", []string{"x"}, []string{"a", "b", "x"}, "[a b x]", "[]"},
-		{"told, the replica list changes", nil, "abxy", []string{"x"}, []string{"a", "y"}, "[a y]", "[x]"},
+		// y is a copy, not caught up as a slave: b stays a slave (leaving).
+		{"told, the replica list changes", nil, "abxy", []string{"x"}, []string{"a", "y"}, "[a y b]", "[x]"},
 		{"told, the replica list the same", nil, "abxy", []string{"x"}, []string{"a", "b"}, "[a b]", "[x y]"},
 	}
 	for _, c := range cases {
@@ -100,6 +101,50 @@ func TestToldCopies(t *testing.T) {
 		replicas, drop := decide(m, 2, c.live, "abxy", c.told, c.next)
 		if fmt.Sprint(replicas) != c.replicas || fmt.Sprint(drop) != c.drop {
 			t.Errorf("%s: replicas %v, dropped %v, want %s and %s", c.name, replicas, drop, c.replicas, c.drop)
+		}
+	}
+}
+
+// TestLeavingReplicas: a slave leaving the replica set stays in it, last,
+// until every slave of the new set has caught up with the master — make
+// before break — unless it is gone, no slave, or told to delete its copy.
+func TestLeavingReplicas(t *testing.T) {
+	type st = node.PartitionStatus
+	cases := []struct {
+		name   string
+		edit   func(map[string]st)
+		live   string
+		told   []string
+		expect string
+	}{
+		{"the newcomer rebuilt from a snapshot", func(m map[string]st) { m["z"] = st{Role: node.Slave} }, "abz", nil, "[a z b]"},
+		{"the newcomer silent", nil, "abz", nil, "[a z b]"},
+		{"the newcomer not yet a slave", func(m map[string]st) { m["z"] = st{Role: node.Offline, SCN: scn(3, 50)} }, "abz", nil, "[a z b]"},
+		{"the newcomer far behind", func(m map[string]st) {
+			m["z"] = st{Role: node.Slave, SCN: scn(3, 1)}
+			m["a"] = st{Role: node.Master, SCN: scn(3, 1+HandBackLag+1)}
+		}, "abz", nil, "[a z b]"},
+		{"the newcomer on an earlier generation", func(m map[string]st) { m["z"] = st{Role: node.Slave, SCN: scn(2, 900)} }, "abz", nil, "[a z b]"},
+		{"the master silent", func(m map[string]st) { m["z"] = st{Role: node.Slave, SCN: scn(3, 50)}; delete(m, "a") }, "abz", nil, "[a z b]"},
+		{"the newcomer caught up", func(m map[string]st) { m["z"] = st{Role: node.Slave, SCN: scn(3, 49)} }, "abz", nil, "[a z]"},
+		{"the leaving one gone", func(m map[string]st) { m["z"] = st{Role: node.Slave} }, "az", nil, "[a z]"},
+		{"the leaving one no slave", func(m map[string]st) { m["z"] = st{Role: node.Slave}; m["b"] = st{Role: node.Offline, SCN: scn(3, 40)} }, "abz", nil, "[a z]"},
+		{"the leaving one told to delete its copy", func(m map[string]st) { m["z"] = st{Role: node.Slave} }, "abz", []string{"b"}, "[a z]"},
+	}
+	for _, c := range cases {
+		m := statuses()
+		if c.edit != nil {
+			c.edit(m)
+		}
+		replicas, _ := DecideCopies(CopiesInput{
+			Published: []string{"a", "b"}, Told: c.told, Replicas: []string{"a", "z"}, SameGeneration: true, Want: 2,
+			Live:     func(id string) bool { return strings.Contains(c.live, id) },
+			Answered: func(id string) bool { _, ok := m[id]; return ok },
+			Status:   func(id string) (node.PartitionStatus, bool) { s, ok := m[id]; return s, ok },
+			Holders:  []string{"a", "b"},
+		})
+		if fmt.Sprint(replicas) != c.expect {
+			t.Errorf("%s: replicas %v, want %s", c.name, replicas, c.expect)
 		}
 	}
 }
