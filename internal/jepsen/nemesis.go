@@ -53,6 +53,7 @@ var Faults = []string{
 	"disk-full",       // fill a storage node's disk, free it, restart the node
 	"stall-disk",      // freeze a storage node's file system past its disk stall timeout, thaw it, restart the node
 	"join-node",       // a fourth storage node joins and takes replicas and masters (online expansion), then stops cleanly for good and its replicas are rebuilt on the others
+	"join-kill",       // join-node, with the busiest master killed -9 (and restarted) while replicas move to the fourth node
 }
 
 // Nemesis injects faults into a cluster.
@@ -95,24 +96,37 @@ func (n *Nemesis) Run(kind string) error {
 		time.Sleep(n.ttl())
 		f.Heal = time.Now()
 		c.RestartNode(f.Target)
-	case "join-node":
+	case "join-node", "join-kill":
 		// Expansion and contraction under load: the new node's replicas
 		// are bootstrapped from their masters' snapshots and masters are
 		// handed to it; when it leaves, its masters are handed back and
 		// its replicas rebuilt elsewhere. Nothing acknowledged may be lost
 		// on the way, and every replica must end equal.
-		f.Target = "s4"
+		joiner := "s4"
+		f.Target = joiner
 		began := time.Now()
-		c.AddNode(f.Target)
+		c.AddNode(joiner)
+		if kind == "join-kill" {
+			// While replicas move to it, the busiest master dies: a
+			// slave leaving for s4 may hold writes acknowledged with its
+			// help that no other replica holds yet, so the failover
+			// must weigh it (a replica until s4 caught up, then a copy).
+			n.awaitTable(time.Minute, func(rt *topo.RoutingTable) bool { return replicasOf(rt, joiner) > 0 })
+			victim := n.busiestMaster()
+			f.Target = joiner + "," + victim
+			c.KillNode(victim)
+			time.Sleep(hold)
+			c.RestartNode(victim)
+		}
 		share := n.c.opts.Partitions / 4
-		rt := n.awaitTable(3*time.Minute, func(rt *topo.RoutingTable) bool { return rt.Masters()[f.Target] >= share-1 })
-		f.Note = fmt.Sprintf("it mastered %d partitions (a share: %d) after %s", rt.Masters()[f.Target], share, time.Since(began).Round(100*time.Millisecond))
+		rt := n.awaitTable(3*time.Minute, func(rt *topo.RoutingTable) bool { return rt.Masters()[joiner] >= share-1 })
+		f.Note = fmt.Sprintf("it mastered %d partitions (a share: %d) after %s", rt.Masters()[joiner], share, time.Since(began).Round(100*time.Millisecond))
 		time.Sleep(n.ttl())
 		f.Heal = time.Now()
-		c.RemoveNode(f.Target)
+		c.RemoveNode(joiner)
 		began = time.Now()
-		rt = n.awaitTable(2*time.Minute, func(rt *topo.RoutingTable) bool { return replicasOf(rt, f.Target) == 0 })
-		f.Note += fmt.Sprintf("; its replicas were placed elsewhere %s after it stopped (%d left on it)", time.Since(began).Round(100*time.Millisecond), replicasOf(rt, f.Target))
+		rt = n.awaitTable(2*time.Minute, func(rt *topo.RoutingTable) bool { return replicasOf(rt, joiner) == 0 })
+		f.Note += fmt.Sprintf("; its replicas were placed elsewhere %s after it stopped (%d left on it)", time.Since(began).Round(100*time.Millisecond), replicasOf(rt, joiner))
 	case "pause-master":
 		f.Target = n.busiestMaster()
 		c.Storage[f.Target].Pause()
