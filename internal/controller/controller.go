@@ -212,7 +212,7 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		slices.Sort(copies) // deterministic: holders come from a map
 		d := placement.DecideMaster(placement.MasterInput{
 			Current: old.Replicas, Target: route.Replicas, Live: isLive, Status: status(p),
-			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p), isLive), From: old.From, Rejoined: rejoined,
+			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)), From: old.From, Rejoined: rejoined,
 			Copies: copies,
 		})
 		route.Replicas = d.Replicas
@@ -332,12 +332,8 @@ func (c *Controller) statuses(ctx context.Context, db string, cur *topo.RoutingT
 
 // stuck reports whether a partition's master has reported a role other
 // than MASTER, in its current generation, for longer than StuckAfter: a
-// hand-over whose drain failed, to be chosen again. A hand-over whose old
-// master (From) is gone is stuck at once: the new master cannot drain a
-// master that is gone, and refuses to take over (agent.takeOver), so
-// waiting would only keep the partition without a master. (Had it taken
-// over just after it answered, whoever is chosen next drains it first.)
-func (c *Controller) stuck(db string, p int, r topo.PartitionRoute, status func(string) (node.PartitionStatus, bool), live func(string) bool) bool {
+// hand-over whose drain failed, to be chosen again.
+func (c *Controller) stuck(db string, p int, r topo.PartitionRoute, status func(string) (node.PartitionStatus, bool)) bool {
 	if len(r.Replicas) == 0 {
 		return false
 	}
@@ -349,11 +345,6 @@ func (c *Controller) stuck(db string, p int, r topo.PartitionRoute, status func(
 	if !ok || st.Role == node.Master {
 		delete(c.stuckSince, k)
 		return false
-	}
-	if r.From != "" && r.From != r.Replicas[0] && !live(r.From) {
-		delete(c.stuckSince, k)
-		c.Log.Warn("controller: partition's master cannot take over from a master that is gone; choosing again", "db", db, "partition", p, "master", r.Replicas[0], "from", r.From, "generation", r.Generation)
-		return true
 	}
 	since, seen := c.stuckSince[k]
 	if !seen {

@@ -9,7 +9,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortado-db/cortado/internal/coord/coordtest"
-	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/topo"
 )
@@ -51,36 +50,5 @@ func TestStoppedControllerLeavesAtOnce(t *testing.T) {
 	}
 	if n := leaders(); n != 0 {
 		t.Fatalf("after the controller stopped, %d election key(s) remain (its lease's TTL is 60 s)", n)
-	}
-}
-
-// TestHandOverFromAGoneMasterIsStuckAtOnce: a partition handed over from
-// a master that is gone (its lease lapsed mid-drain) is chosen again at
-// once, not after StuckAfter: the new master cannot drain it and will
-// not take over. One whose old master lives waits StuckAfter, and one
-// whose new master took over is not stuck.
-func TestHandOverFromAGoneMasterIsStuckAtOnce(t *testing.T) {
-	c := &Controller{StuckAfter: time.Hour, Log: slog.New(slog.DiscardHandler)}
-	route := topo.PartitionRoute{Replicas: []string{"b", "a", "c"}, From: "a", Generation: 4}
-	role := node.Slave
-	status := func(id string) (node.PartitionStatus, bool) {
-		return node.PartitionStatus{Role: role}, id == "b"
-	}
-	alive := func(string) bool { return true }
-	gone := func(id string) bool { return id != "a" }
-	if c.stuck("d", 1, route, status, alive) || c.stuck("d", 1, route, status, alive) {
-		t.Fatal("a hand-over from a live master was stuck before StuckAfter")
-	}
-	if !c.stuck("d", 1, route, status, gone) {
-		t.Fatal("a hand-over from a master that is gone was not stuck at once")
-	}
-	role = node.Master
-	if c.stuck("d", 1, route, status, gone) {
-		t.Fatal("a master that took over was stuck")
-	}
-	role = node.Slave
-	route.From = ""
-	if c.stuck("d", 1, route, status, gone) {
-		t.Fatal("a master chosen by failover (no hand-over) was stuck at once")
 	}
 }
