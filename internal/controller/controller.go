@@ -203,17 +203,9 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		old := cur.Partitions[p]
 		oldInc := cur.MasterIncarnation(p)
 		rejoined := len(old.Replicas) > 0 && isLive(old.Replicas[0]) && incs[old.Replicas[0]] != oldInc
-		var copies []string
-		for _, id := range holders[p] {
-			if !slices.Contains(old.Replicas, id) && !slices.Contains(old.Drop, id) {
-				copies = append(copies, id)
-			}
-		}
-		slices.Sort(copies) // deterministic: holders come from a map
 		d := placement.DecideMaster(placement.MasterInput{
 			Current: old.Replicas, Target: route.Replicas, Live: isLive, Status: status(p),
 			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)), From: old.From, Rejoined: rejoined,
-			Copies: copies,
 		})
 		route.Replicas = d.Replicas
 		route.Generation, route.From, route.Incarnation = old.Generation, old.From, oldInc

@@ -38,12 +38,6 @@ type MasterInput struct {
 	// ended with the old one (whatever it was doing, a take-over or
 	// writes, stopped there).
 	Rejoined bool
-	// Copies are live nodes holding a copy of the partition that are no
-	// replica of it (left behind when its replicas moved) and are not
-	// told to delete it. A failover weighs them as it weighs replicas: a
-	// slave that just left the replica set may hold a commit
-	// acknowledged with its help that no replica has received yet.
-	Copies []string
 }
 
 // MasterDecision is the partition's next replica list, whether its
@@ -74,9 +68,7 @@ type MasterDecision struct {
 //     along the timeline among those that answered — but only if enough
 //     answered that every set of MinInSync replicas, the ones that held an
 //     acknowledged commit, includes one of them. Otherwise the partition
-//     waits, without a master, for replicas to come back. A copy left on a
-//     node that was a replica (Copies) is chosen if it is further along
-//     than every replica that answered.
+//     waits, without a master, for replicas to come back.
 func DecideMaster(in MasterInput) MasterDecision {
 	cur, tgt := in.Current, in.Target
 	if len(cur) == 0 || len(tgt) == 0 {
@@ -164,13 +156,6 @@ func failover(in MasterInput) MasterDecision {
 		b, _ := in.Status(best)
 		s, _ := in.Status(id)
 		if b.SCN.Less(s.SCN) {
-			best = id
-		}
-	}
-	for _, id := range in.Copies {
-		b, _ := in.Status(best)
-		s, ok := in.Status(id)
-		if ok && in.Live(id) && s.Role != node.Master && !slices.Contains(cur, id) && b.SCN.Less(s.SCN) {
 			best = id
 		}
 	}

@@ -13,8 +13,7 @@ import (
 // TestMasterChoice runs testdata/master_choice: who masters a partition in
 // the next routing table (DecideMaster). Each case gives the published
 // and ideal replica lists, the live nodes, minInSync, whether the master
-// is stuck, the copies left on nodes that are no replica, and one line
-// per replica or copy that answered: "id ROLE gen:seq".
+// is stuck, and one line per replica that answered: "id ROLE gen:seq".
 func TestMasterChoice(t *testing.T) {
 	datadriven.RunTest(t, "testdata/master_choice", func(t *testing.T, d *datadriven.TestData) string {
 		list := func(key string) []string {
@@ -34,9 +33,6 @@ func TestMasterChoice(t *testing.T) {
 		in.Rejoined = d.HasArg("rejoined")
 		if d.HasArg("from") {
 			d.ScanArgs(t, "from", &in.From)
-		}
-		if d.HasArg("copies") {
-			in.Copies = list("copies")
 		}
 		statuses := map[string]node.PartitionStatus{}
 		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
