@@ -42,7 +42,12 @@ func (l Log) Agrees(o Log) bool {
 	return slices.Equal(after(l.SCNs), after(o.SCNs))
 }
 
-func (l Log) String() string { return fmt.Sprintf("%d commits after %s", len(l.SCNs), l.Start) }
+func (l Log) String() string {
+	if len(l.SCNs) == 0 {
+		return fmt.Sprintf("no commits after %s", l.Start)
+	}
+	return fmt.Sprintf("%d commits after %s, to %s", len(l.SCNs), l.Start, l.SCNs[len(l.SCNs)-1])
+}
 
 // Timeline reads a replica's retained commit log of one partition
 // (through its internal API at url).

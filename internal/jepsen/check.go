@@ -18,6 +18,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/clustertest"
 	"github.com/cortado-db/cortado/internal/controller"
+	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
@@ -302,7 +303,8 @@ func checkReplicas(c *Cluster) []Anomaly {
 			}
 			for _, r := range pc.Replicas {
 				if r.Result == controller.CheckDiffers {
-					return []Anomaly{{time.Now(), "replicas differ", fmt.Sprintf("partition %d: replica %s differs from master %s at %s", pc.Partition, r.Node, pc.Master, pc.SCN)}}
+					return []Anomaly{{time.Now(), "replicas differ", fmt.Sprintf("partition %d: replica %s differs from master %s at %s in %v (sums %s, master's %s); %s",
+						pc.Partition, r.Node, pc.Master, pc.SCN, r.Tables, r.Sum, pc.Sum, describeReplicas(c, pc.Partition, pc.Master, r.Node))}}
 				}
 				if r.Result != controller.CheckEqual {
 					settled, last = false, fmt.Sprintf("partition %d replica %s: %s", pc.Partition, r.Node, r.Result)
@@ -338,6 +340,37 @@ func checkReplicas(c *Cluster) []Anomaly {
 		}
 	}
 	return append(out, checkCopies(ctx, c)...)
+}
+
+// describeReplicas says where two replicas of a partition stand: role,
+// SCN, generation and retained log, for an anomaly's message.
+func describeReplicas(c *Cluster, p int, ids ...string) string {
+	rt, err := topo.LoadRoutingTable(context.Background(), c.cli, prefix, "d")
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, id := range ids {
+		url, ok := rt.Nodes[id]
+		if !ok {
+			out = append(out, id+": not a live node")
+			continue
+		}
+		r := node.NewRemote(url)
+		st, err := r.Status(context.Background(), node.StatusRequest{DB: "d"})
+		r.Close()
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", id, err))
+			continue
+		}
+		for _, ps := range st {
+			if ps.Partition == p {
+				l, err := clustertest.Timeline(url, "d", p)
+				out = append(out, fmt.Sprintf("%s: role %v at %s, generation %d, log %s %v", id, ps.Role, ps.SCN, ps.Generation, l, err))
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // checkCopies waits until no live node keeps a copy of a partition it is
