@@ -198,11 +198,17 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 }
 
 func (c *testCluster) addNode() string {
+	id := c.nextNodeID()
+	c.nodes[id] = startClusterNode(c.t, c.ctx, c.cli, c.reg, id, c.nodeOpts)
+	return id
+}
+
+// nextNodeID returns an ID no node of the cluster has.
+func (c *testCluster) nextNodeID() string {
 	id := fmt.Sprintf("n%d", len(c.nodes))
 	for c.nodes[id] != nil {
 		id += "x"
 	}
-	c.nodes[id] = startClusterNode(c.t, c.ctx, c.cli, c.reg, id, c.nodeOpts)
 	return id
 }
 
@@ -217,6 +223,14 @@ func (c *testCluster) put(k, v string) {
 // be called from other goroutines than the test's: a failure is an Error.
 func (c *testCluster) putPath(path, body string) {
 	c.t.Helper()
+	c.putPathUnless(path, body, "")
+}
+
+// putPathUnless is putPath that fails at once on a 503 whose body holds
+// refused (a problem type, "" for none), and reports whether the write
+// was acknowledged.
+func (c *testCluster) putPathUnless(path, body, refused string) bool {
+	c.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		req, _ := http.NewRequest("PUT", c.url+"/d/"+path, strings.NewReader(body))
@@ -226,16 +240,16 @@ func (c *testCluster) putPath(path, body string) {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode < 300 {
-				return
+				return true
 			}
-			if resp.StatusCode != 503 {
+			if resp.StatusCode != 503 || (refused != "" && strings.Contains(string(b), refused)) {
 				c.t.Errorf("put %s: %d %s", path, resp.StatusCode, b)
-				return
+				return false
 			}
 		}
 		if time.Now().After(deadline) {
 			c.t.Errorf("put %s: no master within 20s", path)
-			return
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -416,34 +430,20 @@ func TestJoinKeepsWritesAcknowledged(t *testing.T) {
 	c := startClusterWith(t, clusterOptions{nodes: 3, partitions: partitions, replicas: 3, minInSync: 3,
 		node: node.Options{SemiSyncTimeout: time.Second}})
 	acked := map[string]string{}
+	// A partition without a master yet is asked again; a write that its
+	// slaves did not acknowledge is the failure.
 	write := func(i int) {
 		k, v := fmt.Sprintf("w%d", i), fmt.Sprint(i)
-		for {
-			req, _ := http.NewRequest("PUT", c.url+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode < 300 {
-				acked[k] = v
-				return
-			}
-			// A partition without a master yet is asked again; a
-			// write that its slaves did not acknowledge is the failure.
-			if resp.StatusCode != 503 || strings.Contains(string(b), "not-replicated") {
-				t.Fatalf("put %s: %d %s", k, resp.StatusCode, b)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !c.putPathUnless("T/"+k, `{"v":"`+v+`"}`, "not-replicated") {
+			t.FailNow()
 		}
+		acked[k] = v
 	}
 	for i := range 40 {
 		write(i)
 	}
 	// A fourth node registers but applies no routing table yet.
-	id := fmt.Sprintf("n%d", len(c.nodes))
+	id := c.nextNodeID()
 	n, run := joinClusterNode(t, c.ctx, c.cli, c.reg, id, c.nodeOpts, nil)
 	c.nodes[id] = n
 	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
