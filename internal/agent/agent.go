@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -63,6 +64,32 @@ type Agent struct {
 	followers map[partKey]*follower
 	relay     *topo.RelayWatch
 	streams   node.Remotes // log streams: masters and the relay
+
+	// takeOvers are the take-overs under way, by partition (under mu):
+	// started by apply's transitions, ended on Run's goroutine. slots
+	// bounds how many drain at once.
+	takeOvers map[partKey]*takeOver
+	slots     chan struct{}
+}
+
+// takeOver is one partition's take-over under way: the mastership it
+// carries out (generation, and the old master it drains) and its
+// goroutine.
+type takeOver struct {
+	gen    uint32
+	from   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// running says whether its goroutine has not finished.
+func (o *takeOver) running() bool {
+	select {
+	case <-o.done:
+		return false
+	default:
+		return true
+	}
 }
 
 type partKey struct {
@@ -80,6 +107,8 @@ type follower struct {
 // Run applies every routing table, then each change, until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	a.followers = map[partKey]*follower{}
+	a.takeOvers = map[partKey]*takeOver{}
+	a.slots = make(chan struct{}, a.maxTransitions())
 	a.streams.MaxVersion = a.ProtocolVersion
 	a.streams.Local = a.Local
 	defer a.streams.Close()
@@ -110,6 +139,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				// following, then start over from the current tables
 				// (the member is rejoining meanwhile).
 				a.Log.Warn("agent: lease lost; fencing every partition", "node", a.ID)
+				a.endTakeOvers() // none becomes master after the fence
 				a.Node.FenceAll()
 				a.stopAll()
 				lost = a.Member.Lost()
@@ -132,31 +162,36 @@ func (a *Agent) applyJSON(ctx context.Context, b []byte) {
 }
 
 // apply carries out a routing table's transitions for this node, up to
-// MaxTransitions at a time, and returns when all are done (so tables are
-// applied in order). Partitions this node gives up or follows go first,
-// then those it takes over: a take-over waits for the old master to step
-// down, and two nodes handing partitions to each other must not fill
-// their transition slots with take-overs waiting on each other.
+// MaxTransitions at a time, in table order: it returns once each
+// partition this node gives up, follows or keeps has its role, and every
+// take-over has started. A take-over drains the old master (or the relay)
+// in the background, so that a table that comes meanwhile is carried out
+// at once: the partitions it takes from this node step down without
+// waiting for this node's drains (the old masters those drains wait for
+// may be waiting for this node's step-downs), and a take-over it changes
+// is ended first. One it leaves as it was goes on, with the newest slaves.
 func (a *Agent) apply(ctx context.Context, t *topo.RoutingTable) {
-	limit := a.MaxTransitions
-	if limit <= 0 {
-		limit = DefaultMaxTransitions
-	}
 	var stepDown, takeOver []int
 	for p, r := range t.Partitions {
-		if len(r.Replicas) > 0 && r.Replicas[0] == a.ID {
-			takeOver = append(takeOver, p)
-		} else {
+		if len(r.Replicas) == 0 || r.Replicas[0] != a.ID {
 			stepDown = append(stepDown, p)
+			continue
 		}
+		if o := a.takeOverOf(partKey{t.DB, p}); o != nil && o.running() && o.gen == r.Generation && o.from == r.From {
+			a.Node.SetSlaves(t.DB, p, liveSlaves(t, r))
+			continue
+		}
+		takeOver = append(takeOver, p)
 	}
 	for _, parts := range [][]int{stepDown, takeOver} {
-		sem := make(chan struct{}, limit)
+		sem := make(chan struct{}, a.maxTransitions())
 		var wg sync.WaitGroup
 		for _, p := range parts {
 			if ctx.Err() != nil {
 				break
 			}
+			// The take-over this table changes or ends, first.
+			a.endTakeOver(partKey{t.DB, p})
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
@@ -167,6 +202,97 @@ func (a *Agent) apply(ctx context.Context, t *topo.RoutingTable) {
 		}
 		wg.Wait()
 	}
+}
+
+func (a *Agent) maxTransitions() int {
+	if a.MaxTransitions <= 0 {
+		return DefaultMaxTransitions
+	}
+	return a.MaxTransitions
+}
+
+// liveSlaves are the replicas after the master in route that t lists
+// as live nodes.
+func liveSlaves(t *topo.RoutingTable, route topo.PartitionRoute) []string {
+	var slaves []string
+	for _, id := range route.Replicas[1:] {
+		if _, live := t.Nodes[id]; live {
+			slaves = append(slaves, id)
+		}
+	}
+	return slaves
+}
+
+func (a *Agent) takeOverOf(k partKey) *takeOver {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.takeOvers[k]
+}
+
+// endTakeOver stops partition k's take-over, if one is under way, and
+// waits for it; only Run's goroutine calls it, between transitions of k.
+func (a *Agent) endTakeOver(k partKey) {
+	a.mu.Lock()
+	o := a.takeOvers[k]
+	delete(a.takeOvers, k)
+	a.mu.Unlock()
+	if o != nil {
+		o.cancel()
+		<-o.done
+	}
+}
+
+// endTakeOvers is endTakeOver for every partition.
+func (a *Agent) endTakeOvers() {
+	a.mu.Lock()
+	ks := slices.Collect(maps.Keys(a.takeOvers))
+	a.mu.Unlock()
+	for _, k := range ks {
+		a.endTakeOver(k)
+	}
+}
+
+// startTakeOver makes this replica master of partition p (route) in the
+// background, once a slot is free: it stops following, drains the old
+// master or the relay (takeOver), and becomes master; if the drain fails
+// it follows the old master again (its commits are still needed here) and
+// the controller chooses again if the partition stays without a master.
+// transition calls it on Run's goroutine.
+func (a *Agent) startTakeOver(ctx context.Context, t *topo.RoutingTable, p int, route topo.PartitionRoute, lease int64) {
+	k := partKey{t.DB, p}
+	octx, cancel := context.WithCancel(ctx)
+	o := &takeOver{gen: route.Generation, from: route.From, cancel: cancel, done: make(chan struct{})}
+	a.mu.Lock()
+	a.takeOvers[k] = o
+	a.mu.Unlock()
+	go func() {
+		defer close(o.done)
+		defer cancel()
+		select {
+		case a.slots <- struct{}{}:
+			defer func() { <-a.slots }()
+		case <-octx.Done():
+			return
+		}
+		prev := a.follower(k)
+		a.stop(k)
+		a.Log.Info("agent: taking over a partition", "db", t.DB, "partition", p, "generation", route.Generation, "from", route.From)
+		err := a.takeOver(octx, t, p, route)
+		if err == nil && octx.Err() == nil {
+			if err := a.Node.SetRole(t.DB, p, node.Master, route.Generation, lease); err != nil {
+				a.Log.Error("agent: transition", "db", t.DB, "partition", p, "err", err)
+			}
+			return
+		}
+		// Not master (a drain after a failover that a newer table ended
+		// says nothing: it is best effort): keep following the old one.
+		if prev != nil && ctx.Err() == nil {
+			a.follow(ctx, k, prev.master, prev.url)
+		}
+		if err != nil && octx.Err() == nil {
+			a.Log.Error("agent: transition", "db", t.DB, "partition", p, "err", err)
+		}
+	}()
 }
 
 // transition brings one partition to its role in t.
@@ -190,29 +316,12 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 				return a.Node.SetRole(t.DB, p, node.Offline, 0, 0)
 			}
 		}
-		var slaves []string
-		for _, id := range route.Replicas[1:] {
-			if _, live := t.Nodes[id]; live {
-				slaves = append(slaves, id)
-			}
-		}
-		a.Node.SetSlaves(t.DB, p, slaves)
+		a.Node.SetSlaves(t.DB, p, liveSlaves(t, route))
 		if a.Node.Role(t.DB, p) == node.Master {
 			return a.Node.SetRole(t.DB, p, node.Master, route.Generation, lease)
 		}
-		prev := a.follower(k)
-		a.stop(k)
-		a.Log.Info("agent: taking over a partition", "db", t.DB, "partition", p, "generation", route.Generation, "from", route.From)
-		if err := a.takeOver(ctx, t, p, route); err != nil {
-			// Not master: keep following the old one, whose commits
-			// this replica still needs; the controller chooses again if
-			// the partition stays without a master.
-			if prev != nil {
-				a.follow(ctx, k, prev.master, prev.url)
-			}
-			return err
-		}
-		return a.Node.SetRole(t.DB, p, node.Master, route.Generation, lease)
+		a.startTakeOver(ctx, t, p, route, lease)
+		return nil
 	case idx > 0:
 		master, url := t.Master(p)
 		hint := node.MasterHint{ID: master, URL: url, Generation: route.Generation}
@@ -357,7 +466,10 @@ func (a *Agent) stop(k partKey) {
 	}
 }
 
+// stopAll ends every take-over, then stops every follower; only Run's
+// goroutine calls it.
 func (a *Agent) stopAll() {
+	a.endTakeOvers()
 	a.mu.Lock()
 	var ks []partKey
 	for k := range a.followers {

@@ -2,7 +2,9 @@
 // each partition the table gives this node, it takes up the role — master
 // in the table's generation (after draining the old master or the relay),
 // slave following the master through the relay or directly, or offline —
-// a bounded number at a time, tables in order. A copy it keeps of a
+// a bounded number at a time, tables in order. A take-over's drain runs in
+// the background, ended by a table that changes it: tables that come
+// meanwhile are carried out at once. A copy it keeps of a
 // partition it is no replica of shows in the node's status until a table
 // names the node in the partition's Drop list, and is then deleted. When
 // the node's membership lease is lost it fences every partition before
