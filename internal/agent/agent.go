@@ -130,8 +130,25 @@ func (a *Agent) Run(ctx context.Context) error {
 			case <-w.Done():
 				break watching
 			case c := <-w.Changes():
-				for _, kv := range c.Puts() {
-					a.applyJSON(ctx, kv.Value)
+				// Of the tables that came meanwhile, each database's
+				// newest: an older one would only be undone.
+				var order []string
+				latest := map[string][]byte{}
+				for more := true; more; {
+					for _, kv := range c.Puts() {
+						if _, ok := latest[string(kv.Key)]; !ok {
+							order = append(order, string(kv.Key))
+						}
+						latest[string(kv.Key)] = kv.Value
+					}
+					select {
+					case c = <-w.Changes():
+					default:
+						more = false
+					}
+				}
+				for _, k := range order {
+					a.applyJSON(ctx, latest[k])
 				}
 			case <-lost:
 				// Expelled from the cluster: whatever this node mastered

@@ -148,6 +148,7 @@ func Check(c *Cluster, h *History, faults []Fault) *Result {
 		res.Anomalies = append(res.Anomalies, Anomaly{time.Now(), "not linearizable", "registers C/reg*: " + res.Linearizable})
 	}
 	res.Anomalies = append(res.Anomalies, checkReplicas(c)...)
+	res.Anomalies = append(res.Anomalies, checkAlarms(c)...)
 	res.Rows = table(h, res, faults)
 	return res
 }
@@ -340,6 +341,36 @@ func checkReplicas(c *Cluster) []Anomaly {
 		}
 	}
 	return append(out, checkCopies(ctx, c)...)
+}
+
+// alarmLine is what a storage process logs when its replica refused to
+// truncate acknowledged commits (server.Cluster's alarm): a source in
+// force said its timeline lacks commits that were acknowledged, so
+// either an acknowledged write is gone from the master, or the source
+// was wrong to say so. A node's alarm may never reach the final checks
+// (the node stopped, as a joined one does, or the alarm cleared), so
+// every storage process's log is read.
+const alarmLine = "replica refused to truncate acknowledged commits"
+
+// checkAlarms reports, per storage node, the truncation alarms its log
+// holds: how many, and the first.
+func checkAlarms(c *Cluster) []Anomaly {
+	var out []Anomaly
+	for _, id := range slices.Sorted(maps.Keys(c.Storage)) {
+		n, first := 0, ""
+		for line := range strings.Lines(c.Storage[id].Log()) {
+			if strings.Contains(line, alarmLine) {
+				if n == 0 {
+					first = strings.TrimSpace(line)
+				}
+				n++
+			}
+		}
+		if n > 0 {
+			out = append(out, Anomaly{time.Now(), "truncation alarm", fmt.Sprintf("%s logged %d truncation alarms, the first: %s", id, n, first)})
+		}
+	}
+	return out
 }
 
 // describeReplicas says where two replicas of a partition stand: role,
