@@ -15,6 +15,7 @@ import (
 
 	"github.com/cortado-db/cortado/internal/coord"
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
@@ -376,20 +377,39 @@ func (a *Agent) transition(ctx context.Context, t *topo.RoutingTable, p int) err
 // not hold — or fails. After a failover it drains what the relay still
 // holds of the dead master's log, best effort: the controller chose this
 // replica because it holds every acknowledged commit already.
+//
+// Either way it must then hold at least what the controller saw it hold
+// when it chose it (route.At): a replica emptied since (a rebuild begun,
+// a copy dropped) does not take over.
 func (a *Agent) takeOver(ctx context.Context, t *topo.RoutingTable, p int, route topo.PartitionRoute) error {
 	opts := node.FollowOptions{Replica: a.ID, Truncated: a.Truncated, Alarm: a.Alarm}
+	var err error
 	if route.From != "" && route.From != a.ID {
 		url, alive := t.Nodes[route.From]
 		if !alive {
 			return fmt.Errorf("partition %s/%d: the master to take over from (%s) is gone: %w", t.DB, p, route.From, node.ErrDrainIncomplete)
 		}
-		return a.Node.Drain(ctx, t.DB, p, a.streams.Peer(url), a.drainLimit(), true, opts)
+		err = a.Node.Drain(ctx, t.DB, p, a.streams.Peer(url), a.drainLimit(), true, opts)
+	} else if relay := a.relay.URL(); relay != "" {
+		err = a.Node.Drain(ctx, t.DB, p, a.streams.Source(relay), a.drainLimit(), false, opts)
 	}
-	if relay := a.relay.URL(); relay != "" {
-		return a.Node.Drain(ctx, t.DB, p, a.streams.Source(relay), a.drainLimit(), false, opts)
+	if err != nil {
+		return err
+	}
+	seen := storage.SCN{Gen: route.At.Gen, Seq: route.At.Seq}
+	held, err := a.Node.SCN(t.DB, p)
+	if err != nil {
+		return err
+	}
+	if held.Less(seen) {
+		return fmt.Errorf("partition %s/%d: chosen as master at %s, it holds %s: %w", t.DB, p, seen, held, ErrLessThanSeen)
 	}
 	return nil
 }
+
+// ErrLessThanSeen is a take-over refused because the replica holds less
+// than the controller saw it hold when it chose it.
+var ErrLessThanSeen = errors.New("the replica holds less than when it was chosen")
 
 func (a *Agent) drainLimit() time.Duration {
 	if a.DrainLimit == 0 {

@@ -340,6 +340,12 @@ func TestControllerFailover(t *testing.T) {
 		if before.Partitions[p].Replicas[0] == victim && r.Generation <= before.Partitions[p].Generation {
 			t.Fatalf("partition %d changed master without a new generation: %d → %d", p, before.Partitions[p].Generation, r.Generation)
 		}
+		// The new master was chosen for what it was seen to hold: a
+		// position of the victim's generation or a later one before its
+		// own.
+		if g := r.At.Gen; before.Partitions[p].Replicas[0] == victim && (g < before.Partitions[p].Generation || g >= r.Generation) {
+			t.Fatalf("partition %d: the master of generation %d was chosen at %+v, want a position from generation %d on", p, r.Generation, r.At, before.Partitions[p].Generation)
+		}
 	}
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
 }

@@ -208,13 +208,18 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 			MinInSync: minInSync, Stuck: c.stuck(db, p, old, status(p)), From: old.From, Rejoined: rejoined,
 		})
 		route.Replicas = d.Replicas
-		route.Generation, route.From, route.Incarnation = old.Generation, old.From, oldInc
+		route.Generation, route.From, route.Incarnation, route.At = old.Generation, old.From, oldInc, old.At
 		if len(old.Replicas) == 0 || old.Replicas[0] != route.Replicas[0] || d.Bump {
 			// A new mastership: a new generation, granted to the
-			// master's current incarnation.
+			// master's current incarnation, for what it was seen to
+			// hold.
 			route.Generation++
 			route.From = d.From
 			route.Incarnation = incs[route.Replicas[0]]
+			route.At = topo.Position{}
+			if st, ok := status(p)(route.Replicas[0]); ok {
+				route.At = topo.Position{Gen: st.SCN.Gen, Seq: st.SCN.Seq}
+			}
 		}
 		if len(old.Replicas) > 0 && old.Replicas[0] != route.Replicas[0] {
 			c.Log.Info("controller: partition changes master", "db", db, "partition", p,

@@ -105,6 +105,15 @@ func (n *Node) Checksum(ctx context.Context, req ChecksumRequest) (*ChecksumResu
 	return &ChecksumResult{SCN: s.SCN, Sum: s.Total, Tables: s.Tables}, nil
 }
 
+// SCN returns the last SCN this node holds of a partition.
+func (n *Node) SCN(db string, id int) (storage.SCN, error) {
+	p, err := n.partition(db, id)
+	if err != nil {
+		return storage.SCN{}, err
+	}
+	return p.SCN(), nil
+}
+
 // hosted lists the partitions this node hosts: those it has a role for,
 // and every partition of every database on a node that masters all.
 func (n *Node) hosted() []partitionKey {

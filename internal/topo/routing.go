@@ -43,6 +43,21 @@ type PartitionRoute struct {
 	// copy of it every replica holds all of (placement.DecideCopies): they
 	// delete their copies. A node of a version without it keeps its copy.
 	Drop []string `json:"drop,omitempty"`
+	// At is how far the controller saw this generation's master when it
+	// chose it (its reported SCN; zero when it saw none, and from a
+	// controller of a version without it). The master takes over only if
+	// it still holds that much: a replica emptied since it answered (a
+	// rebuild begun, a copy dropped) holds less, and a master that holds
+	// less than what it was chosen for would hand its slaves a timeline
+	// without acknowledged commits.
+	At Position `json:"at,omitzero"`
+}
+
+// Position is an SCN (storage.SCN, which this package does not import):
+// a generation and a sequence within it.
+type Position struct {
+	Gen uint32 `json:"gen"`
+	Seq uint64 `json:"seq"`
 }
 
 // MasterIncarnation returns the incarnation a partition's mastership was
