@@ -658,3 +658,42 @@ func TestSnapshotWaitsForReplicas(t *testing.T) {
 		t.Fatalf("a replicated snapshot from a node of protocol 6: %d rows, %v, %+v; want the row, not said replicated", rows, err, first)
 	}
 }
+
+// refusingSnapshots is a master that streams no snapshot: it already
+// streams as many as it may (node.MaxSnapshots).
+type refusingSnapshots struct{}
+
+func (refusingSnapshots) Snapshot(context.Context, node.SnapshotRequest, func(*node.SnapshotChunk) error) error {
+	return fmt.Errorf("%d snapshots already streaming: %w", node.MaxSnapshots, node.ErrUnavailable)
+}
+
+// TestRefusedSnapshotKeepsTheReplica: a rebuild whose snapshot is
+// refused leaves the replica as it was (its rows, its SCN), not empty: a
+// failover may still weigh what it holds. A rebuild whose snapshot comes
+// replaces it.
+func TestRefusedSnapshotKeepsTheReplica(t *testing.T) {
+	a, master, slaves := onePartition(t, 1)
+	b := slaves[0]
+	var truncated int
+	stop := follow(t, b, master, &truncated)
+	var last storage.SCN
+	for i := range 10 {
+		last = write(t, a, fmt.Sprintf("k%d", i), fmt.Sprint(i))
+	}
+	awaitSCN(t, b, last)
+	stop()
+	if _, err := b.Rebuild(context.Background(), "d", 0, refusingSnapshots{}); !errors.Is(err, node.ErrUnavailable) {
+		t.Fatalf("rebuild from a master that refuses: %v", err)
+	}
+	if scn, _ := sum(t, b, 0); scn != last {
+		t.Fatalf("after a refused rebuild the replica is at %s, want %s", scn, last)
+	}
+	sameState(t, a, b)
+	last = write(t, a, "k0", "after")
+	rows, err := b.Rebuild(context.Background(), "d", 0, master)
+	if err != nil || rows != 10 {
+		t.Fatalf("rebuild: %d rows, %v", rows, err)
+	}
+	awaitSCN(t, b, last)
+	sameState(t, a, b)
+}
