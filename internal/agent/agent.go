@@ -77,10 +77,33 @@ type Agent struct {
 // carries out (generation, and the old master it drains) and its
 // goroutine.
 type takeOver struct {
-	gen    uint32
-	from   string
+	gen  uint32
+	from string
+	task
+}
+
+// task is a goroutine the agent owns: cancel stops it, done is closed
+// when it has finished.
+type task struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+func newTask(cancel context.CancelFunc) task { return task{cancel, make(chan struct{})} }
+
+// end stops the goroutine and waits for it.
+func (t *task) end() {
+	t.cancel()
+	<-t.done
+}
+
+// take removes partition k's entry from m (under a.mu) and returns it.
+func take[V any](a *Agent, m map[partKey]*V, k partKey) *V {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := m[k]
+	delete(m, k)
+	return v
 }
 
 // running says whether its goroutine has not finished.
@@ -98,11 +121,11 @@ type partKey struct {
 	id int
 }
 
+// follower is one partition's slave following its master.
 type follower struct {
 	master string
 	url    string
-	cancel context.CancelFunc
-	done   chan struct{}
+	task
 }
 
 // Run applies every routing table, then each change, until ctx ends.
@@ -250,13 +273,8 @@ func (a *Agent) takeOverOf(k partKey) *takeOver {
 // endTakeOver stops partition k's take-over, if one is under way, and
 // waits for it; only Run's goroutine calls it, between transitions of k.
 func (a *Agent) endTakeOver(k partKey) {
-	a.mu.Lock()
-	o := a.takeOvers[k]
-	delete(a.takeOvers, k)
-	a.mu.Unlock()
-	if o != nil {
-		o.cancel()
-		<-o.done
+	if o := take(a, a.takeOvers, k); o != nil {
+		o.end()
 	}
 }
 
@@ -279,7 +297,7 @@ func (a *Agent) endTakeOvers() {
 func (a *Agent) startTakeOver(ctx context.Context, t *topo.RoutingTable, p int, route topo.PartitionRoute, lease int64) {
 	k := partKey{t.DB, p}
 	octx, cancel := context.WithCancel(ctx)
-	o := &takeOver{gen: route.Generation, from: route.From, cancel: cancel, done: make(chan struct{})}
+	o := &takeOver{gen: route.Generation, from: route.From, task: newTask(cancel)}
 	a.mu.Lock()
 	a.takeOvers[k] = o
 	a.mu.Unlock()
@@ -428,7 +446,7 @@ func (a *Agent) follower(k partKey) *follower {
 // errors (the master may be unreachable until the controller moves on).
 func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 	fctx, cancel := context.WithCancel(ctx)
-	f := &follower{master: master, url: url, cancel: cancel, done: make(chan struct{})}
+	f := &follower{master: master, url: url, task: newTask(cancel)}
 	a.mu.Lock()
 	a.followers[k] = f
 	a.mu.Unlock()
@@ -493,13 +511,8 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 }
 
 func (a *Agent) stop(k partKey) {
-	a.mu.Lock()
-	f := a.followers[k]
-	delete(a.followers, k)
-	a.mu.Unlock()
-	if f != nil {
-		f.cancel()
-		<-f.done
+	if f := take(a, a.followers, k); f != nil {
+		f.end()
 	}
 }
 

@@ -13,10 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortado-db/cortado/internal/agent"
-	"github.com/cortado-db/cortado/internal/coord"
-	"github.com/cortado-db/cortado/internal/coord/coordtest"
 	"github.com/cortado-db/cortado/internal/node"
-	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
 	"github.com/cortado-db/cortado/internal/topo"
@@ -91,17 +88,7 @@ const agentsPrefix = "/agents"
 
 func startAgents(t *testing.T, parts int, drainLimit time.Duration) *agents {
 	ctx := context.Background()
-	etcd := coordtest.Embedded(t)
-	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	reg, err := registry.Open(ctx, cli, registry.Options{Prefix: agentsPrefix, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	cli, reg := newTestEtcd(t, agentsPrefix)
 	if _, _, err := reg.CreateDatabase(ctx, schema.Database{Name: "d", Partitions: parts}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/cortado-db/cortado/internal/coord"
@@ -35,17 +36,7 @@ type storageNode struct {
 func newTestRegistry(t testing.TB, d schema.Database) *registry.Registry {
 	t.Helper()
 	ctx := context.Background()
-	etcd := coordtest.Embedded(t)
-	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	reg, err := registry.Open(ctx, cli, registry.Options{Prefix: "/test", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	_, reg := newTestEtcd(t, "/test")
 	if _, _, err := reg.CreateDatabase(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +44,25 @@ func newTestRegistry(t testing.TB, d schema.Database) *registry.Registry {
 		t.Fatal(err)
 	}
 	return reg
+}
+
+// newTestEtcd is an etcd of the test's own, a client of it, and a
+// registry under prefix, all closed when the test ends.
+func newTestEtcd(t testing.TB, prefix string) (*clientv3.Client, *registry.Registry) {
+	t.Helper()
+	ctx := context.Background()
+	etcd := coordtest.Embedded(t)
+	cli, err := coord.Connect(ctx, []string{etcd.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	reg, err := registry.Open(ctx, cli, registry.Options{Prefix: prefix, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	return cli, reg
 }
 
 func newStorageNode(t testing.TB, reg *registry.Registry) *storageNode {
