@@ -353,12 +353,13 @@ func checkReplicas(c *Cluster) []Anomaly {
 const alarmLine = "replica refused to truncate acknowledged commits"
 
 // checkAlarms reports, per storage node, the truncation alarms its log
-// holds: how many, and the first.
+// holds (every storage process the run started, a removed one too):
+// how many, and the first.
 func checkAlarms(c *Cluster) []Anomaly {
 	var out []Anomaly
-	for _, id := range slices.Sorted(maps.Keys(c.Storage)) {
+	for _, id := range slices.Sorted(maps.Keys(c.everStorage)) {
 		n, first := 0, ""
-		for line := range strings.Lines(c.Storage[id].Log()) {
+		for line := range strings.Lines(c.everStorage[id].Log()) {
 			if strings.Contains(line, alarmLine) {
 				if n == 0 {
 					first = strings.TrimSpace(line)

@@ -61,6 +61,9 @@ type Cluster struct {
 	// tmpfs, for the disk-full fault; StallNode's is ext4 on a loop
 	// device, which the stall-disk fault freezes.
 	Storage     map[string]*clustertest.Serve
+	// everStorage is every storage process the run started, by ID,
+	// removed ones too: the checker reads their logs.
+	everStorage map[string]*clustertest.Serve
 	DiskNode    string
 	DiskDir     string
 	StallNode   string
@@ -189,7 +192,12 @@ func (c *Cluster) startStorage(id, rack, data string) *clustertest.Serve {
 	if c.opts.Retention != "" {
 		args = append(args, "--retention-interval", "1s")
 	}
-	return c.start(id, args...)
+	s := c.start(id, args...)
+	if c.everStorage == nil {
+		c.everStorage = map[string]*clustertest.Serve{}
+	}
+	c.everStorage[id] = s
+	return s
 }
 
 // AddNode starts a storage node that was not in the cluster (a fresh

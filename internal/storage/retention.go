@@ -31,34 +31,46 @@ func histKey(db string, id int, gen uint32) []byte {
 	return keys.Meta(db, id, "hist", keys.I(int64(gen)))
 }
 
+// historyMark is the meta key whose presence says the partition's
+// generation history is kept (meta "hist"): written when the history is
+// first built, and by a rebuild's install (a drop deletes it with the
+// rest of the partition).
+func historyMark(db string, id int) []byte { return keys.Meta(db, id, "histv") }
+
 // loadHistory reads the generation history, building it from the log
 // once for a partition stored before the history existed.
 func (p *Partition) loadHistory() error {
 	p.hist = map[uint32]uint64{}
-	marker := keys.Meta(p.DB, p.ID, "histv")
+	lo := keys.Meta(p.DB, p.ID, "hist")
+	it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		parts, err := keys.Decode(it.Key()[len(lo):])
+		v, verr := it.ValueAndErr()
+		if err != nil || verr != nil || len(parts) != 1 || len(v) != 8 {
+			it.Close()
+			return fmt.Errorf("partition %s/%d: corrupt generation history", p.DB, p.ID)
+		}
+		p.hist[uint32(parts[0].Int)] = binary.BigEndian.Uint64(v)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	marker := historyMark(p.DB, p.ID)
 	_, closer, err := p.e.db.Get(marker)
 	switch {
 	case err == nil:
 		closer.Close()
-		lo := keys.Meta(p.DB, p.ID, "hist")
-		it, err := p.e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
-		if err != nil {
-			return err
-		}
-		defer it.Close()
-		for valid := it.First(); valid; valid = it.Next() {
-			parts, err := keys.Decode(it.Key()[len(lo):])
-			v, verr := it.ValueAndErr()
-			if err != nil || verr != nil || len(parts) != 1 || len(v) != 8 {
-				return fmt.Errorf("partition %s/%d: corrupt generation history", p.DB, p.ID)
-			}
-			p.hist[uint32(parts[0].Int)] = binary.BigEndian.Uint64(v)
-		}
-		return it.Error()
+		return nil
 	case !errors.Is(err, pebble.ErrNotFound):
 		return err
 	}
-	// Build it from the log (never trimmed before the history existed).
+	// Build it from the log (never trimmed before the history existed),
+	// beside what is kept of it: a partition dropped and rebuilt by a
+	// release that lost the mark holds its whole history in its keys,
+	// and its log only the end of it.
 	if err := p.scanLog(SCN{}, maxSCN, func(scn SCN, _ []byte, _ logValue) (bool, error) {
 		if scn.Gen != p.scn.Gen {
 			p.hist[scn.Gen] = max(p.hist[scn.Gen], scn.Seq)

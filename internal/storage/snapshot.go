@@ -268,6 +268,12 @@ func (in *Install) Finish(scn SCN, history []SCN, acked SCN, marks []Mark) (int,
 	if err := b.Delete(keys.Meta(p.DB, p.ID, "rebuilding"), nil); err != nil {
 		return 0, err
 	}
+	// The history is the snapshot's, whole: kept, not built again from
+	// the log (which holds only its end) when the node restarts. (A drop
+	// deletes the mark with everything else in the partition's range.)
+	if err := b.Set(historyMark(p.DB, p.ID), nil, nil); err != nil {
+		return 0, err
+	}
 	if err := p.e.commit(b); err != nil {
 		return 0, fmt.Errorf("partition %s/%d: finish the rebuild at %s: %w", p.DB, p.ID, scn, err)
 	}
