@@ -60,7 +60,7 @@ type Cluster struct {
 	// Storage nodes by ID (s1, s2, s3). DiskNode's data dir is a small
 	// tmpfs, for the disk-full fault; StallNode's is ext4 on a loop
 	// device, which the stall-disk fault freezes.
-	Storage     map[string]*clustertest.Serve
+	Storage map[string]*clustertest.Serve
 	// everStorage is every storage process the run started, by ID,
 	// removed ones too: the checker reads their logs.
 	everStorage map[string]*clustertest.Serve
