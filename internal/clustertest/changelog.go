@@ -12,8 +12,11 @@ import (
 // ChangeLog is what a change-stream consumer built from the events it
 // applied, as a downstream system would keep them: per partition, the
 // changes in order, undone after the SCN a rollback names and replaced
-// by a snapshot; and every change that came repeated or out of commit
-// order. Its caller serializes the calls.
+// by a snapshot once its last row came (a snapshot cut off midway is
+// dropped: the stream resumes from the position before it, with the
+// snapshot again or with the changes after that position); and every
+// change that came repeated or out of commit order. Its caller
+// serializes the calls.
 type ChangeLog struct {
 	// Token resumes after the last event applied.
 	Token string
@@ -27,7 +30,8 @@ type ChangeLog struct {
 	// without an SCN.
 	Problems []string
 	last     map[int]Change // per partition, the newest change seen
-	inSnap   map[int]bool   // per partition, a snapshot is arriving
+	// staged holds, per partition, the rows of a snapshot arriving.
+	staged map[int][]Change
 }
 
 // Change is one change applied: the document's table/key and what it
@@ -42,7 +46,7 @@ type Change struct {
 
 // NewChangeLog starts a consumer's bookkeeping at token.
 func NewChangeLog(token string) *ChangeLog {
-	return &ChangeLog{Token: token, Parts: map[int][]Change{}, last: map[int]Change{}, inSnap: map[int]bool{}}
+	return &ChangeLog{Token: token, Parts: map[int][]Change{}, last: map[int]Change{}, staged: map[int][]Change{}}
 }
 
 // Apply takes one event.
@@ -64,23 +68,29 @@ func (l *ChangeLog) Apply(e *client.ChangeEvent) {
 		}
 		l.Parts[p] = kept
 		l.last[p] = Change{SCN: scn, Order: 1 << 30}
-		l.inSnap[p] = false
+		delete(l.staged, p)
 	case "change":
 		rec := Change{SCN: scn, Op: e.Op, Key: e.Source.Table + "/" + keyPath(e.Source.Key), After: bytes.Clone(e.After)}
 		if e.Op == "r" {
-			if !l.inSnap[p] {
-				l.Parts[p] = nil // a snapshot replaces the partition's state
-				l.inSnap[p] = true
+			if st, ok := l.staged[p]; !ok || st[0].SCN != scn {
+				// A snapshot begins (one of another SCN replaces what
+				// came of a snapshot cut off; one of the same SCN, sent
+				// again, only repeats rows).
+				l.staged[p] = nil
 				l.Snapshots++
 			}
-			l.Parts[p] = append(l.Parts[p], rec)
+			l.staged[p] = append(l.staged[p], rec)
 			if e.Source.Snapshot == "last" {
-				l.inSnap[p] = false
+				// The snapshot replaces the partition's state.
+				l.Parts[p] = l.staged[p]
+				delete(l.staged, p)
 				l.last[p] = Change{SCN: scn, Order: 1 << 30}
 			}
 			break
 		}
-		l.inSnap[p] = false
+		// A snapshot cut off midway, the stream resumed with changes
+		// after the position before it: the state held goes on.
+		delete(l.staged, p)
 		if e.Transaction != nil {
 			rec.Order = e.Transaction.TotalOrder
 		}
@@ -91,10 +101,9 @@ func (l *ChangeLog) Apply(e *client.ChangeEvent) {
 		l.last[p] = rec
 		l.Parts[p] = append(l.Parts[p], rec)
 	case "resolved":
-		if l.inSnap[p] {
-			l.inSnap[p] = false // an empty snapshot (nothing matched)
-			l.Parts[p] = nil
-		}
+		// Nothing after the position the stream resumed from: a
+		// snapshot cut off midway is dropped.
+		delete(l.staged, p)
 	}
 	l.Token = e.Token
 }

@@ -54,4 +54,20 @@ func TestChangeLog(t *testing.T) {
 	if got := state(); got["U/y"] != `{"v":5}` || got["U/z"] != `{"v":6}` || len(got) != 3 || l.Snapshots != 1 {
 		t.Fatalf("after the snapshot: %v (%d snapshots), want a, y and z (x gone)", got, l.Snapshots)
 	}
+	// A snapshot cut off midway replaces nothing: the stream resumed
+	// from the position before it, with changes after that position.
+	l.Apply(ev("change", "r", 1, "4:9", "w", 7, "true"))
+	if got := state(); got["U/y"] != `{"v":5}` || got["U/w"] != "" {
+		t.Fatalf("during a snapshot: %v, want the state before it", got)
+	}
+	l.Apply(ev("change", "u", 1, "3:8", "y", 8, ""))
+	if got := state(); got["U/y"] != `{"v":8}` || got["U/z"] != `{"v":6}` || got["U/w"] != "" || len(got) != 3 {
+		t.Fatalf("after a snapshot cut off and the changes after its position: %v, want a, y=8, z", got)
+	}
+	// One cut off, then one of a later SCN: only the later one's rows.
+	l.Apply(ev("change", "r", 1, "5:1", "gone", 1, "true"))
+	l.Apply(ev("change", "r", 1, "5:3", "y", 9, "last"))
+	if got := state(); got["U/y"] != `{"v":9}` || got["U/gone"] != "" || len(got) != 2 || l.Snapshots != 4 {
+		t.Fatalf("after a snapshot sent again at a later SCN: %v (%d snapshots), want a and y=9", got, l.Snapshots)
+	}
 }
