@@ -208,18 +208,14 @@ func (n *Node) Rebuild(ctx context.Context, db string, id int, src Snapshotter) 
 	e := n.roles.entry(db, id)
 	e.setRebuilding(true)
 	defer e.setRebuilding(false)
-	// The replica is emptied once the snapshot comes, not before: a
-	// snapshot refused (the master streams a few at once) leaves it as
-	// it was, its timeline a failover may still weigh, not empty.
-	var in *storage.Install
+	in, err := p.BeginInstall()
+	if err != nil {
+		return 0, err
+	}
 	var first *SnapshotChunk
 	finished := false
 	err = src.Snapshot(ctx, SnapshotRequest{DB: db, Partition: id}, func(c *SnapshotChunk) error {
 		if first == nil {
-			var err error
-			if in, err = p.BeginInstall(); err != nil {
-				return err
-			}
 			first = c
 		}
 		for _, r := range c.Rows {
@@ -238,9 +234,7 @@ func (n *Node) Rebuild(ctx context.Context, db string, id int, src Snapshotter) 
 		err = fmt.Errorf("partition %s/%d: the snapshot stream ended early", db, id)
 	}
 	if err != nil {
-		if in != nil {
-			in.Abort()
-		}
+		in.Abort()
 		return 0, err
 	}
 	return in.Rows(), nil
