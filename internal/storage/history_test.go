@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"context"
 	"slices"
 	"testing"
 )
@@ -38,29 +37,11 @@ func TestHistoryOutlivesADropAndARestart(t *testing.T) {
 	dir := t.TempDir()
 	se := open(t, dir)
 	s, _ := se.Partition("db", 0)
-	install := func() {
-		t.Helper()
-		snap, err := m.Snapshot(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer snap.Close()
-		in, err := s.BeginInstall()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := snap.Rows(func(r Row) error { return in.Row(r) }); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := in.Finish(snap.SCN, snap.History, snap.Acked, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	install()
+	rebuildFrom(t, m, s)
 	if _, err := se.Drop("db", 0); err != nil {
 		t.Fatal(err)
 	}
-	install() // a replica of it again
+	rebuildFrom(t, m, s) // a replica of it again
 	if got := s.History(); !slices.Equal(got, want) {
 		t.Fatalf("after the rebuild: history %v, want %v", got, want)
 	}
