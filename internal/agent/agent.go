@@ -97,6 +97,23 @@ func (t *task) end() {
 	<-t.done
 }
 
+// running says whether the goroutine has not finished.
+func (t *task) running() bool {
+	select {
+	case <-t.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// partitionsOf lists m's partitions (under a.mu).
+func partitionsOf[V any](a *Agent, m map[partKey]*V) []partKey {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Collect(maps.Keys(m))
+}
+
 // take removes partition k's entry from m (under a.mu) and returns it.
 func take[V any](a *Agent, m map[partKey]*V, k partKey) *V {
 	a.mu.Lock()
@@ -104,16 +121,6 @@ func take[V any](a *Agent, m map[partKey]*V, k partKey) *V {
 	v := m[k]
 	delete(m, k)
 	return v
-}
-
-// running says whether its goroutine has not finished.
-func (o *takeOver) running() bool {
-	select {
-	case <-o.done:
-		return false
-	default:
-		return true
-	}
 }
 
 type partKey struct {
@@ -280,10 +287,7 @@ func (a *Agent) endTakeOver(k partKey) {
 
 // endTakeOvers is endTakeOver for every partition.
 func (a *Agent) endTakeOvers() {
-	a.mu.Lock()
-	ks := slices.Collect(maps.Keys(a.takeOvers))
-	a.mu.Unlock()
-	for _, k := range ks {
+	for _, k := range partitionsOf(a, a.takeOvers) {
 		a.endTakeOver(k)
 	}
 }
@@ -520,13 +524,7 @@ func (a *Agent) stop(k partKey) {
 // goroutine calls it.
 func (a *Agent) stopAll() {
 	a.endTakeOvers()
-	a.mu.Lock()
-	var ks []partKey
-	for k := range a.followers {
-		ks = append(ks, k)
-	}
-	a.mu.Unlock()
-	for _, k := range ks {
+	for _, k := range partitionsOf(a, a.followers) {
 		a.stop(k)
 	}
 }
