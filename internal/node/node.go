@@ -26,6 +26,9 @@ type Node struct {
 	snapshots chan struct{}
 	// writes bounds the bytes of documents writes carry at once.
 	writes *byteGate
+	// pins keeps the logs of the partitions this node snapshots from
+	// being trimmed past the snapshots' SCNs.
+	pins snapshotPins
 }
 
 // Options configures a Node.
@@ -48,6 +51,11 @@ type Options struct {
 	// SnapshotBytesPerSecond caps how fast a snapshot is streamed
 	// (default DefaultSnapshotRate).
 	SnapshotBytesPerSecond int64
+	// SnapshotPinGrace is how long after a snapshot ends its SCN stays
+	// pinned in the partition's log, for its asker to read on from there
+	// (default DefaultSnapshotPinGrace). While it streams it is pinned
+	// in any case.
+	SnapshotPinGrace time.Duration
 	// Retained, when set, is told after each retention pass, per
 	// database, how many log bytes it trimmed and how many the hosted
 	// partitions' logs still take.
@@ -74,6 +82,9 @@ func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *
 	}
 	if opts.WriteBytes == 0 {
 		opts.WriteBytes = DefaultWriteBytes
+	}
+	if opts.SnapshotPinGrace == 0 {
+		opts.SnapshotPinGrace = DefaultSnapshotPinGrace
 	}
 	// Every document change indexes the document in its own commit.
 	eng.SetIndexer(&index.Indexer{Tables: reg, Plans: plans})

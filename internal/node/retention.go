@@ -33,8 +33,10 @@ func (n *Node) RunRetention(ctx context.Context, interval time.Duration) {
 // partition has not acknowledged, unless that slave is more than the
 // database's maxSlaveLag behind (it is rebuilt from a snapshot when it
 // asks), and trims nothing until each live slave has acknowledged once in
-// its mastership. Every replica keeps what is not acknowledged to
-// clients: a truncation needs it.
+// its mastership. Nor does it trim past the SCN of a snapshot it streams,
+// or streamed within Options.SnapshotPinGrace (snapshotPins). Every
+// replica keeps what is not acknowledged to clients: a truncation needs
+// it.
 func (n *Node) Retain(now time.Time) {
 	ids := n.hosted()
 	type totals struct{ trimmed, bytes int64 }
@@ -77,11 +79,25 @@ func (n *Node) Retain(now time.Time) {
 				n.holdAll(p, k)
 			}
 		}
+		if pin, ok := n.pins.oldest(k, now); ok {
+			if pin.IsZero() {
+				continue // a snapshot of the empty partition: all of it
+			}
+			if policy.Keep.IsZero() || pin.Less(policy.Keep) {
+				policy.Keep = pin
+			}
+		}
 		point, err := p.TrimPoint(policy)
 		if err != nil || point.IsZero() {
 			if err != nil {
 				n.log.Warn("retention: trim point", "db", k.db, "partition", k.id, "err", err)
 			}
+			continue
+		}
+		if pin, ok := n.pins.oldest(k, now); ok && pin.Less(point) {
+			// A snapshot pinned the log since the look above: trim at
+			// the next pass. One that pins after this look pins the
+			// partition's SCN then, no less than the point.
 			continue
 		}
 		freed, err := p.Trim(point)

@@ -109,6 +109,13 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 	}
 	// Taken before the snapshot, so the snapshot holds what it names.
 	acked := n.acknowledged(p, req.DB, req.Partition)
+	// The asker reads the log on from the snapshot's SCN: it stays in
+	// the log while the snapshot streams, and for a grace after. Pinned
+	// before the snapshot is taken, at the partition's SCN then (no
+	// later than the snapshot's), so that a retention pass that has not
+	// seen the pin trims no further than that (Retain).
+	pin := n.pins.add(partitionKey{req.DB, req.Partition}, p.SCN(), time.Now())
+	defer func() { n.pins.release(pin, time.Now().Add(n.opts.SnapshotPinGrace)) }()
 	snap, err := p.Snapshot(ctx)
 	if err != nil {
 		return err

@@ -1,0 +1,77 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/schema"
+	"github.com/cortado-db/cortado/internal/storage"
+)
+
+// TestSnapshotPinsTheLog: a master whose retention keeps 1 KB of log
+// trims nothing after the SCN of a snapshot it streams, so its asker can
+// read on from there once the snapshot ends, however many commits come
+// meanwhile; nor within the grace after the snapshot ends. Past the
+// grace it trims as before. (Without the pin the asker finds the log
+// trimmed past the snapshot and is sent back for another: with a
+// retention shorter than the stream, round and round.)
+func TestSnapshotPinsTheLog(t *testing.T) {
+	ctx := context.Background()
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 1,
+		Retention: schema.Retention{MaxAge: "0s", MaxBytes: 1024}})
+	const grace = time.Hour
+	a := newStorageNodeWith(t, reg, node.Options{SnapshotPinGrace: grace})
+	a.SetRole("d", 0, node.Master, 1, 0)
+	value := strings.Repeat("x", 200)
+	for i := range 20 {
+		write(t, a, fmt.Sprint("k", i), value)
+	}
+	// The asker takes the snapshot's first chunk and waits.
+	first, release, done := make(chan storage.SCN, 1), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- a.Snapshot(ctx, node.SnapshotRequest{DB: "d", Partition: 0}, func(c *node.SnapshotChunk) error {
+			select {
+			case first <- c.SCN:
+				<-release
+			default:
+			}
+			return nil
+		})
+	}()
+	at := <-first
+	const after = 20
+	for i := range after {
+		write(t, a, fmt.Sprint("n", i), value)
+	}
+	// trimmed runs a retention pass at now and says whether the log still
+	// holds what follows the snapshot.
+	trimmed := func(now time.Time) bool {
+		t.Helper()
+		a.Retain(now)
+		res, err := a.Log(ctx, node.LogRequest{DB: "d", Partition: 0, After: at, Max: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Trimmed && len(res.Commits) != after {
+			t.Fatalf("the log after the snapshot's %s: %d commits, want %d", at, len(res.Commits), after)
+		}
+		return res.Trimmed
+	}
+	if trimmed(time.Now()) {
+		t.Fatalf("a retention pass trimmed past %s while the snapshot there streamed", at)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if trimmed(time.Now()) {
+		t.Fatalf("a retention pass trimmed past %s within the grace after its snapshot", at)
+	}
+	if !trimmed(time.Now().Add(2 * grace)) {
+		t.Fatalf("past the grace, a log of %d commits of 200 bytes still holds all after %s: the pin outlived it", after, at)
+	}
+}
