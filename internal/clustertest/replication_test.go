@@ -282,8 +282,9 @@ func thirdUnacked(t *testing.T) *thirdReplica {
 	ctx := context.Background()
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
 	// Long enough for b to take "old" under the race detector on a
-	// loaded machine; "new" waits it out.
-	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 3 * time.Second})
+	// loaded machine (3 s was not, once in CI); "new" waits out a
+	// deadline of its own instead.
+	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: time.Minute})
 	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
 	a.SetRole("d", 0, node.Master, 1, 0)
 	b.SetRole("d", 0, node.Slave, 0, 0)
@@ -305,7 +306,9 @@ func thirdUnacked(t *testing.T) *thirdReplica {
 		t.Fatalf("a write both slaves hold: %v", err)
 	}
 	old := pa.SCN()
-	if _, err := a.Write(ctx, writeReq(t, "new")); !errors.Is(err, node.ErrNotReplicated) {
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := a.Write(short, writeReq(t, "new")); !errors.Is(err, node.ErrNotReplicated) {
 		t.Fatalf("a write c does not hold: %v, want ErrNotReplicated", err)
 	}
 	unacked := pa.SCN()
