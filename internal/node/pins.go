@@ -89,6 +89,16 @@ func (s *snapshotPins) oldest(k partitionKey, now time.Time) (storage.SCN, bool)
 	return scn, true
 }
 
+// prune drops every partition's pins expired at now: those of partitions
+// no longer hosted too, which no retention pass asks for.
+func (s *snapshotPins) prune(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.pins {
+		s.live(k, now)
+	}
+}
+
 // live drops the partition's pins expired at now and returns the others;
 // s.mu is held.
 func (s *snapshotPins) live(k partitionKey, now time.Time) []*snapshotPin {

@@ -51,4 +51,11 @@ func TestSnapshotPins(t *testing.T) {
 	if got, ok := s.oldest(other, t0); !ok || got != scn(1) {
 		t.Fatalf("another partition's pin: %s %v, want 1:1", got, ok)
 	}
+	// A partition no pass asks for again (moved away) loses its pins
+	// once they expire.
+	s.release(s.pins[other][0], t0)
+	s.prune(t0)
+	if len(s.pins) != 0 {
+		t.Fatalf("pruned, yet pins of %d partitions", len(s.pins))
+	}
 }

@@ -38,6 +38,7 @@ func (n *Node) RunRetention(ctx context.Context, interval time.Duration) {
 // replica keeps what is not acknowledged to clients: a truncation needs
 // it.
 func (n *Node) Retain(now time.Time) {
+	n.pins.prune(now)
 	ids := n.hosted()
 	type totals struct{ trimmed, bytes int64 }
 	sums := map[string]*totals{}
