@@ -26,6 +26,8 @@ type ChangeLog struct {
 	// Snapshots counts the snapshots begun.
 	Rollbacks []string
 	Snapshots int
+	// SnapshotsOf counts the snapshots begun by partition.
+	SnapshotsOf map[int]int
 	// Problems are changes repeated or out of commit order, and events
 	// without an SCN.
 	Problems []string
@@ -78,6 +80,10 @@ func (l *ChangeLog) Apply(e *client.ChangeEvent) {
 				// again, only repeats rows).
 				l.staged[p] = nil
 				l.Snapshots++
+				if l.SnapshotsOf == nil {
+					l.SnapshotsOf = map[int]int{}
+				}
+				l.SnapshotsOf[p]++
 			}
 			l.staged[p] = append(l.staged[p], rec)
 			if e.Source.Snapshot == "last" {

@@ -260,6 +260,65 @@ func TestChangeStreamRetention(t *testing.T) {
 	c.verify(acked)
 }
 
+// TestChangeStreamSnapshotOutlastsRetention: a consumer whose snapshots
+// take longer than the database keeps its log (one second: the masters
+// stream snapshots at 1 MiB/s, and each partition holds about 3 MiB)
+// gets one snapshot of each partition and then the changes after it. A
+// master keeps its log after the SCN of a snapshot it streams, while it
+// streams and for a minute after, so the reader goes on from there; with
+// a log trimmed past it, it would take another snapshot, and another.
+func TestChangeStreamSnapshotOutlastsRetention(t *testing.T) {
+	slow := []string{"--retention-interval", "200ms", "--snapshot-rate", "1048576"}
+	// The relay keeps 5 commits per partition: readers behind them go to
+	// the masters.
+	c := startProcClusterWith(t, 3, 4, map[string][]string{"s0": slow, "s1": slow, "s2": slow, "relay": {"--buffer", "5"},
+		"db": {`{"partitions":4,"replicas":3,"retention":{"maxAge":"1s","maxSlaveLag":"1m"}}`}})
+	big := map[string]string{}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for i := range 400 {
+		k, v := fmt.Sprint("big", i), strings.Repeat(fmt.Sprint(i%10), 32<<10)
+		req, _ := http.NewRequest("PUT", c.router.URL+"/d/T/"+k, strings.NewReader(`{"v":"`+v+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			t.Fatalf("PUT %s: %s", k, resp.Status)
+		}
+		big[k] = v
+	}
+	w := c.startWriters(3)
+	awaitWrites(t, w, 100)
+	await(t, 30*time.Second, "the masters to trim their logs", func() bool {
+		for _, s := range c.storage {
+			if metric(t, s.URL, "cortado_log_trimmed_bytes_total") == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// From the beginning, which the logs no longer hold.
+	cons := startConsumer(t, c.router.URL, "beginning", 4, 1<<30)
+	awaitWrites(t, w, 300)
+	acked := w.finish(t)
+	maps.Copy(acked, big)
+	cons.awaitEqual(c.router.URL, acked)
+	cons.mu.Lock()
+	snapshots, resumes := maps.Clone(cons.SnapshotsOf), cons.resumes
+	cons.mu.Unlock()
+	if len(snapshots) == 0 || resumes != 1 {
+		t.Fatalf("snapshots by partition %v in %d stream(s), want some in one stream", snapshots, resumes)
+	}
+	for p, n := range snapshots {
+		if n != 1 {
+			t.Fatalf("partition %d: %d snapshots (by partition: %v): a reader found the log trimmed past its snapshot", p, n, snapshots)
+		}
+	}
+	t.Logf("snapshots by partition: %v", snapshots)
+}
+
 // TestChangeStreamShowsOnlyAcknowledgedChanges: a change stream sends
 // only changes acknowledged to their writers, so no failover takes back
 // what a consumer was told. Both slaves of the only partition are
