@@ -279,11 +279,17 @@ type thirdReplica struct {
 // stops when the test ends.
 func thirdUnacked(t *testing.T) *thirdReplica {
 	t.Helper()
+	return thirdUnackedVia(t, func(r *node.Remote) node.LogSource { return r })
+}
+
+// thirdUnackedVia is thirdUnacked whose slave b reads a's log through
+// source (given a's internal API).
+func thirdUnackedVia(t *testing.T, source func(*node.Remote) node.LogSource) *thirdReplica {
+	t.Helper()
 	ctx := context.Background()
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 3})
 	// Long enough for b to take "old" under the race detector on a
-	// loaded machine (3 s was not, once in CI); "new" waits out a
-	// deadline of its own instead.
+	// loaded machine; "new" waits out a deadline of its own instead.
 	a := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: time.Minute})
 	b := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 10 * time.Second})
 	a.SetRole("d", 0, node.Master, 1, 0)
@@ -296,11 +302,16 @@ func thirdUnacked(t *testing.T) *thirdReplica {
 		}
 	}
 	var truncated int
-	t.Cleanup(follow(t, b, remote(t, a.url), &truncated))
+	t.Cleanup(follow(t, b, source(remote(t, a.url)), &truncated))
 	done := make(chan error, 1)
 	go func() { _, err := a.Write(ctx, writeReq(t, "old")); done <- err }()
 	pa, _ := a.eng.Partition("d", 0)
 	awaitSCN(t, a, storage.SCN{Gen: 1, Seq: 2})
+	// Applied is not durable: c holds what a holds durably (pa.SCN()
+	// was 1:1 for a moment once, and the write waited for c for good).
+	if err := pa.AwaitDurable(ctx, storage.SCN{Gen: 1, Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
 	ackC(pa.SCN())
 	if err := <-done; err != nil {
 		t.Fatalf("a write both slaves hold: %v", err)
@@ -345,6 +356,48 @@ func TestSlaveReadsOnlyAcknowledgedCommits(t *testing.T) {
 	if it, err := read(ctx, "new"); err != nil || it.SCN != unacked {
 		t.Fatalf("b's read once c holds it: %+v %v", it, err)
 	}
+}
+
+// TestSlaveAsksWhenAReadWaits: b follows a source that answers only with
+// commits, so on an idle partition no answer brings b's next
+// acknowledgement. Once c holds the commit b's read waits for, the read
+// returns all the same: b acknowledges again while it waits, and the
+// master's answer says the commit is confirmed. (Without the asking, the
+// read waits out its deadline.)
+func TestSlaveAsksWhenAReadWaits(t *testing.T) {
+	r := thirdUnackedVia(t, func(src *node.Remote) node.LogSource { return quietSource{src} })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		it, err := r.b.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: 0, Key: []keys.Part{keys.S("new")}, MaxStale: time.Minute})
+		if err == nil && it.SCN != r.unacked {
+			err = fmt.Errorf("at %s, want %s", it.SCN, r.unacked)
+		}
+		done <- err
+	}()
+	r.ackC(r.unacked)
+	if err := <-done; err != nil {
+		t.Fatalf("b's read of a commit c holds, with no answer coming from its source: %v", err)
+	}
+}
+
+// quietSource is a node's log that answers a long poll only with commits
+// (or word on the asker's timeline): no heartbeat answers, which a slave
+// acknowledges after.
+type quietSource struct{ r *node.Remote }
+
+func (q quietSource) Log(ctx context.Context, req node.LogRequest) (*node.LogResult, error) {
+	for {
+		res, err := q.r.Log(ctx, req)
+		if err != nil || req.Wait == 0 || len(res.Commits) > 0 || res.Diverged || res.Trimmed || !res.Holds || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+func (q quietSource) Ack(ctx context.Context, req node.AckRequest) (*node.AckResult, error) {
+	return q.r.Ack(ctx, req)
 }
 
 // TestLogOfAcknowledgedCommits: a master asked for acknowledged commits

@@ -292,7 +292,11 @@ func (n *Node) awaitReplicated(ctx context.Context, p *storage.Partition, scn st
 	e.ackMu.Lock()
 	scn = later(scn, e.opened)
 	e.ackMu.Unlock()
-	return e.awaitAck(ctx, scn, need, n.opts.SemiSyncTimeout)
+	// A slave learns what is confirmed from its master: it asks.
+	e.mu.RLock()
+	slave := e.role == Slave
+	e.mu.RUnlock()
+	return e.awaitAck(ctx, scn, need, n.opts.SemiSyncTimeout, slave)
 }
 
 // syncSlaves is how many slaves must durably hold a commit of db before
@@ -419,7 +423,7 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 		// Semi-sync: acknowledge once need slaves durably hold the
 		// commit. The role is not held meanwhile: the commit is made,
 		// and a demotion need not wait for slaves.
-		if err := e.awaitAck(ctx, res.SCN, need, n.opts.SemiSyncTimeout); err != nil {
+		if err := e.awaitAck(ctx, res.SCN, need, n.opts.SemiSyncTimeout, false); err != nil {
 			return nil, err
 		}
 	}

@@ -547,7 +547,27 @@ func (n *Node) startAcks(ctx context.Context, cancel context.CancelFunc, p *stor
 	}
 	go func() {
 		defer close(a.done)
-		for it := range a.queue {
+		acked := false // an acknowledgement was sent on this stream
+		for {
+			var it ackItem
+			select {
+			case next, ok := <-a.queue:
+				if !ok {
+					return
+				}
+				it = next
+			case <-e.asks:
+				// A read waits for what this replica holds to be
+				// confirmed: acknowledge it again now (what is durable,
+				// as ever), not at the next answer.
+				if acked && a.failed() == nil && ctx.Err() == nil {
+					if err := n.acknowledge(ctx, p, e, acker, o, nil, marks); err != nil {
+						a.fail(err)
+					}
+				}
+				continue
+			}
+			acked = true
 			handled, last := 1, it.res
 			durable(it)
 			// The answers queued meanwhile share the acknowledgement.
@@ -630,7 +650,7 @@ func (a *ackPipe) failed() error {
 // there waits until replicas hold what it returns. An established master
 // that holds everything this replica has confirms writes it took as a
 // master before a hand-over: they survived. last is the source's last
-// answer the replica applied.
+// answer the replica applied (nil when a read asked: askConfirm).
 func (n *Node) acknowledge(ctx context.Context, p *storage.Partition, e *partRole, acker Acker, o FollowOptions, last *LogResult, marks *freshMarks) error {
 	scn := p.SCN()
 	if at, ok := marks.reached(scn); ok {
@@ -644,8 +664,10 @@ func (n *Node) acknowledge(ctx context.Context, p *storage.Partition, e *partRol
 	switch {
 	case ack.Head.IsZero():
 		// A master of an earlier release says nothing of its head: the
-		// answer's word.
-		heardFromSource(e, p, last, o.Master != nil)
+		// answer's word (none for an acknowledgement a read asked for).
+		if last != nil {
+			heardFromSource(e, p, last, o.Master != nil)
+		}
 	case !ack.Authoritative:
 		// Not a master in force: it says nothing of the partition's
 		// master.

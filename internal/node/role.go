@@ -116,10 +116,30 @@ type partRole struct {
 	// it, nothing this master serves is certain to survive a failover.
 	opened  storage.SCN
 	ackedCh chan struct{}
+	// asks holds a read's request for an acknowledgement now
+	// (askConfirm), for the slave's acknowledger.
+	asks chan struct{}
 	// alarm is set when this replica refused to truncate acknowledged
 	// commits: the consistency check reports it until the replica
 	// follows its master again.
 	alarm error
+}
+
+// A read on a slave waiting for what it holds to be confirmed asks again
+// after askMin, then at doubling intervals up to askMax (awaitAck).
+const (
+	askMin = 5 * time.Millisecond
+	askMax = 200 * time.Millisecond
+)
+
+// askConfirm asks the replica's acknowledger (a slave's ackPipe) to
+// acknowledge again now: the master's answer says what is confirmed.
+// Asks made before it gets to them are one.
+func (e *partRole) askConfirm() {
+	select {
+	case e.asks <- struct{}{}:
+	default:
+	}
 }
 
 // changedLocked wakes every waiter; the caller holds ackMu.
@@ -200,9 +220,16 @@ func (e *partRole) quorumLocked(need int) storage.SCN {
 }
 
 // awaitAck waits until need slaves durably hold scn (or the partition's
-// new master does), for at most timeout.
-func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, timeout time.Duration) error {
+// new master does), for at most timeout. With ask (a read on a slave,
+// which learns what is confirmed from its master's answers to its
+// acknowledgements), it has the replica acknowledge again at once and
+// then every askMin to askMax while it waits (askConfirm), rather than
+// wait for the acknowledgement its next log answer brings: on an idle
+// partition that is up to a second away.
+func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, timeout time.Duration, ask bool) error {
 	var timer <-chan time.Time
+	var again *time.Timer
+	every := askMin
 	for {
 		e.ackMu.Lock()
 		q := e.quorumLocked(need)
@@ -220,8 +247,21 @@ func (e *partRole) awaitAck(ctx context.Context, scn storage.SCN, need int, time
 			// other work meanwhile (admission.Park).
 			admission.Park(ctx)
 		}
+		var askAgain <-chan time.Time
+		if ask {
+			e.askConfirm()
+			if again == nil {
+				again = time.NewTimer(every)
+				defer again.Stop()
+			} else {
+				again.Reset(every)
+			}
+			askAgain = again.C
+		}
 		select {
 		case <-ch:
+		case <-askAgain:
+			every = min(2*every, askMax)
 		case <-timer:
 			return fmt.Errorf("commit %s: %d replica(s) did not confirm it within %v: %w", scn, need, timeout, ErrNotReplicated)
 		case <-ctx.Done():
@@ -290,7 +330,7 @@ func (r *roles) entry(db string, id int) *partRole {
 	k := partitionKey{db, id}
 	e, ok := r.m[k]
 	if !ok {
-		e = &partRole{role: Offline}
+		e = &partRole{role: Offline, asks: make(chan struct{}, 1)}
 		if r.allMaster {
 			e.role = Master
 		}
