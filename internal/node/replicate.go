@@ -559,8 +559,9 @@ func (n *Node) startAcks(ctx context.Context, cancel context.CancelFunc, p *stor
 			case <-e.asks:
 				// A read waits for what this replica holds to be
 				// confirmed: acknowledge it again now (what is durable,
-				// as ever), not at the next answer.
-				if acked && a.failed() == nil && ctx.Err() == nil {
+				// as ever), not at the next answer — unless answers
+				// wait here, whose acknowledgement comes next anyway.
+				if acked && len(a.queue) == 0 && a.failed() == nil && ctx.Err() == nil {
 					if err := n.acknowledge(ctx, p, e, acker, o, nil, marks); err != nil {
 						a.fail(err)
 					}
