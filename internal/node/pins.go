@@ -31,7 +31,6 @@ type snapshotPins struct {
 
 // snapshotPin is one snapshot's pin.
 type snapshotPin struct {
-	k   partitionKey
 	scn storage.SCN
 	// until is when the pin expires; zero while the snapshot streams.
 	until time.Time
@@ -59,7 +58,7 @@ func (s *snapshotPins) add(k partitionKey, scn storage.SCN, now time.Time) *snap
 		}
 		pins = append(pins[:first], pins[first+1:]...)
 	}
-	pin := &snapshotPin{k: k, scn: scn}
+	pin := &snapshotPin{scn: scn}
 	s.pins[k] = append(pins, pin)
 	return pin
 }
