@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/cortado-db/cortado/internal/cachetier/redistest"
 	"github.com/cortado-db/cortado/internal/keycache"
 	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/routing"
 	"github.com/cortado-db/cortado/internal/topo"
@@ -74,6 +76,19 @@ func (l gatedLog) Log(ctx context.Context, req node.LogRequest) (*node.LogResult
 	return l.LogSource.Log(ctx, req)
 }
 
+// refusedNothingDone says whether a write's 503 says nothing was done
+// (docs/api.md): no master here, never delivered, not enough replicas,
+// overloaded. Any other (not replicated, a deadline, storage unavailable
+// or failed while the write was under way) leaves its outcome unknown.
+func refusedNothingDone(body []byte) bool {
+	var p struct{ Type, Title string }
+	if json.Unmarshal(body, &p) != nil {
+		return false
+	}
+	return p.Title == "Partition unavailable" || p.Title == "Storage unreachable" ||
+		p.Type == problem.TypeNotEnoughReplicas || p.Type == problem.TypeOverloaded
+}
+
 // TestCacheTierBound runs the Redis cache tier on a three-node cluster
 // (semi-sync, two replicas) while writers count up keys and readers read
 // them with max-stale=1, the busiest master killed midway: every answer
@@ -95,7 +110,7 @@ func TestCacheTierBound(t *testing.T) {
 	}
 	var mu sync.Mutex
 	acked := map[string][]write{}
-	failed := map[string]map[int]bool{} // writes the writer was told failed
+	failed := map[string]map[int]string{} // writes the writer was told failed, with the answer
 	type read struct {
 		k     string
 		v     int
@@ -124,18 +139,15 @@ func TestCacheTierBound(t *testing.T) {
 					resp.Body.Close()
 					code = resp.StatusCode
 				}
-				unknown := strings.Contains(string(body), "not-replicated") || strings.Contains(string(body), "deadline-exceeded")
 				mu.Lock()
 				switch {
 				case code >= 200 && code < 300:
 					acked[k] = append(acked[k], write{v, time.Now()})
-				case code >= 400 && code < 500 || code == 503 && !unknown:
-					// Refused, nothing done (503: no master, not
-					// delivered, overloaded; docs/api.md).
+				case code >= 400 && code < 500 || code == 503 && refusedNothingDone(body):
 					if failed[k] == nil {
-						failed[k] = map[int]bool{}
+						failed[k] = map[int]string{}
 					}
-					failed[k][v] = true
+					failed[k][v] = fmt.Sprintf("%d %s", code, body)
 				}
 				mu.Unlock()
 			}
@@ -227,8 +239,8 @@ func TestCacheTierBound(t *testing.T) {
 		if r.v < floor {
 			t.Errorf("%s: the tier answered %d; %d was acknowledged more than %v before the read", r.k, r.v, floor, bound)
 		}
-		if failed[r.k][r.v] {
-			t.Errorf("%s: the tier answered %d, a write its writer was told failed", r.k, r.v)
+		if answer, ok := failed[r.k][r.v]; ok {
+			t.Errorf("%s: the tier answered %d, a write its writer was told failed: %s", r.k, r.v, answer)
 		}
 		checked++
 	}

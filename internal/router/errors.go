@@ -201,7 +201,7 @@ func toProblem(err error) *problem.Problem {
 		p.RetryAfter = 1
 		return p
 	case errors.Is(err, node.ErrUnavailable):
-		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Storage unavailable", err.Error())
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Storage unavailable", err.Error()+"; a write's outcome is unknown: read it back or retry it")
 		p.RetryAfter = 1
 		return p
 	case errors.As(err, new(*readError)):
