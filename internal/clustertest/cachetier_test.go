@@ -76,17 +76,10 @@ func (l gatedLog) Log(ctx context.Context, req node.LogRequest) (*node.LogResult
 	return l.LogSource.Log(ctx, req)
 }
 
-// refusedNothingDone says whether a write's 503 says nothing was done
-// (docs/api.md): no master here, never delivered, not enough replicas,
-// overloaded. Any other (not replicated, a deadline, storage unavailable
-// or failed while the write was under way) leaves its outcome unknown.
+// refusedNothingDone is RefusedNothingDone of a write's 503 body.
 func refusedNothingDone(body []byte) bool {
-	var p struct{ Type, Title string }
-	if json.Unmarshal(body, &p) != nil {
-		return false
-	}
-	return p.Title == "Partition unavailable" || p.Title == "Storage unreachable" ||
-		p.Type == problem.TypeNotEnoughReplicas || p.Type == problem.TypeOverloaded
+	var p problem.Problem
+	return json.Unmarshal(body, &p) == nil && RefusedNothingDone(p)
 }
 
 // TestCacheTierBound runs the Redis cache tier on a three-node cluster

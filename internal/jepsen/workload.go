@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/clustertest"
 	"github.com/cortado-db/cortado/internal/keys"
 	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/schema"
@@ -323,16 +324,11 @@ func writeOutcome(r response) Outcome {
 		return Ok
 	case r.status == 412 || r.status == 404 || r.status == 400 || r.status == 409:
 		return Fail
-	case r.status == 503:
-		p := problemOf(r)
-		switch {
-		case p.Title == "Partition unavailable", p.Title == "Storage unreachable",
-			p.Type == problem.TypeNotEnoughReplicas,
-			// Refused by an admission (the router's, its bound on calls
-			// to one node, or the node's) before anything was done.
-			p.Type == problem.TypeOverloaded:
-			return Fail
-		}
+	case r.status == 503 && clustertest.RefusedNothingDone(problemOf(r)):
+		// No master there, never delivered, too few replicas, or
+		// refused by an admission (the router's, its bound on calls to
+		// one node, or the node's) before anything was done.
+		return Fail
 	}
 	return Maybe
 }
