@@ -52,6 +52,12 @@ func startProcCluster(t *testing.T, nodes, partitions int) *procCluster {
 // processes, by name ("relay", "s0", "s1", …, "router"), and under "db" the
 // database's definition.
 func startProcClusterWith(t *testing.T, nodes, partitions int, extra map[string][]string) *procCluster {
+	return startProcClusterOf(t, "", nodes, partitions, extra)
+}
+
+// startProcClusterOf is startProcClusterWith with every process running
+// the binary bin ("" is this checkout's).
+func startProcClusterOf(t *testing.T, bin string, nodes, partitions int, extra map[string][]string) *procCluster {
 	etcd := coordtest.Embedded(t)
 	cli, err := coord.Connect(context.Background(), []string{etcd.Endpoint})
 	if err != nil {
@@ -80,15 +86,15 @@ func startProcClusterWith(t *testing.T, nodes, partitions int, extra map[string]
 	}
 	relayAddr := strings.TrimPrefix(relayPort, "http://")
 	c.relayProxy = NewLink(t, "relay", relayAddr)
-	c.relay = StartRole(t, "relay", append([]string{"--etcd-endpoints", etcd.Endpoint, "--listen", relayAddr, "--advertise-url", "http://" + c.relayProxy.Listen, "--lease-ttl", "2"}, extra["relay"]...)...)
+	c.relay = StartRoleOf(t, bin, "relay", append([]string{"--etcd-endpoints", etcd.Endpoint, "--listen", relayAddr, "--advertise-url", "http://" + c.relayProxy.Listen, "--lease-ttl", "2"}, extra["relay"]...)...)
 	for i := range nodes {
 		id := fmt.Sprintf("s%d", i)
-		c.storage[id] = StartRole(t, "storage", append([]string{"--etcd-endpoints", etcd.Endpoint, "--node-id", id, "--lease-ttl", "2"}, extra[id]...)...)
+		c.storage[id] = StartRoleOf(t, bin, "storage", append([]string{"--etcd-endpoints", etcd.Endpoint, "--node-id", id, "--lease-ttl", "2"}, extra[id]...)...)
 	}
 	for _, id := range []string{"c1", "c2"} {
-		c.controllers[id] = StartRole(t, "controller", "--etcd-endpoints", etcd.Endpoint, "--controller-id", id, "--lease-ttl", "2", "--check-interval", "0")
+		c.controllers[id] = StartRoleOf(t, bin, "controller", "--etcd-endpoints", etcd.Endpoint, "--controller-id", id, "--lease-ttl", "2", "--check-interval", "0")
 	}
-	c.router = StartRole(t, "router", append([]string{"--etcd-endpoints", etcd.Endpoint}, extra["router"]...)...)
+	c.router = StartRoleOf(t, bin, "router", append([]string{"--etcd-endpoints", etcd.Endpoint}, extra["router"]...)...)
 	db := fmt.Sprintf(`{"partitions":%d,"replicas":3}`, partitions)
 	if d := extra["db"]; len(d) > 0 {
 		db = d[0] // the database's definition

@@ -78,6 +78,7 @@ func build() (string, error) {
 // Serve is a running `cortado serve` process.
 type Serve struct {
 	t       testing.TB
+	bin     string // the binary it runs; "" is this checkout's (Binary)
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	Dir     string
@@ -154,7 +155,11 @@ func (s *Serve) tryStart() error {
 	if err != nil {
 		return err
 	}
-	s.cmd = exec.Command(Binary(s.t), args...)
+	bin := s.bin
+	if bin == "" {
+		bin = Binary(s.t)
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	detach(s.cmd)
 	if err := s.cmd.Start(); err != nil {
@@ -192,12 +197,20 @@ func (s *Serve) tryStart() error {
 // etcd) with its own data directory and waits until it serves HTTP.
 func StartRole(t testing.TB, role string, args ...string) *Serve {
 	t.Helper()
+	return StartRoleOf(t, "", role, args...)
+}
+
+// StartRoleOf is StartRole running the binary bin ("" is this checkout's):
+// an earlier release's, for an upgrade.
+func StartRoleOf(t testing.TB, bin, role string, args ...string) *Serve {
+	t.Helper()
+	skipUnderRace(t)
 	dir := t.TempDir()
 	full := append([]string{role, "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...)
 	if role == "storage" {
 		full = append(full, "--data-dir", dir)
 	}
-	s := &Serve{t: t, Dir: dir, args: full, logPath: filepath.Join(dir, role+".log")}
+	s := &Serve{t: t, bin: bin, Dir: dir, args: full, logPath: filepath.Join(dir, role+".log")}
 	s.start()
 	t.Cleanup(func() { s.Kill() })
 	return s
@@ -265,6 +278,15 @@ func (s *Serve) RestartWithout(name string) {
 	if i := slices.Index(s.args, name); i >= 0 {
 		s.args = slices.Delete(slices.Clone(s.args), i, i+2)
 	}
+	s.start()
+}
+
+// RestartAs starts the stopped or killed process again with the binary
+// bin ("" is this checkout's) and the same flags, data directory and
+// ports: one process's step of an upgrade.
+func (s *Serve) RestartAs(bin string) {
+	s.t.Helper()
+	s.bin = bin
 	s.start()
 }
 
