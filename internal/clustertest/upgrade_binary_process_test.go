@@ -6,36 +6,55 @@ import (
 	"testing"
 
 	"github.com/cortado-db/cortado/internal/coord"
-	"github.com/cortado-db/cortado/internal/wire"
 )
 
 // TestUpgradeFromAnEarlierBinary upgrades a cluster whose every process
-// runs an earlier release's binary (CORTADO_EARLIER_BIN; scripts/upgrade-check
-// builds one from a commit) to this checkout's, one process at a time, in
-// place — each stopped and started again on its own data directory and
-// ports — while writers write and a change-stream consumer follows from
-// the beginning. The order mixes the roles, so that new storage nodes
-// serve old ones, an old relay and an old router, and the other way
-// round; one storage node is killed (SIGKILL) instead of stopped, so its
-// partitions fail over while old and new binaries share them. At the end every acknowledged write reads back, every replica
-// keeps one timeline with its master, and the consumer holds exactly the
-// database. TestRollingUpgrade covers the protocol's fallbacks with one
-// binary; this covers what a real earlier release wrote: its data
-// directories, what it keeps in etcd, and its answers.
+// runs an earlier release's binary (CORTADO_EARLIER_BIN;
+// scripts/upgrade-check builds one from a commit) to this checkout's
+// (changeBinaries). TestRollingUpgrade covers the protocol's fallbacks
+// with one binary; this covers what a real earlier release wrote: its
+// data directories, what it keeps in etcd, and its answers.
 func TestUpgradeFromAnEarlierBinary(t *testing.T) {
+	earlier := earlierBinary(t)
+	changeBinaries(t, earlier, Binary(t))
+}
+
+// TestDowngradeToAnEarlierBinary is the upgrade's way back: a cluster of
+// this checkout's binary goes back to the earlier release's, as an
+// operator does when an upgrade misbehaves (docs/operations.md says from
+// which releases that is checked).
+func TestDowngradeToAnEarlierBinary(t *testing.T) {
+	earlier := earlierBinary(t)
+	changeBinaries(t, Binary(t), earlier)
+}
+
+func earlierBinary(t *testing.T) string {
 	earlier := os.Getenv("CORTADO_EARLIER_BIN")
 	if earlier == "" {
 		t.Skip("set CORTADO_EARLIER_BIN to an earlier release's binary; scripts/upgrade-check builds one and runs this")
 	}
-	current := Binary(t)
+	return earlier
+}
+
+// changeBinaries starts a cluster whose every process runs the binary
+// from and moves each to the binary to, in place — stopped and started
+// again on its own data directory and ports — one at a time, while
+// writers write and a change-stream consumer follows from the beginning.
+// The order mixes the roles, so that storage nodes of either binary
+// serve each other, a relay and a router of the other; one storage node
+// is killed (SIGKILL) instead of stopped, so its partitions fail over
+// while both binaries share them, and one controller too. At the end
+// every acknowledged write reads back, every replica keeps one timeline
+// with its master, and the consumer holds exactly the database.
+func changeBinaries(t *testing.T, from, to string) {
 	routerURL, err := coord.FreeLoopbackURL()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The router keeps its address across its restart, so the writers
 	// and the consumer carry on through it.
-	c := startProcClusterOf(t, earlier, 3, 8, map[string][]string{"router": {"--listen", strings.TrimPrefix(routerURL, "http://")}})
-	t.Logf("the earlier binary speaks protocol %d, this one %d", helloVersion(t, c.storage["s0"].URL), wire.Version)
+	c := startProcClusterOf(t, from, 3, 8, map[string][]string{"router": {"--listen", strings.TrimPrefix(routerURL, "http://")}})
+	before := helloVersion(t, c.storage["s0"].URL)
 	w := c.startWriters(4)
 	cons := startConsumer(t, c.router.URL, "beginning", 7, 300)
 	awaitWrites(t, w, 200)
@@ -59,14 +78,14 @@ func TestUpgradeFromAnEarlierBinary(t *testing.T) {
 		} else {
 			s.p.Stop()
 		}
-		s.p.RestartAs(current)
+		s.p.RestartAs(to)
 		if strings.HasPrefix(s.name, "s") {
-			if v := helloVersion(t, s.p.URL); v != wire.Version {
-				t.Fatalf("upgraded %s speaks protocol %d, want %d", s.name, v, wire.Version)
+			if s.name == "s0" {
+				t.Logf("protocol %d before, %d after", before, helloVersion(t, s.p.URL))
 			}
 			c.awaitHosting(s.name)
 		}
-		t.Logf("%s upgraded; %d writes acknowledged", s.name, w.count())
+		t.Logf("%s moved; %d writes acknowledged", s.name, w.count())
 		awaitWrites(t, w, 100)
 	}
 	acked := w.finish(t)

@@ -29,6 +29,14 @@ const (
 // instead of rewriting every partition's log keys each time.
 const LogSpace byte = 0x08
 
+// EngineSpace starts the keys that describe a storage node's whole
+// keyspace rather than a partition: E|name → value. It sorts before the
+// log space and every partition.
+const EngineSpace byte = 0x04
+
+// Engine returns the key of a named piece of engine-wide metadata.
+func Engine(name string) []byte { return append([]byte{EngineSpace}, name...) }
+
 // Partition returns the key prefix of partition id of database db, with
 // room for what is usually appended (a section, a table, a short key, an
 // SCN): a key is built in one allocation, not one per part.

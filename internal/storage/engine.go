@@ -232,6 +232,10 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pebble in %s: %w", dir, err)
 	}
+	if err := checkFormat(db, dir); err != nil {
+		db.Close()
+		return nil, err
+	}
 	last, err := lastLogEpoch(db)
 	if err != nil {
 		db.Close()

@@ -1,0 +1,61 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cortado-db/cortado/internal/keys"
+)
+
+// FormatVersion is the layout of a storage node's keyspace this binary
+// writes, recorded in the engine (keys.Engine("format")) when it opens:
+//
+//   - 1: the commit log in the log space (keys.LogSpace, 2026-11-27); a
+//     log found inside a partition's range, as before, is moved there
+//     when the partition opens (migrateLog).
+//
+// A binary opens a keyspace of its own version or an earlier one, which
+// it brings to its own as it goes, and refuses a later one
+// (ErrNewerFormat): a release that reads a layout it does not know finds
+// no commit log, or misreads it, and would serve and replicate from what
+// it misread. Releases from before the record do not look for it; those
+// from before 2026-11-27 do not read the log space (docs/operations.md,
+// "Rolling upgrades").
+const FormatVersion uint32 = 1
+
+// ErrNewerFormat is returned by Open for a data directory written by a
+// later release, in a layout this binary does not know.
+var ErrNewerFormat = errors.New("storage: the data directory was written by a newer release")
+
+var formatKey = keys.Engine("format")
+
+// checkFormat refuses a keyspace of a later FormatVersion and records
+// this binary's in one of an earlier or none (a new data directory, or
+// one from before the record).
+func checkFormat(db *pebble.DB, dir string) error {
+	v, closer, err := db.Get(formatKey)
+	switch {
+	case err == nil:
+		if len(v) != 4 {
+			closer.Close()
+			return fmt.Errorf("open pebble in %s: the storage format's record is %d bytes, not 4: %w", dir, len(v), keys.ErrCorrupt)
+		}
+		stored := binary.BigEndian.Uint32(v)
+		closer.Close()
+		if stored > FormatVersion {
+			return fmt.Errorf("%w: %s holds storage format %d, and this binary reads formats up to %d; run that release or a later one", ErrNewerFormat, dir, stored, FormatVersion)
+		}
+		if stored == FormatVersion {
+			return nil
+		}
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("open pebble in %s: read the storage format: %w", dir, err)
+	}
+	if err := db.Set(formatKey, binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync); err != nil {
+		return fmt.Errorf("open pebble in %s: record the storage format: %w", dir, err)
+	}
+	return nil
+}
