@@ -37,7 +37,8 @@ type procCluster struct {
 	// relay only through it, so a test can cut them off.
 	relayProxy *toxiproxy.Proxy
 	partitions int
-	// history is every routing table version published, in order.
+	// history is every routing table version of database d published,
+	// in order.
 	mu      sync.Mutex
 	history []*topo.RoutingTable
 }
@@ -71,7 +72,7 @@ func startProcClusterOf(t *testing.T, bin string, nodes, partitions int, extra m
 		for wr := range cli.Watch(wctx, procPrefix+"/routing/", clientv3.WithPrefix()) {
 			for _, ev := range wr.Events {
 				var rt topo.RoutingTable
-				if json.Unmarshal(ev.Kv.Value, &rt) == nil {
+				if json.Unmarshal(ev.Kv.Value, &rt) == nil && rt.DB == "d" {
 					c.mu.Lock()
 					c.history = append(c.history, &rt)
 					c.mu.Unlock()

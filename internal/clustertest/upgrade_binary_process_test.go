@@ -1,10 +1,13 @@
 package clustertest
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/cortado-db/cortado/client"
 	"github.com/cortado-db/cortado/internal/coord"
 )
 
@@ -45,7 +48,9 @@ func earlierBinary(t *testing.T) string {
 // is killed (SIGKILL) instead of stopped, so its partitions fail over
 // while both binaries share them, and one controller too. At the end
 // every acknowledged write reads back, every replica keeps one timeline
-// with its master, and the consumer holds exactly the database.
+// with its master, the consumer holds exactly the database, and an index
+// written by the first binary answers queries through the second, with
+// what the second wrote.
 func changeBinaries(t *testing.T, from, to string) {
 	routerURL, err := coord.FreeLoopbackURL()
 	if err != nil {
@@ -55,6 +60,17 @@ func changeBinaries(t *testing.T, from, to string) {
 	// and the consumer carry on through it.
 	c := startProcClusterOf(t, from, 3, 8, map[string][]string{"router": {"--listen", strings.TrimPrefix(routerURL, "http://")}})
 	before := helloVersion(t, c.storage["s0"].URL)
+	// Another database, so that the consumer of d sees only T.
+	c.do("PUT", "/_schemata/x", `{"partitions":8,"replicas":3}`, 201)
+	c.do("PUT", "/_schemata/x/I", `{"key":[{"name":"g"},{"name":"n","type":"long"}],"schema":{"type":"record","name":"I","fields":[{"name":"t","type":"string","index":"text"},{"name":"v","type":"long","index":"attribute"}]}}`, 201)
+	indexed := func(word string, from, to int) {
+		for g := range 4 {
+			for n := from; n < to; n++ {
+				c.do("PUT", fmt.Sprintf("/x/I/g%d/%d", g, n), fmt.Sprintf(`{"t":"%s %d","v":%d}`, word, n, n), 201)
+			}
+		}
+	}
+	indexed("before", 0, 10)
 	w := c.startWriters(4)
 	cons := startConsumer(t, c.router.URL, "beginning", 7, 300)
 	awaitWrites(t, w, 200)
@@ -91,4 +107,21 @@ func changeBinaries(t *testing.T, from, to string) {
 	acked := w.finish(t)
 	c.verify(acked)
 	cons.awaitEqual(c.router.URL, acked)
+
+	indexed("after", 10, 20)
+	cl := client.New(c.router.URL)
+	for g := range 4 {
+		for _, q := range []struct {
+			where string
+			want  int
+		}{{"before", 10}, {"v:[5 TO 14]", 10}, {"before OR after", 20}, {"after AND NOT t:19", 9}} {
+			page, err := cl.Query(context.Background(), "x", "I", client.Key{fmt.Sprint("g", g)}, client.Query{Where: q.where, Limit: 100}, nil)
+			if err != nil {
+				t.Fatalf("group g%d, query %q: %v", g, q.where, err)
+			}
+			if len(page.Documents) != q.want {
+				t.Fatalf("group g%d, query %q: %d documents, want %d", g, q.where, len(page.Documents), q.want)
+			}
+		}
+	}
 }
