@@ -222,7 +222,15 @@ func StartRoleOf(t testing.TB, bin, role string, args ...string) *Serve {
 // directories and listen addresses included.
 func StartProcess(t testing.TB, dir, name string, args ...string) *Serve {
 	t.Helper()
-	s := &Serve{t: t, Dir: dir, args: args, logPath: filepath.Join(dir, name+".log")}
+	return StartProcessOf(t, "", dir, name, args...)
+}
+
+// StartProcessOf is StartProcess running the binary bin ("" is this
+// checkout's).
+func StartProcessOf(t testing.TB, bin, dir, name string, args ...string) *Serve {
+	t.Helper()
+	skipUnderRace(t)
+	s := &Serve{t: t, bin: bin, Dir: dir, args: args, logPath: filepath.Join(dir, name+".log")}
 	s.start()
 	t.Cleanup(func() { s.Kill() })
 	return s

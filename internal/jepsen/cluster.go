@@ -47,6 +47,11 @@ type Options struct {
 	// log level (default warn).
 	Dir      string
 	LogLevel string
+	// EarlierBin, when set, is an earlier release's binary that storage
+	// node s3 runs for the whole run (restarts included), beside nodes,
+	// a relay, controllers and routers of this checkout: a rolling
+	// upgrade's mixed cluster under every fault.
+	EarlierBin string
 }
 
 // Cluster is Cortado as processes on loopback ports.
@@ -192,7 +197,11 @@ func (c *Cluster) startStorage(id, rack, data string) *clustertest.Serve {
 	if c.opts.Retention != "" {
 		args = append(args, "--retention-interval", "1s")
 	}
-	s := c.start(id, args...)
+	bin := ""
+	if id == "s3" {
+		bin = c.opts.EarlierBin
+	}
+	s := clustertest.StartProcessOf(c.t, bin, c.sub(id), id, args...)
 	if c.everStorage == nil {
 		c.everStorage = map[string]*clustertest.Serve{}
 	}

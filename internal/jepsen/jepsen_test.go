@@ -20,6 +20,7 @@ var (
 	dir        = flag.String("jepsen.dir", "", "keep the processes' data and logs in this directory (default: a temporary one, removed)")
 	logLevel   = flag.String("jepsen.log-level", "warn", "log level of the processes")
 	minInSync  = flag.Int("jepsen.min-in-sync", 2, "minInSync of the test database (3: every write needs both slaves)")
+	earlierBin = flag.String("jepsen.earlier-bin", "", "storage node s3 runs this earlier release's binary for the whole run (a rolling upgrade's mixed cluster; scripts/upgrade-check builds one)")
 	retention  = flag.String("jepsen.retention", "", "commit-log retention by age of the test database (e.g. 5s: logs trimmed and slaves rebuilt from snapshots during the run)")
 )
 
@@ -49,7 +50,10 @@ func TestJepsen(t *testing.T) {
 	// 512 MiB, a node killed and restarted early in the bounded run
 	// found its disk full (CI at ebf05e2).
 	disk := max(int64(1<<30), int64(duration.Seconds())*4<<20)
-	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: disk, Retention: *retention, MinInSync: *minInSync, Dir: *dir, LogLevel: *logLevel})
+	c := StartCluster(t, Options{Partitions: *partitions, LeaseTTL: *leaseTTL, DiskBytes: disk, Retention: *retention, MinInSync: *minInSync, Dir: *dir, LogLevel: *logLevel, EarlierBin: *earlierBin})
+	if *earlierBin != "" {
+		t.Logf("storage node s3 runs the earlier binary %s", *earlierBin)
+	}
 	changes := StartConsumer(c, seed)
 	backups := StartBackups(c)
 	w := StartWorkload(c, seed)
