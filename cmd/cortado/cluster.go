@@ -77,7 +77,7 @@ func printStatus(st *controller.Status) {
 	}
 	fmt.Println("controller:", leader)
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "\nNODE\tLIVE\tMASTERS\tSLAVES\tRACK\tURL")
+	fmt.Fprintln(w, "\nNODE\tLIVE\tMASTERS\tSLAVES\tRACK\tBUILD\tPROTOCOL\tURL")
 	for _, n := range st.Nodes {
 		live := "yes"
 		if !n.Live {
@@ -87,7 +87,14 @@ func printStatus(st *controller.Status) {
 		if n.Error != "" {
 			url += "  (" + n.Error + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, live, n.Masters, n.Slaves, n.Rack, url)
+		build, protocol := n.Build, "?"
+		if build == "" {
+			build = "?" // a release before builds were registered, or not live
+		}
+		if n.Protocol != 0 {
+			protocol = fmt.Sprint(n.Protocol)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.ID, live, n.Masters, n.Slaves, n.Rack, build, protocol, url)
 	}
 	for _, d := range st.Databases {
 		fmt.Fprintf(w, "\ndatabase %s (routing table v%d)\nPART\tGEN\tMASTER\tSCN\tLOG (after, bytes)\tSLAVES (scn, lag in commits)\n", d.Name, d.Version)

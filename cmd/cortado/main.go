@@ -29,6 +29,7 @@ var commands = []struct {
 	{"restore", "restore a backup file into a new database: restore FILE [--as NAME]", runRestore},
 	{"schema", "manage schemas: schema create-db|register|show …", runSchema},
 	{"bench", "measure GET/PUT throughput and latency against a server", runBench},
+	{"version", "print the commit this binary was built from, and the protocol and storage formats it reads", runVersion},
 }
 
 func usage() {

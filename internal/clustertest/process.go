@@ -64,7 +64,9 @@ func build() (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name()) // gone after the rename; left by a failed build
-	out, err := exec.Command("go", "build", "-o", tmp.Name(), "github.com/cortado-db/cortado/cmd/cortado").CombinedOutput()
+	// -buildvcs=auto: the commit goes into the binary (cortado version,
+	// /_cluster) whatever GOFLAGS says, when git is there to ask.
+	out, err := exec.Command("go", "build", "-buildvcs=auto", "-o", tmp.Name(), "github.com/cortado-db/cortado/cmd/cortado").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}

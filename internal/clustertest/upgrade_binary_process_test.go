@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cortado-db/cortado/client"
+	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
 )
 
@@ -60,6 +64,7 @@ func changeBinaries(t *testing.T, from, to string) {
 	// and the consumer carry on through it.
 	c := startProcClusterOf(t, from, 3, 8, map[string][]string{"router": {"--listen", strings.TrimPrefix(routerURL, "http://")}})
 	before := helloVersion(t, c.storage["s0"].URL)
+	c.awaitBuilds(from)
 	// Another database, so that the consumer of d sees only T.
 	c.do("PUT", "/_schemata/x", `{"partitions":8,"replicas":3}`, 201)
 	c.do("PUT", "/_schemata/x/I", `{"key":[{"name":"g"},{"name":"n","type":"long"}],"schema":{"type":"record","name":"I","fields":[{"name":"t","type":"string","index":"text"},{"name":"v","type":"long","index":"attribute"}]}}`, 201)
@@ -104,6 +109,7 @@ func changeBinaries(t *testing.T, from, to string) {
 		t.Logf("%s moved; %d writes acknowledged", s.name, w.count())
 		awaitWrites(t, w, 100)
 	}
+	c.awaitBuilds(to)
 	acked := w.finish(t)
 	c.verify(acked)
 	cons.awaitEqual(c.router.URL, acked)
@@ -123,5 +129,43 @@ func changeBinaries(t *testing.T, from, to string) {
 				t.Fatalf("group g%d, query %q: %d documents, want %d", g, q.where, len(page.Documents), q.want)
 			}
 		}
+	}
+}
+
+// awaitBuilds waits until /_cluster's status lists every storage node as
+// running bin: the build `bin version` prints (none for a release from
+// before the command), and its newest protocol.
+func (c *procCluster) awaitBuilds(bin string) {
+	t := c.t
+	t.Helper()
+	build, protocol := "", uint32(0)
+	if out, err := exec.Command(bin, "version").Output(); err == nil {
+		// "cortado <build> (<time>)\n…\ninternal protocol versions 1 to 7\n…"
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "cortado" {
+				build = f[1]
+			} else if len(f) == 6 && f[0] == "internal" {
+				fmt.Sscan(f[5], &protocol)
+			}
+		}
+		if build == "" || protocol == 0 {
+			t.Fatalf("%s version printed %q", bin, out)
+		}
+	}
+	var last []controller.NodeStatus
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		st, err := controller.ClusterStatus(context.Background(), c.cli, procPrefix)
+		if err == nil && len(st.Nodes) == len(c.storage) {
+			last = st.Nodes
+			if !slices.ContainsFunc(st.Nodes, func(n controller.NodeStatus) bool {
+				return !n.Live || n.Build != build || n.Protocol != protocol
+			}) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/_cluster does not list every node as running build %q, protocol %d: %+v (%v)", build, protocol, last, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -29,10 +29,15 @@ type NodeStatus struct {
 	URL  string `json:"url"`
 	Rack string `json:"rack,omitempty"`
 	// Live: the node holds its membership lease.
-	Live    bool   `json:"live"`
-	Masters int    `json:"masters"`
-	Slaves  int    `json:"slaves"`
-	Error   string `json:"error,omitempty"` // why it could not be asked
+	Live bool `json:"live"`
+	// Build and Protocol are what the node registered (topo.NodeInfo):
+	// its binary's commit and newest protocol version; absent for nodes
+	// of releases before 2026-12-01 and nodes not live.
+	Build    string `json:"build,omitempty"`
+	Protocol uint32 `json:"protocol,omitempty"`
+	Masters  int    `json:"masters"`
+	Slaves   int    `json:"slaves"`
+	Error    string `json:"error,omitempty"` // why it could not be asked
 }
 
 // DatabaseStatus is one database's routing table and replicas.
@@ -89,7 +94,7 @@ func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*S
 	}
 	nodes := map[string]*NodeStatus{}
 	for _, n := range live {
-		nodes[n.ID] = &NodeStatus{ID: n.ID, URL: n.URL, Rack: n.Rack, Live: true}
+		nodes[n.ID] = &NodeStatus{ID: n.ID, URL: n.URL, Rack: n.Rack, Live: true, Build: n.Build, Protocol: n.Protocol}
 	}
 	for _, t := range tables {
 		for id, url := range t.Nodes {

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cortado-db/cortado/internal/release"
 )
 
 // Metrics is one process's metric registry.
@@ -62,7 +64,13 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"route", "method", "code"}),
 	}
-	reg.MustRegister(m.requests, m.latency)
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "cortado_build_info",
+		Help:        "Always 1; its labels say which binary the process runs: the commit it was built from (build) and the Go release (goversion).",
+		ConstLabels: prometheus.Labels{"build": release.Get().Revision, "goversion": release.Get().Go},
+	})
+	build.Set(1)
+	reg.MustRegister(m.requests, m.latency, build)
 	return m
 }
 

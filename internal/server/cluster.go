@@ -21,6 +21,7 @@ import (
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/problem"
 	"github.com/cortado-db/cortado/internal/relay"
+	"github.com/cortado-db/cortado/internal/release"
 	"github.com/cortado-db/cortado/internal/router"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
@@ -67,7 +68,11 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		WriteBytes:             s.opts.WriteBytes,
 	})}
 	s.members = append(s.members, m)
-	info := topo.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack}
+	protocol := s.opts.ProtocolVersion
+	if protocol == 0 {
+		protocol = wire.Version
+	}
+	info := topo.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack, Build: release.Get().Revision, Protocol: protocol}
 	if m.member, err = topo.Join(ctx, s.cli, s.opts.Prefix, info, s.opts.LeaseTTL, s.opts.Logger); err != nil {
 		return nil, err
 	}

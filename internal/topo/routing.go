@@ -22,6 +22,13 @@ type NodeInfo struct {
 	// its masterships to other replicas (planned, nothing lost) before
 	// it leaves.
 	Draining bool `json:"draining,omitempty"`
+	// Build is the commit the node's binary was built from
+	// (release.Info.Revision) and Protocol the newest internal protocol
+	// version it speaks: what an operator reads in /_cluster during a
+	// rolling upgrade. Nodes of releases before 2026-12-01 leave them
+	// out.
+	Build    string `json:"build,omitempty"`
+	Protocol uint32 `json:"protocol,omitempty"`
 }
 
 // PartitionRoute is one partition's replicas (the first is master) and the
