@@ -2,11 +2,17 @@ package clustertest
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/wire"
 )
 
 // TestCLI drives the cortado binary's client commands against a server and
@@ -153,5 +159,56 @@ func TestRolesRefuseFlagsOutOfRange(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Fatalf("a refused start left %d entries in its directory", len(entries))
+	}
+}
+
+// TestVersion: `cortado version` names the binary's build, protocol range
+// and storage format, and a running node says the same of itself in
+// /_cluster and every process in cortado_build_info: what an operator
+// compares during a rolling upgrade.
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(Binary(t), "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	f := strings.Fields(lines[0])
+	if len(lines) != 4 || len(f) < 2 || f[0] != "cortado" ||
+		lines[2] != fmt.Sprintf("internal protocol versions %d to %d", wire.MinVersion, wire.Version) ||
+		lines[3] != fmt.Sprintf("storage format %d", storage.FormatVersion) {
+		t.Fatalf("cortado version printed:\n%s", out)
+	}
+	build := f[1]
+
+	// Replicated, so that the node registers as a cluster member.
+	s := StartServe(t, ServeOptions{Args: []string{"--nodes", "2"}})
+	var st struct {
+		Nodes []struct {
+			Build    string
+			Protocol uint32
+		}
+	}
+	resp, err := http.Get(s.URL + "/_cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Nodes) != 2 {
+		t.Fatalf("/_cluster lists %+v (%v), want two nodes", st.Nodes, err)
+	}
+	for _, n := range st.Nodes {
+		if n.Build != build || n.Protocol != wire.Version {
+			t.Fatalf("/_cluster lists %+v, want nodes of build %s, protocol %d", st.Nodes, build, wire.Version)
+		}
+	}
+	resp, err = http.Get(s.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf(`cortado_build_info{build=%q,`, build); !strings.Contains(string(m), want) {
+		t.Fatalf("/metrics has no %s", want)
 	}
 }
