@@ -67,6 +67,7 @@ type roleFlags struct {
 	rowCache       *int64
 	diskStall      *time.Duration
 	diskMinFree    *int64
+	adoptData      *bool
 	protocol       *uint
 	cpuProfile     *string
 	allocProfile   *string
@@ -123,6 +124,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		f.indexBuildRate = fs.Int("index-build-rate", node.DefaultIndexBuildRate, "documents a second a storage node rewrites in the latest schema version to build the indexes it adds (-1: never)")
 		f.rowCache = fs.Int64("row-cache", storage.DefaultRowCacheBytes, "bytes of documents read by key a storage node keeps in memory in front of Pebble, exact under every write (-1: none)")
 		f.diskStall = fs.Duration("disk-stall-timeout", storage.DefaultStallTimeout, "a storage node whose disk has not completed a probe write (a small file written and synced, every second) for this long takes its disk for failed: it fails its writes and leaves the cluster, and its partitions fail over")
+		f.adoptData = fs.Bool("adopt-data", false, "open a data directory recorded for another cluster as this cluster's, and record this one: only when it is this cluster's and etcd was rebuilt (a storage node refuses another cluster's directory otherwise)")
 		f.diskMinFree = fs.Int64("disk-min-free", storage.DefaultMinFreeBytes, "bytes the data directory's file system must keep free: a storage node whose disk probe finds less takes its disk for full, as when a write fails on it (-1: no floor)")
 		f.snapshotRate = fs.Int64("snapshot-rate", node.DefaultSnapshotRate, "bytes per second a partition snapshot streams at, at most (bootstrap of consumers and replicas)")
 		f.writeBytes = fs.Int64("write-bytes", node.DefaultWriteBytes, "bytes of documents a storage node's writes carry at once; a write beyond waits (within its deadline) for those before it, one larger goes alone: what a write holds in memory grows with its documents, text-indexed ones most (-1: no bound)")
@@ -239,6 +241,7 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		o.Storage.RowCacheBytes = *f.rowCache
 		o.Storage.StallTimeout = *f.diskStall
 		o.Storage.MinFreeBytes = *f.diskMinFree
+		o.Storage.AdoptCluster = *f.adoptData
 		if o.RetentionInterval == 0 {
 			o.RetentionInterval = -1
 		}

@@ -52,8 +52,10 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 	if id == "" {
 		id = strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://")
 	}
-	opts := s.opts.Storage
-	opts.Logger = s.opts.Logger
+	opts, err := s.storageOptions(ctx)
+	if err != nil {
+		return nil, err
+	}
 	eng, err := storage.Open(filepath.Join(dir, "storage"), opts)
 	if err != nil {
 		return nil, err
@@ -404,4 +406,18 @@ func unavailable(w http.ResponseWriter, detail string) {
 	p := problem.New(http.StatusServiceUnavailable, problem.TypeUnavailable, "Service unavailable", detail)
 	p.RetryAfter = 1
 	problem.Write(w, p)
+}
+
+// storageOptions are the options a storage engine of this process opens
+// with: its logger, and the cluster's identity from etcd, which the data
+// directory must match (storage.ErrOtherCluster).
+func (s *Server) storageOptions(ctx context.Context) (storage.Options, error) {
+	o := s.opts.Storage
+	o.Logger = s.opts.Logger
+	id, err := topo.ClusterID(ctx, s.cli, s.opts.Prefix)
+	if err != nil {
+		return o, err
+	}
+	o.ClusterID = id
+	return o, nil
 }

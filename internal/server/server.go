@@ -392,8 +392,11 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
 	case r == roleAll && opts.Nodes <= 1:
-		opts.Storage.Logger = opts.Logger
-		if s.engine, err = storage.Open(filepath.Join(opts.DataDir, "storage"), opts.Storage); err != nil {
+		so, err := s.storageOptions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if s.engine, err = storage.Open(filepath.Join(opts.DataDir, "storage"), so); err != nil {
 			return nil, err
 		}
 		s.Metrics.RegisterPebble("node", s.engine)

@@ -1,7 +1,8 @@
 // Package storage owns a storage node's Pebble instance: the partitioned
-// keyspace (every key but the commit log's and the engine's record of its
-// layout, FormatVersion, starts with the partition, see package keys; the
-// log is in the log space, logspace.go), document
+// keyspace (every key but the commit log's and the engine's records of
+// its layout, FormatVersion, and of its cluster, starts with the
+// partition, see package keys; the log is in the log space, logspace.go),
+// document
 // rows with their header, the per-partition commit log and its retention
 // (with the timeline's generation history, which outlives trimmed
 // commits), SCN assignment, partition snapshots and their install, and the

@@ -68,6 +68,13 @@ type Options struct {
 	// open snapshots see), so the reads after it do not step over them
 	// again. Without it they would until the memtable filled.
 	ReadFlushInterval time.Duration
+	// ClusterID, when set, is the cluster this engine serves
+	// (topo.ClusterID): the data directory records it at its first open
+	// and is refused by a process of another cluster (ErrOtherCluster),
+	// unless AdoptCluster, which records the new one instead (after
+	// etcd was rebuilt for the same cluster).
+	ClusterID    string
+	AdoptCluster bool
 }
 
 // hiddenStepsForFlush is how many values a read may step over without
@@ -233,6 +240,10 @@ func Open(dir string, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("open pebble in %s: %w", dir, err)
 	}
 	if err := checkFormat(db, dir); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := checkCluster(db, dir, opts.ClusterID, opts.AdoptCluster, opts.Logger); err != nil {
 		db.Close()
 		return nil, err
 	}

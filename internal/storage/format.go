@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -56,6 +57,39 @@ func checkFormat(db *pebble.DB, dir string) error {
 	}
 	if err := db.Set(formatKey, binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync); err != nil {
 		return fmt.Errorf("open pebble in %s: record the storage format: %w", dir, err)
+	}
+	return nil
+}
+
+// ErrOtherCluster is returned by Open for a data directory recorded for
+// another cluster than Options.ClusterID.
+var ErrOtherCluster = errors.New("storage: the data directory belongs to another cluster")
+
+var clusterKey = keys.Engine("cluster")
+
+// checkCluster records id (when given) in a keyspace that has no cluster
+// recorded, and refuses one recorded for another, unless adopt.
+func checkCluster(db *pebble.DB, dir, id string, adopt bool, log *slog.Logger) error {
+	if id == "" {
+		return nil
+	}
+	v, closer, err := db.Get(clusterKey)
+	switch {
+	case err == nil:
+		stored := string(v)
+		closer.Close()
+		if stored == id {
+			return nil
+		}
+		if !adopt {
+			return fmt.Errorf("%w: %s holds the data of cluster %s, and this process joins cluster %s: give it its own directory, or an empty one; only if this directory is this cluster's and its etcd was rebuilt, start once with --adopt-data", ErrOtherCluster, dir, stored, id)
+		}
+		log.Warn("the data directory was recorded for another cluster; adopting it", "dir", dir, "was", stored, "cluster", id)
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("open pebble in %s: read the cluster's identity: %w", dir, err)
+	}
+	if err := db.Set(clusterKey, []byte(id), pebble.Sync); err != nil {
+		return fmt.Errorf("open pebble in %s: record the cluster's identity: %w", dir, err)
 	}
 	return nil
 }

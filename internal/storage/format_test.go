@@ -109,3 +109,77 @@ func TestStorageFormat(t *testing.T) {
 		t.Fatalf("after the refusal the log reads\n%s\nwant\n%s", got, want)
 	}
 }
+
+// storedCluster reads the engine's record of its cluster straight from
+// Pebble: "" when there is none.
+func storedCluster(t *testing.T, dir string) string {
+	t.Helper()
+	db, err := pebble.Open(dir, quietPebble())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	v, closer, err := db.Get(clusterKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	return string(v)
+}
+
+// TestStorageCluster: a data directory records the cluster it first
+// serves (one from before the record too); a process of another cluster
+// is refused, with both named, and the refusal changes nothing; with
+// AdoptCluster it records the new cluster; without a ClusterID nothing is
+// checked.
+func TestStorageCluster(t *testing.T) {
+	dir := t.TempDir()
+	openAs := func(id string, adopt bool) (*Engine, error) {
+		return Open(dir, Options{ClusterID: id, AdoptCluster: adopt, Logger: slog.New(slog.DiscardHandler)})
+	}
+	e, err := openAs("", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := e.Partition("db", 1)
+	put(t, p, "k", "v")
+	want := logDump(t, p)
+	e.Close()
+	if got := storedCluster(t, dir); got != "" {
+		t.Fatalf("opened without a cluster, the directory records %q", got)
+	}
+	for range 2 {
+		if e, err = openAs("aaaa", false); err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+		if got := storedCluster(t, dir); got != "aaaa" {
+			t.Fatalf("the directory records %q, want aaaa", got)
+		}
+	}
+	_, err = openAs("bbbb", false)
+	if !errors.Is(err, ErrOtherCluster) || !strings.Contains(err.Error(), "aaaa") || !strings.Contains(err.Error(), "bbbb") || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("another cluster's open: %v, want ErrOtherCluster naming both and the directory", err)
+	}
+	if got := storedCluster(t, dir); got != "aaaa" {
+		t.Fatalf("the refused open recorded %q", got)
+	}
+	if e, err = openAs("bbbb", true); err != nil {
+		t.Fatalf("adopting: %v", err)
+	}
+	e.Close()
+	if e, err = openAs("bbbb", false); err != nil {
+		t.Fatalf("after adopting: %v", err)
+	}
+	defer e.Close()
+	p, err = e.Partition("db", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := logDump(t, p); got != want {
+		t.Fatalf("after the refusal and adoption the log reads\n%s\nwant\n%s", got, want)
+	}
+}

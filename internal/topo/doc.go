@@ -1,11 +1,13 @@
 // Package topo owns the cluster's topology in etcd, the one shared
-// record every role reads through this package: the key layout, storage
-// nodes' registrations under leases (Member), the relays' and routers'
-// leased registrations, and the routing tables (which replica of each
-// partition is master, in which generation).
+// record every role reads through this package: the key layout, the
+// cluster's identity (ClusterID), storage nodes' registrations under
+// leases (Member), the relays' and routers' leased registrations, and the
+// routing tables (which replica of each partition is master, in which
+// generation).
 //
 // It never decides anything: the controller writes routing tables, the
-// agents and routers follow them.
+// agents and routers follow them; the identity is made once, by whichever
+// process asks first.
 package topo
 
 // DefaultLeaseTTL is how many seconds a storage node or the leading

@@ -125,6 +125,7 @@ func RoutersPrefix(prefix string) string      { return prefix + "/routers/" }
 func ReportsPrefix(prefix string) string      { return prefix + "/reports/" }
 func RelaysPrefix(prefix string) string       { return prefix + "/relays/" }
 func NodeKey(prefix string, id string) string { return NodesPrefix(prefix) + id }
+func ClusterIDKey(prefix string) string       { return prefix + "/cluster-id" }
 func DBFromRoutingKey(prefix, key string) string {
 	return strings.TrimPrefix(key, RoutingPrefix(prefix))
 }
