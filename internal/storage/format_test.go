@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,23 +17,34 @@ func quietPebble() *pebble.Options {
 		Logger: pebbleLogger{slog.New(slog.DiscardHandler), &failure{done: make(chan struct{})}}}
 }
 
-// storedFormat reads the engine's record of its format straight from
-// Pebble: -1 when there is none.
-func storedFormat(t *testing.T, dir string) int {
+// storedValue reads an engine-wide record straight from Pebble; ok is
+// false when there is none.
+func storedValue(t *testing.T, dir string, key []byte) (v []byte, ok bool) {
 	t.Helper()
 	db, err := pebble.Open(dir, quietPebble())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	v, closer, err := db.Get(formatKey)
+	v, closer, err := db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return -1
+		return nil, false
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closer.Close()
+	return bytes.Clone(v), true
+}
+
+// storedFormat is the engine's record of its format: -1 when there is
+// none.
+func storedFormat(t *testing.T, dir string) int {
+	t.Helper()
+	v, ok := storedValue(t, dir, formatKey)
+	if !ok {
+		return -1
+	}
 	return int(binary.BigEndian.Uint32(v))
 }
 
@@ -110,23 +122,11 @@ func TestStorageFormat(t *testing.T) {
 	}
 }
 
-// storedCluster reads the engine's record of its cluster straight from
-// Pebble: "" when there is none.
+// storedCluster is the engine's record of its cluster: "" when there is
+// none.
 func storedCluster(t *testing.T, dir string) string {
 	t.Helper()
-	db, err := pebble.Open(dir, quietPebble())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	v, closer, err := db.Get(clusterKey)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return ""
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
+	v, _ := storedValue(t, dir, clusterKey)
 	return string(v)
 }
 
