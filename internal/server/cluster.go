@@ -70,11 +70,7 @@ func (s *Server) startMember(ctx context.Context, dir, id, url string, plans *sc
 		WriteBytes:             s.opts.WriteBytes,
 	})}
 	s.members = append(s.members, m)
-	protocol := s.opts.ProtocolVersion
-	if protocol == 0 {
-		protocol = wire.Version
-	}
-	info := topo.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack, Build: release.Get().Revision, Protocol: protocol}
+	info := topo.NodeInfo{ID: id, URL: url, Rack: s.opts.Rack, Build: release.Get().Revision, Protocol: s.opts.ProtocolVersion}
 	if m.member, err = topo.Join(ctx, s.cli, s.opts.Prefix, info, s.opts.LeaseTTL, s.opts.Logger); err != nil {
 		return nil, err
 	}

@@ -392,8 +392,8 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 		s.api, s.routeOf = http.NotFoundHandler(), func(*http.Request) string { return "other" }
 		return s, nil
 	case r == roleAll && opts.Nodes <= 1:
-		so, err := s.storageOptions(ctx)
-		if err != nil {
+		var so storage.Options
+		if so, err = s.storageOptions(ctx); err != nil {
 			return nil, err
 		}
 		if s.engine, err = storage.Open(filepath.Join(opts.DataDir, "storage"), so); err != nil {
