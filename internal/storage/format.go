@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,28 +38,40 @@ var formatKey = keys.Engine("format")
 // this binary's in one of an earlier or none (a new data directory, or
 // one from before the record).
 func checkFormat(db *pebble.DB, dir string) error {
-	v, closer, err := db.Get(formatKey)
-	switch {
-	case err == nil:
+	v, ok, err := engineRecord(db, formatKey)
+	if err != nil {
+		return fmt.Errorf("open pebble in %s: read the storage format: %w", dir, err)
+	}
+	if ok {
 		if len(v) != 4 {
-			closer.Close()
 			return fmt.Errorf("open pebble in %s: the storage format's record is %d bytes, not 4: %w", dir, len(v), keys.ErrCorrupt)
 		}
 		stored := binary.BigEndian.Uint32(v)
-		closer.Close()
 		if stored > FormatVersion {
 			return fmt.Errorf("%w: %s holds storage format %d, and this binary reads formats up to %d; run that release or a later one", ErrNewerFormat, dir, stored, FormatVersion)
 		}
 		if stored == FormatVersion {
 			return nil
 		}
-	case !errors.Is(err, pebble.ErrNotFound):
-		return fmt.Errorf("open pebble in %s: read the storage format: %w", dir, err)
 	}
 	if err := db.Set(formatKey, binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync); err != nil {
 		return fmt.Errorf("open pebble in %s: record the storage format: %w", dir, err)
 	}
 	return nil
+}
+
+// engineRecord reads an engine-wide record (keys.Engine): a copy of its
+// value, and whether there is one.
+func engineRecord(db *pebble.DB, key []byte) ([]byte, bool, error) {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return bytes.Clone(v), true, nil
 }
 
 // ErrOtherCluster is returned by Open for a data directory recorded for
@@ -73,11 +86,12 @@ func checkCluster(db *pebble.DB, dir, id string, adopt bool, log *slog.Logger) e
 	if id == "" {
 		return nil
 	}
-	v, closer, err := db.Get(clusterKey)
-	switch {
-	case err == nil:
+	v, ok, err := engineRecord(db, clusterKey)
+	if err != nil {
+		return fmt.Errorf("open pebble in %s: read the cluster's identity: %w", dir, err)
+	}
+	if ok {
 		stored := string(v)
-		closer.Close()
 		if stored == id {
 			return nil
 		}
@@ -85,8 +99,6 @@ func checkCluster(db *pebble.DB, dir, id string, adopt bool, log *slog.Logger) e
 			return fmt.Errorf("%w: %s holds the data of cluster %s, and this process joins cluster %s: give it its own directory, or an empty one; only if this directory is this cluster's and its etcd was rebuilt, start once with --adopt-data", ErrOtherCluster, dir, stored, id)
 		}
 		log.Warn("the data directory was recorded for another cluster; adopting it", "dir", dir, "was", stored, "cluster", id)
-	case !errors.Is(err, pebble.ErrNotFound):
-		return fmt.Errorf("open pebble in %s: read the cluster's identity: %w", dir, err)
 	}
 	if err := db.Set(clusterKey, []byte(id), pebble.Sync); err != nil {
 		return fmt.Errorf("open pebble in %s: record the cluster's identity: %w", dir, err)

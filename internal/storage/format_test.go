@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -26,15 +25,11 @@ func storedValue(t *testing.T, dir string, key []byte) (v []byte, ok bool) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	v, closer, err := db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false
-	}
+	v, ok, err = engineRecord(db, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closer.Close()
-	return bytes.Clone(v), true
+	return v, ok
 }
 
 // storedFormat is the engine's record of its format: -1 when there is
