@@ -167,18 +167,11 @@ func TestRolesRefuseFlagsOutOfRange(t *testing.T) {
 // /_cluster and every process in cortado_build_info: what an operator
 // compares during a rolling upgrade.
 func TestVersion(t *testing.T) {
-	out, err := exec.Command(Binary(t), "version").Output()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := versionOf(t, Binary(t))
+	if !ok || v.minProtocol != wire.MinVersion || v.maxProtocol != wire.Version || v.format != storage.FormatVersion {
+		t.Fatalf("cortado version: %+v (%v), want protocols %d to %d, storage format %d", v, ok, wire.MinVersion, wire.Version, storage.FormatVersion)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	f := strings.Fields(lines[0])
-	if len(lines) != 4 || len(f) < 2 || f[0] != "cortado" ||
-		lines[2] != fmt.Sprintf("internal protocol versions %d to %d", wire.MinVersion, wire.Version) ||
-		lines[3] != fmt.Sprintf("storage format %d", storage.FormatVersion) {
-		t.Fatalf("cortado version printed:\n%s", out)
-	}
-	build := f[1]
+	build := v.build
 
 	// Replicated, so that the node registers as a cluster member.
 	s := StartServe(t, ServeOptions{Args: []string{"--nodes", "2"}})

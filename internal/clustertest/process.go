@@ -150,6 +150,9 @@ func (s *Serve) start() {
 }
 
 func (s *Serve) tryStart() error {
+	// Before anything else: an earlier release's binary (bin) is not
+	// built here, so Binary's skip would not come.
+	skipUnderRace(s.t)
 	ready := filepath.Join(s.Dir, "ready")
 	os.Remove(ready)
 	args := append(append([]string(nil), s.args...), "--ready-file", ready)
@@ -206,7 +209,6 @@ func StartRole(t testing.TB, role string, args ...string) *Serve {
 // an earlier release's, for an upgrade.
 func StartRoleOf(t testing.TB, bin, role string, args ...string) *Serve {
 	t.Helper()
-	skipUnderRace(t)
 	dir := t.TempDir()
 	full := append([]string{role, "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...)
 	if role == "storage" {
@@ -231,7 +233,6 @@ func StartProcess(t testing.TB, dir, name string, args ...string) *Serve {
 // checkout's).
 func StartProcessOf(t testing.TB, bin, dir, name string, args ...string) *Serve {
 	t.Helper()
-	skipUnderRace(t)
 	s := &Serve{t: t, bin: bin, Dir: dir, args: args, logPath: filepath.Join(dir, name+".log")}
 	s.start()
 	t.Cleanup(func() { s.Kill() })

@@ -139,18 +139,8 @@ func (c *procCluster) awaitBuilds(bin string) {
 	t := c.t
 	t.Helper()
 	build, protocol := "", uint32(0)
-	if out, err := exec.Command(bin, "version").Output(); err == nil {
-		// "cortado <build> (<time>)\n…\ninternal protocol versions 1 to 7\n…"
-		for _, line := range strings.Split(string(out), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "cortado" {
-				build = f[1]
-			} else if len(f) == 6 && f[0] == "internal" {
-				fmt.Sscan(f[5], &protocol)
-			}
-		}
-		if build == "" || protocol == 0 {
-			t.Fatalf("%s version printed %q", bin, out)
-		}
+	if v, ok := versionOf(t, bin); ok {
+		build, protocol = v.build, v.maxProtocol
 	}
 	var last []controller.NodeStatus
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -168,4 +158,34 @@ func (c *procCluster) awaitBuilds(bin string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// binaryVersion is what `cortado version` printed.
+type binaryVersion struct {
+	build                    string
+	minProtocol, maxProtocol uint32
+	format                   uint32
+}
+
+// versionOf runs `bin version` and reads what it printed; ok is false
+// for a release from before the command (it exits with an error).
+func versionOf(t *testing.T, bin string) (v binaryVersion, ok bool) {
+	t.Helper()
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		return v, false
+	}
+	// "cortado <build> (<time>)", "built with …",
+	// "internal protocol versions 1 to 7", "storage format 1".
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var n [3]int
+	if len(lines) == 4 {
+		n[0], _ = fmt.Sscanf(lines[0], "cortado %s", &v.build)
+		n[1], _ = fmt.Sscanf(lines[2], "internal protocol versions %d to %d", &v.minProtocol, &v.maxProtocol)
+		n[2], _ = fmt.Sscanf(lines[3], "storage format %d", &v.format)
+	}
+	if n != [3]int{1, 2, 1} {
+		t.Fatalf("%s version printed:\n%s", bin, out)
+	}
+	return v, true
 }
