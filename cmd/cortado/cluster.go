@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/cortado-db/cortado/internal/controller"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 func runCluster(args []string) error {
@@ -70,6 +71,20 @@ func runCluster(args []string) error {
 	return printCheck(res.Partitions)
 }
 
+// buildColumns are a process's BUILD and PROTOCOL columns: "?" where a
+// process of a release before builds were registered, or one not live,
+// gave none.
+func buildColumns(build string, protocol uint32) (string, string) {
+	p := "?"
+	if build == "" {
+		build = "?"
+	}
+	if protocol != 0 {
+		p = fmt.Sprint(protocol)
+	}
+	return build, p
+}
+
 func printStatus(st *controller.Status) {
 	leader := st.Controller
 	if leader == "" {
@@ -87,14 +102,19 @@ func printStatus(st *controller.Status) {
 		if n.Error != "" {
 			url += "  (" + n.Error + ")"
 		}
-		build, protocol := n.Build, "?"
-		if build == "" {
-			build = "?" // a release before builds were registered, or not live
-		}
-		if n.Protocol != 0 {
-			protocol = fmt.Sprint(n.Protocol)
-		}
+		build, protocol := buildColumns(n.Build, n.Protocol)
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.ID, live, n.Masters, n.Slaves, n.Rack, build, protocol, url)
+	}
+	if len(st.Processes) > 0 {
+		fmt.Fprintln(w, "\nPROCESS\tROLE\tBUILD\tPROTOCOL\tURL")
+		for _, p := range st.Processes {
+			build, protocol := buildColumns(p.Build, p.Protocol)
+			role := p.Role
+			if p.Role == topo.RoleController && p.ID == st.Controller {
+				role += " (leader)"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.ID, role, build, protocol, p.URL)
+		}
 	}
 	for _, d := range st.Databases {
 		fmt.Fprintf(w, "\ndatabase %s (routing table v%d)\nPART\tGEN\tMASTER\tSCN\tLOG (after, bytes)\tSLAVES (scn, lag in commits)\n", d.Name, d.Version)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,11 +176,14 @@ func TestVersion(t *testing.T) {
 
 	// Replicated, so that the node registers as a cluster member.
 	s := StartServe(t, ServeOptions{Args: []string{"--nodes", "2"}})
+	type built struct {
+		Role     string
+		Build    string
+		Protocol uint32
+	}
 	var st struct {
-		Nodes []struct {
-			Build    string
-			Protocol uint32
-		}
+		Nodes     []built
+		Processes []built
 	}
 	resp, err := http.Get(s.URL + "/_cluster")
 	if err != nil {
@@ -194,6 +198,10 @@ func TestVersion(t *testing.T) {
 		if n.Build != build || n.Protocol != wire.Version {
 			t.Fatalf("/_cluster lists %+v, want nodes of build %s, protocol %d", st.Nodes, build, wire.Version)
 		}
+	}
+	// serve's other roles, by role.
+	if want := []built{{"controller", build, wire.Version}, {"relay", build, wire.Version}, {"router", build, wire.Version}}; !slices.Equal(st.Processes, want) {
+		t.Fatalf("/_cluster lists processes %+v, want %+v", st.Processes, want)
 	}
 	resp, err = http.Get(s.URL + "/metrics")
 	if err != nil {

@@ -170,7 +170,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		go func() { defer close(done); c.relay.Run(rctx) }()
 		_, url := serveInternal(t, func(s *wire.Server) { c.relay.Register(s, node.ServeOptions{}) })
 		t.Cleanup(func() { rcancel(); <-done })
-		if _, err := topo.RegisterRelay(rctx, cli, "/c", "relay", url, 2); err != nil {
+		if _, err := topo.RegisterRelay(rctx, cli, "/c", topo.Process{ID: "relay", URL: url}, 2); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,7 +187,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 	if c.view, err = routing.WatchRouting(ctx, cli, "/c", o.stall); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.view.ReportSickNodes(ctx, cli, "/c", "router", 2, true, log); err != nil {
+	if err := c.view.ReportSickNodes(ctx, cli, "/c", topo.Process{ID: "router"}, 2, true, log); err != nil {
 		t.Fatal(err)
 	}
 	c.router = router.New(reg, schema.NewPlans(64), c.view, o.router, log)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +81,23 @@ func TestClusterScript(t *testing.T) {
 		if !n.Live || n.Masters == 0 || n.Slaves == 0 || n.Rack == "" {
 			t.Fatalf("node %+v", n)
 		}
+	}
+	// Every other process is listed with its build: the relay, the two
+	// controllers (the leader among them) and the two routers.
+	v, _ := versionOf(t, bin)
+	var roles []string
+	for _, p := range st.Processes {
+		roles = append(roles, p.Role+" "+p.ID)
+		if p.Build != v.build || p.Protocol != v.maxProtocol || (p.Role == "relay") != (p.URL == "http://127.0.0.1:"+strconv.Itoa(base+5)) {
+			t.Fatalf("process %+v, want build %s, protocol %d (the relay's URL its own)", p, v.build, v.maxProtocol)
+		}
+	}
+	if len(roles) != 5 || roles[0] != "controller c1" || roles[1] != "controller c2" || roles[2] != "relay relay1" ||
+		!strings.HasPrefix(roles[3], "router ") || !strings.HasPrefix(roles[4], "router ") || !slices.Contains(roles, "controller "+st.Controller) {
+		t.Fatalf("processes %q, leader %s", roles, st.Controller)
+	}
+	if out := string(must(bin, "cluster", "status", "--url", r1)); !strings.Contains(out, "controller (leader)") || !strings.Contains(out, "relay1") {
+		t.Fatalf("cluster status lists no leading controller, or no relay:\n%s", out)
 	}
 	must(bin, "cluster", "check", "--url", r1)
 	if served := metric(t, "http://127.0.0.1:"+strconv.Itoa(base+5), "cortado_relay_pulled_commits_total"); served == 0 {

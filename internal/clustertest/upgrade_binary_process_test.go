@@ -13,6 +13,7 @@ import (
 	"github.com/cortado-db/cortado/client"
 	"github.com/cortado-db/cortado/internal/controller"
 	"github.com/cortado-db/cortado/internal/coord"
+	"github.com/cortado-db/cortado/internal/topo"
 )
 
 // TestUpgradeFromAnEarlierBinary upgrades a cluster whose every process
@@ -133,8 +134,11 @@ func changeBinaries(t *testing.T, from, to string) {
 }
 
 // awaitBuilds waits until /_cluster's status lists every storage node as
-// running bin: the build `bin version` prints (none for a release from
-// before the command), and its newest protocol.
+// running bin — the build `bin version` prints (none for a release from
+// before the command), and its newest protocol — and the relay, the
+// router and the controllers too: each of them, with this checkout's
+// binary; none, or each, with an earlier one (releases before
+// 2026-12-02 register none).
 func (c *procCluster) awaitBuilds(bin string) {
 	t := c.t
 	t.Helper()
@@ -142,19 +146,25 @@ func (c *procCluster) awaitBuilds(bin string) {
 	if v, ok := versionOf(t, bin); ok {
 		build, protocol = v.build, v.maxProtocol
 	}
-	var last []controller.NodeStatus
+	processes := 2 + len(c.controllers)
+	var last *controller.Status
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		st, err := controller.ClusterStatus(context.Background(), c.cli, procPrefix)
-		if err == nil && len(st.Nodes) == len(c.storage) {
-			last = st.Nodes
-			if !slices.ContainsFunc(st.Nodes, func(n controller.NodeStatus) bool {
+		if err == nil {
+			last = st
+			nodesRun := len(st.Nodes) == len(c.storage) && !slices.ContainsFunc(st.Nodes, func(n controller.NodeStatus) bool {
 				return !n.Live || n.Build != build || n.Protocol != protocol
-			}) {
+			})
+			listed := len(st.Processes) == processes || len(st.Processes) == 0 && bin != Binary(t)
+			processesRun := listed && !slices.ContainsFunc(st.Processes, func(p topo.Process) bool {
+				return p.Build != build || p.Protocol != protocol
+			})
+			if nodesRun && processesRun {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/_cluster does not list every node as running build %q, protocol %d: %+v (%v)", build, protocol, last, err)
+			t.Fatalf("/_cluster does not list every process as running build %q, protocol %d: %+v (%v)", build, protocol, last, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -21,6 +21,10 @@ type Status struct {
 	Controller string           `json:"controller"` // the leader's ID, "" if none
 	Nodes      []NodeStatus     `json:"nodes"`
 	Databases  []DatabaseStatus `json:"databases"`
+	// Processes are the registered relays, routers and controllers, by
+	// role and ID, with their builds (topo.Processes); processes of
+	// releases before 2026-12-02 register none.
+	Processes []topo.Process `json:"processes"`
 }
 
 // NodeStatus is one storage node.
@@ -86,6 +90,9 @@ func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*S
 	}
 	live, err := topo.LiveNodes(ctx, cli, prefix)
 	if err != nil {
+		return nil, err
+	}
+	if st.Processes, err = topo.Processes(ctx, cli, prefix); err != nil {
 		return nil, err
 	}
 	tables, err := topo.RoutingTables(ctx, cli, prefix)

@@ -70,11 +70,13 @@ func (r *reporter) stop() {
 	<-r.registration.Done()
 }
 
-// ReportSickNodes makes the view's router register as id and report the
-// nodes it cannot reach — and, with slowNodes, those whose reads are slow
-// outliers — until ctx ends.
-func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client, prefix, id string, ttlSeconds int, slowNodes bool, log *slog.Logger) error {
-	reg, err := topo.PutLeased(ctx, cli, topo.RoutersPrefix(prefix)+id, id, ttlSeconds)
+// ReportSickNodes makes the view's router register as self (its ID, and
+// its process record) and report the nodes it cannot reach — and, with
+// slowNodes, those whose reads are slow outliers — until ctx ends.
+func (v *RoutingView) ReportSickNodes(ctx context.Context, cli *clientv3.Client, prefix string, self topo.Process, ttlSeconds int, slowNodes bool, log *slog.Logger) error {
+	self.Role = topo.RoleRouter
+	id := self.ID
+	reg, err := topo.PutLeased(ctx, cli, topo.RoutersPrefix(prefix)+id, id, ttlSeconds, self.KV(prefix))
 	if err != nil {
 		return err
 	}

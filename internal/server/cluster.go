@@ -309,7 +309,7 @@ func (s *Server) startRelay(ctx context.Context, id, url string) (*wire.Server, 
 	}
 	s.Metrics.RegisterRelayBuffer(r.Buffered)
 	rctx := s.background(func(ctx context.Context) { r.Run(ctx) })
-	reg, err := topo.RegisterRelay(rctx, s.cli, s.opts.Prefix, id, url, s.opts.LeaseTTL)
+	reg, err := topo.RegisterRelay(rctx, s.cli, s.opts.Prefix, s.process(topo.RoleRelay, id, url), s.opts.LeaseTTL)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -344,7 +344,22 @@ func (s *Server) startController() {
 			s.cluster.Checked(counts, float64(time.Now().Unix()))
 		}
 	}
-	s.background(func(ctx context.Context) { c.Run(ctx) })
+	s.background(func(ctx context.Context) {
+		// The record is for operators only: a controller that cannot
+		// register it still leads.
+		if reg, err := topo.RegisterProcess(ctx, s.cli, s.opts.Prefix, s.process(topo.RoleController, id, ""), s.opts.LeaseTTL); err != nil {
+			c.Log.Warn("controller: register the process", "err", err)
+		} else {
+			defer func() { <-reg.Done() }()
+		}
+		c.Run(ctx)
+	})
+}
+
+// process is this process's record in a role (topo.Process): its build
+// and newest protocol.
+func (s *Server) process(role, id, url string) topo.Process {
+	return topo.Process{Role: role, ID: id, URL: url, Build: release.Get().Revision, Protocol: s.opts.ProtocolVersion}
 }
 
 // background runs a role until Close, which cancels the returned context

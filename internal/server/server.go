@@ -422,7 +422,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			view.CallLocally(s.local)
 		}
 		host, _ := os.Hostname()
-		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, fmt.Sprintf("%s-%d", host, os.Getpid()), opts.LeaseTTL, !opts.NoSlowNodeReports, opts.Logger); err != nil {
+		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, s.process(topo.RoleRouter, fmt.Sprintf("%s-%d", host, os.Getpid()), ""), opts.LeaseTTL, !opts.NoSlowNodeReports, opts.Logger); err != nil {
 			return nil, err
 		}
 		s.Router, s.view = router.New(s.reg, plans, view, opts.Router, opts.Logger), view

@@ -1,8 +1,9 @@
 // Package topo owns the cluster's topology in etcd, the one shared
 // record every role reads through this package: the key layout, the
 // cluster's identity (ClusterID), storage nodes' registrations under
-// leases (Member), the relays' and routers' leased registrations, and the
-// routing tables (which replica of each partition is master, in which
+// leases (Member), the relays' and routers' leased registrations, every
+// relay's, router's and controller's process record (Process: its build,
+// for operators), and the routing tables (which replica of each partition is master, in which
 // generation).
 //
 // It never decides anything: the controller writes routing tables, the

@@ -14,9 +14,11 @@ import (
 )
 
 // RegisterRelay publishes a relay's URL under a lease of ttlSeconds until
-// ctx ends; slaves then read their masters' logs through it.
-func RegisterRelay(ctx context.Context, cli *clientv3.Client, prefix, id, url string, ttlSeconds int) (*Registration, error) {
-	return PutLeased(ctx, cli, RelaysPrefix(prefix)+id, url, ttlSeconds)
+// ctx ends; slaves then read their masters' logs through it. The relay's
+// process record (build and protocol) goes under the same lease.
+func RegisterRelay(ctx context.Context, cli *clientv3.Client, prefix string, p Process, ttlSeconds int) (*Registration, error) {
+	p.Role = RoleRelay
+	return PutLeased(ctx, cli, RelaysPrefix(prefix)+p.ID, p.URL, ttlSeconds, p.KV(prefix))
 }
 
 // Registration is a key kept under a lease by PutLeased until its context
@@ -46,17 +48,25 @@ func (r *Registration) setLapsed(t time.Time) {
 	r.lapsed = t
 }
 
-// PutLeased puts key=value under a lease kept alive until ctx ends (or the
-// process dies, when it lapses after ttlSeconds). The first registration
-// happens before it returns; if the lease is lost later (etcd restarted
-// or was unreachable past the TTL) it registers again under a new one.
-func PutLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttlSeconds int) (*Registration, error) {
+// KV is one key and its value.
+type KV struct{ Key, Value string }
+
+// PutLeased puts key=value, and the also entries, in one transaction
+// under a lease kept alive until ctx ends (or the process dies, when it
+// lapses after ttlSeconds). The first registration happens before it
+// returns; if the lease is lost later (etcd restarted or was unreachable
+// past the TTL) it registers again under a new one.
+func PutLeased(ctx context.Context, cli *clientv3.Client, key, value string, ttlSeconds int, also ...KV) (*Registration, error) {
 	register := func() (*concurrency.Session, error) {
 		s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds), concurrency.WithContext(ctx))
 		if err != nil {
 			return nil, err
 		}
-		if _, err := cli.Put(ctx, key, value, clientv3.WithLease(s.Lease())); err != nil {
+		puts := []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(s.Lease()))}
+		for _, kv := range also {
+			puts = append(puts, clientv3.OpPut(kv.Key, kv.Value, clientv3.WithLease(s.Lease())))
+		}
+		if _, err := cli.Txn(ctx).Then(puts...).Commit(); err != nil {
 			coord.EndSession(cli, s)
 			return nil, err
 		}

@@ -17,16 +17,17 @@ func TestLeasedRegistrationSurvivesLeaseLoss(t *testing.T) {
 	cli := coordtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := RegisterRelay(ctx, cli, "/t", "r1", "http://relay", 2); err != nil {
+	if _, err := RegisterRelay(ctx, cli, "/t", Process{ID: "r1", URL: "http://relay", Build: "b1"}, 2); err != nil {
 		t.Fatal(err)
 	}
-	lease := func() clientv3.LeaseID {
-		resp, err := cli.Get(context.Background(), RelaysPrefix("/t")+"r1")
+	leaseOf := func(key string) clientv3.LeaseID {
+		resp, err := cli.Get(context.Background(), key)
 		if err != nil || len(resp.Kvs) == 0 {
 			return 0
 		}
 		return clientv3.LeaseID(resp.Kvs[0].Lease)
 	}
+	lease := func() clientv3.LeaseID { return leaseOf(RelaysPrefix("/t") + "r1") }
 	first := lease()
 	if first == 0 {
 		t.Fatal("not registered")
@@ -44,6 +45,10 @@ func TestLeasedRegistrationSurvivesLeaseLoss(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The process record came back with it, under the same lease.
+	if l := leaseOf(ProcessesPrefix("/t") + "relay/r1"); l != lease() {
+		t.Fatalf("the process record is under lease %x, the relay's under %x", l, lease())
+	}
 	cancel()
 }
 
@@ -53,7 +58,7 @@ func TestLeasedRegistrationSurvivesLeaseLoss(t *testing.T) {
 func TestLeasedRegistrationEndsWithItsContext(t *testing.T) {
 	cli := coordtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	reg, err := RegisterRelay(ctx, cli, "/t", "r1", "http://relay", 60)
+	reg, err := RegisterRelay(ctx, cli, "/t", Process{ID: "r1", URL: "http://relay"}, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,5 +70,8 @@ func TestLeasedRegistrationEndsWithItsContext(t *testing.T) {
 	}
 	if len(resp.Kvs) != 0 {
 		t.Fatal("the relay is still registered after its registration's context ended (its lease's TTL is 60 s)")
+	}
+	if ps, err := Processes(context.Background(), cli, "/t"); err != nil || len(ps) != 0 {
+		t.Fatalf("processes after the registration ended: %v, %v", ps, err)
 	}
 }
