@@ -150,7 +150,7 @@ func TestServeNodes(t *testing.T) {
 		}
 		return strings.Contains(string(page), "replication lag, commit → a slave")
 	})
-	for _, want := range []string{"<td>node0</td><td>yes</td>", "<h2>Database demo</h2>", "<td>" + st.Databases[0].Partitions[0].Replicas[0].Node + " </td>"} {
+	for _, want := range []string{"<td>node0</td><td>yes</td>", "<h2>Database demo</h2>", "<h2>Other processes</h2>", "<td>relay</td><td>relay</td>", "<td>" + st.Databases[0].Partitions[0].Replicas[0].Node + " </td>"} {
 		if !strings.Contains(string(page), want) {
 			t.Fatalf("/_admin lacks %q:\n%s", want, page)
 		}

@@ -42,9 +42,15 @@ th { background: #f4f4f4 }
 {{with .Status}}
 <h2>Storage nodes</h2>
 <p>Leading controller: {{if .Controller}}{{.Controller}}{{else}}<span class="bad">none</span>{{end}}</p>
-<table><tr><th>node</th><th>live</th><th>masters</th><th>slaves</th><th>rack</th><th>URL</th></tr>
-{{range .Nodes}}<tr><td>{{.ID}}</td><td>{{if .Live}}yes{{else}}<span class="bad">no</span>{{end}}</td><td class="num">{{.Masters}}</td><td class="num">{{.Slaves}}</td><td>{{.Rack}}</td><td>{{.URL}}{{if .Error}} <span class="bad">{{.Error}}</span>{{end}}</td></tr>
+<table><tr><th>node</th><th>live</th><th>masters</th><th>slaves</th><th>rack</th><th>build</th><th>protocol</th><th>URL</th></tr>
+{{range .Nodes}}<tr><td>{{.ID}}</td><td>{{if .Live}}yes{{else}}<span class="bad">no</span>{{end}}</td><td class="num">{{.Masters}}</td><td class="num">{{.Slaves}}</td><td>{{.Rack}}</td><td>{{or .Build "?"}}</td><td class="num">{{or .Protocol "?"}}</td><td>{{.URL}}{{if .Error}} <span class="bad">{{.Error}}</span>{{end}}</td></tr>
 {{end}}</table>
+{{if .Processes}}{{$leader := .Controller}}
+<h2>Other processes</h2>
+<table><tr><th>process</th><th>role</th><th>build</th><th>protocol</th><th>URL</th></tr>
+{{range .Processes}}<tr><td>{{.ID}}</td><td>{{.Role}}{{if and (eq .Role "controller") (eq .ID $leader)}} (leader){{end}}</td><td>{{or .Build "?"}}</td><td class="num">{{or .Protocol "?"}}</td><td>{{.URL}}</td></tr>
+{{end}}</table>
+{{end}}
 {{range .Databases}}
 <h2>Database {{.Name}}</h2>
 <p>Routing table version {{.Version}}.</p>
