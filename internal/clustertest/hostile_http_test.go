@@ -64,8 +64,8 @@ var (
 		`{"type":"row","table":"Profile","key":[` + strings.Repeat("[", 200) + `1` + strings.Repeat("]", 200) + `],"version":1}`,
 	}
 	hostileHeaders = map[string][]string{
-		"If-Match":          {"", "*", `"x"`, `W/"x"`, "garbage", `"a", b`, strings.Repeat(`"x",`, 500)},
-		"If-None-Match":     {"", "*", `"x"`, "garbage"},
+		"If-Match":          {"", "*", `"x"`, `W/"x"`, "garbage", `"a", b`, strings.Repeat(`"x",`, 500), `"1.1.0"`, `"1.2f.41d912ff+v2"`, `"ffffffff.ffffffffffffffff.ffffffff+v99999999999+f0"`, `"1.1"`},
+		"If-None-Match":     {"", "*", `"x"`, "garbage", `"1.1.0+v1"`, `W/"1.2f.41d912ff+fdeadbeef"`, `"0.0.0"`},
 		"Accept":            {"application/json", "avro/binary; version=0", "avro/binary; version=1", "avro/binary; version=99", "avro/binary; version=-1", "text/html", "*/*", ";;;", "application/x-ndjson", "application/x-ndjson, application/json"},
 		"Content-Type":      {"application/json", "avro/binary; version=1", "avro/binary; version=0", "avro/binary", "text/plain", "application/json; charset=latin1", "application/json; charset=UTF-8"},
 		"Cache-Control":     {"max-stale", "max-stale=abc", "no-cache", "max-stale=-1"},

@@ -137,8 +137,8 @@ func changeBinaries(t *testing.T, from, to string) {
 // running bin — the build `bin version` prints (none for a release from
 // before the command), and its newest protocol — and the relay, the
 // router and the controllers too: each of them, with this checkout's
-// binary; none, or each, with an earlier one (releases before
-// 2026-12-02 register none).
+// binary; none, or each, with an earlier one (releases up to
+// 99f8c6e register none).
 func (c *procCluster) awaitBuilds(bin string) {
 	t := c.t
 	t.Helper()

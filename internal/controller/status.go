@@ -23,7 +23,7 @@ type Status struct {
 	Databases  []DatabaseStatus `json:"databases"`
 	// Processes are the registered relays, routers and controllers, by
 	// role and ID, with their builds (topo.Processes); processes of
-	// releases before 2026-12-02 register none.
+	// releases up to 99f8c6e register none.
 	Processes []topo.Process `json:"processes"`
 }
 

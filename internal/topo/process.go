@@ -20,7 +20,7 @@ const (
 // its lease, so that an operator sees which build every process of the
 // cluster runs (GET /_cluster, `cortado cluster status`) during a rolling
 // upgrade. Storage nodes register as NodeInfo instead. Processes of
-// releases before 2026-12-02 register none.
+// releases up to 99f8c6e register none.
 type Process struct {
 	Role string `json:"role"`
 	ID   string `json:"id"`
