@@ -197,7 +197,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 
 func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 	o := server.Options{Logger: log, ProtocolVersion: uint32(*f.protocol), MaxConns: *f.maxConns, IdleTimeout: *f.idleTimeout,
-		HeapFloor: *f.heapFloor, ProcsPerCPU: *f.procsPerCPU}
+		HeapFloor: *f.heapFloor, ProcsPerCPU: *f.procsPerCPU, URL: "http://" + addr}
 	if f.dataDir != nil {
 		o.DataDir = *f.dataDir
 	}

@@ -82,19 +82,22 @@ func TestClusterScript(t *testing.T) {
 			t.Fatalf("node %+v", n)
 		}
 	}
-	// Every other process is listed with its build: the relay, the two
-	// controllers (the leader among them) and the two routers.
+	// Every other process is listed with its build: the two controllers
+	// (the leader among them), the relay and the two routers, with
+	// their URLs.
 	v, _ := versionOf(t, bin)
-	var roles []string
+	var roles, urls []string
 	for _, p := range st.Processes {
-		roles = append(roles, p.Role+" "+p.ID)
-		if p.Build != v.build || p.Protocol != v.maxProtocol || (p.Role == "relay") != (p.URL == "http://127.0.0.1:"+strconv.Itoa(base+5)) {
-			t.Fatalf("process %+v, want build %s, protocol %d (the relay's URL its own)", p, v.build, v.maxProtocol)
+		roles, urls = append(roles, p.Role+" "+p.ID), append(urls, p.URL)
+		if p.Build != v.build || p.Protocol != v.maxProtocol {
+			t.Fatalf("process %+v, want build %s, protocol %d", p, v.build, v.maxProtocol)
 		}
 	}
+	relayURL := "http://127.0.0.1:" + strconv.Itoa(base+5)
 	if len(roles) != 5 || roles[0] != "controller c1" || roles[1] != "controller c2" || roles[2] != "relay relay1" ||
-		!strings.HasPrefix(roles[3], "router ") || !strings.HasPrefix(roles[4], "router ") || !slices.Contains(roles, "controller "+st.Controller) {
-		t.Fatalf("processes %q, leader %s", roles, st.Controller)
+		!strings.HasPrefix(roles[3], "router ") || !strings.HasPrefix(roles[4], "router ") || !slices.Contains(roles, "controller "+st.Controller) ||
+		urls[0] != "" || urls[1] != "" || urls[2] != relayURL || !slices.Contains(urls, r1) || !slices.Contains(urls, r2) {
+		t.Fatalf("processes %q at %q, leader %s", roles, urls, st.Controller)
 	}
 	if out := string(must(bin, "cluster", "status", "--url", r1)); !strings.Contains(out, "controller (leader)") || !strings.Contains(out, "relay1") {
 		t.Fatalf("cluster status lists no leading controller, or no relay:\n%s", out)

@@ -94,6 +94,9 @@ type Options struct {
 	// AdvertiseURL is how other processes reach this storage node's
 	// internal API (default http:// + its listen address).
 	AdvertiseURL string
+	// URL is where the process serves (its listen address): a router
+	// names it in its process record (topo.Process). Default none.
+	URL string
 	// LeaseTTL, in seconds, is how long a storage node (or the leading
 	// controller) may be silent before it is taken for dead (default 5).
 	LeaseTTL int
@@ -422,7 +425,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 			view.CallLocally(s.local)
 		}
 		host, _ := os.Hostname()
-		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, s.process(topo.RoleRouter, fmt.Sprintf("%s-%d", host, os.Getpid()), ""), opts.LeaseTTL, !opts.NoSlowNodeReports, opts.Logger); err != nil {
+		if err := view.ReportSickNodes(vctx, s.cli, opts.Prefix, s.process(topo.RoleRouter, fmt.Sprintf("%s-%d", host, os.Getpid()), opts.URL), opts.LeaseTTL, !opts.NoSlowNodeReports, opts.Logger); err != nil {
 			return nil, err
 		}
 		s.Router, s.view = router.New(s.reg, plans, view, opts.Router, opts.Logger), view

@@ -25,7 +25,7 @@ type Process struct {
 	Role string `json:"role"`
 	ID   string `json:"id"`
 	// URL is where the process is reached: a relay's log API, a router's
-	// HTTP API; none for a controller.
+	// document API (its listen address); none for a controller.
 	URL string `json:"url,omitempty"`
 	// Build is the commit the binary was built from
 	// (release.Info.Revision), Protocol the newest internal protocol
