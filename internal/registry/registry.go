@@ -406,7 +406,7 @@ func (r *Registry) Database(name string) (*schema.Database, error) {
 	defer r.mu.RUnlock()
 	d, ok := r.dbs[name]
 	if !ok {
-		return nil, fmt.Errorf("database %s: %w", name, ErrNoDatabase)
+		return nil, fmt.Errorf("database %s: %w", schema.ShowName(name), ErrNoDatabase)
 	}
 	return d, nil
 }
@@ -415,8 +415,8 @@ func (r *Registry) Database(name string) (*schema.Database, error) {
 // up: a database just created through another process may not have
 // reached this one's mirror yet.
 func (r *Registry) DatabaseFresh(ctx context.Context, name string) (*schema.Database, error) {
-	if d, err := r.Database(name); err == nil {
-		return d, nil
+	if d, err := r.Database(name); err == nil || !schema.ValidName(name) {
+		return d, err
 	}
 	if err := r.reload(ctx, r.dbKey(name)); err != nil {
 		return nil, err
@@ -441,11 +441,11 @@ func (r *Registry) Table(db, name string) (*schema.Table, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if _, ok := r.dbs[db]; !ok {
-		return nil, fmt.Errorf("database %s: %w", db, ErrNoDatabase)
+		return nil, fmt.Errorf("database %s: %w", schema.ShowName(db), ErrNoDatabase)
 	}
 	t, ok := r.tables[db][name]
 	if !ok {
-		return nil, fmt.Errorf("table %s.%s: %w", db, name, ErrNoTable)
+		return nil, fmt.Errorf("table %s.%s: %w", db, schema.ShowName(name), ErrNoTable)
 	}
 	return t, nil
 }
@@ -456,6 +456,8 @@ func (r *Registry) Table(db, name string) (*schema.Table, error) {
 func (r *Registry) TableAtLeast(ctx context.Context, db, name string, version int) (*schema.Table, error) {
 	if t, err := r.Table(db, name); err == nil && len(t.Versions) >= version {
 		return t, nil
+	} else if !schema.ValidName(db) || !schema.ValidName(name) {
+		return nil, err // no such name can be registered: etcd holds none
 	}
 	if err := r.reload(ctx, r.dbKey(db)); err != nil {
 		return nil, err
@@ -500,7 +502,7 @@ func (r *Registry) RegisterVersion(ctx context.Context, db, table string, key []
 		return 0, false, err
 	}
 	if !schema.ValidName(table) {
-		return 0, false, &InvalidError{fmt.Errorf("table name %q must be a letter followed by letters, digits or _", table)}
+		return 0, false, &InvalidError{fmt.Errorf("table name %s must be a letter followed by at most 127 letters, digits or _", schema.ShowName(table))}
 	}
 	for range maxRegisterAttempts {
 		if err := r.reloadTable(ctx, db, table); err != nil {

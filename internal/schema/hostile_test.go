@@ -224,3 +224,20 @@ func TestItemsOfNoBytes(t *testing.T) {
 		t.Fatalf("a million booleans: %v", err)
 	}
 }
+
+// TestShowName: a name from a request is shown as it is when valid, and
+// otherwise quoted and cut, so that an error naming it stays short
+// whatever was asked for.
+func TestShowName(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"demo", "demo"},
+		{"", `""`},
+		{"a b", `"a b"`},
+		{"0" + strings.Repeat("\xce", 200), `"0` + strings.Repeat(`\xce`, 36) + `"…`},
+		{strings.Repeat("x", 129), `"` + strings.Repeat("x", 37) + `"…`},
+	} {
+		if got := ShowName(c.in); got != c.want {
+			t.Errorf("ShowName(%.50q) = %s, want %s", c.in, got, c.want)
+		}
+	}
+}

@@ -125,10 +125,24 @@ var namePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,127}$`)
 // ValidName reports whether s may name a database, table or key part.
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
+// ShowName is s for a message: as it is when it is a valid name, else
+// quoted and cut to a few dozen bytes — a name from a request that names
+// nothing must not make an error as long as the request (or, its invalid
+// UTF-8 replaced, three times as long).
+func ShowName(s string) string {
+	if ValidName(s) {
+		return s
+	}
+	if len(s) > 40 {
+		return strconv.Quote(s[:37]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
 // Normalize fills defaults and checks a database definition.
 func (d *Database) Normalize() error {
 	if !ValidName(d.Name) {
-		return fmt.Errorf("database name %q must match %s", d.Name, namePattern)
+		return fmt.Errorf("database name %s must match %s", ShowName(d.Name), namePattern)
 	}
 	if d.Partitioning == "" {
 		d.Partitioning = "hash"
@@ -207,7 +221,7 @@ func ValidateKey(key []KeyPart) error {
 	for i := range key {
 		k := &key[i]
 		if !ValidName(k.Name) {
-			return fmt.Errorf("key part name %q must match %s", k.Name, namePattern)
+			return fmt.Errorf("key part name %s must match %s", ShowName(k.Name), namePattern)
 		}
 		if seen[k.Name] {
 			return fmt.Errorf("key part %s appears twice", k.Name)
