@@ -18,6 +18,7 @@ import (
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/placement"
 	"github.com/cortado-db/cortado/internal/registry"
+	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
@@ -141,22 +142,77 @@ func (c *Controller) reconcileAll(ctx context.Context, e *concurrency.Election) 
 		return
 	}
 	nodes = c.fenceSick(ctx, nodes)
-	for _, db := range c.Registry.Databases() {
-		if err := c.reconcile(ctx, e, db.Name, db.Partitions, db.Replicas, db.InSync(), nodes); err != nil {
+	if len(nodes) == 0 {
+		return
+	}
+	// One read of the routing tables and one status call a node for the
+	// whole round, whatever the number of databases: a round that asked
+	// each node once a database took time and CPU that grew with
+	// databases × partitions (docs/performance.md, "Many databases").
+	tables, err := c.routingTables(ctx)
+	if err != nil {
+		c.Log.Warn("controller: read the routing tables", "err", err)
+		return
+	}
+	urls := map[string]string{}
+	for _, n := range nodes {
+		urls[n.ID] = n.URL
+	}
+	dbs := c.Registry.Databases()
+	var statuses map[string]map[string]map[int]node.PartitionStatus
+	if len(tables) > 0 {
+		statuses = c.statuses(ctx, urls, dbs)
+	}
+	for _, db := range dbs {
+		t, ok := tables[db.Name]
+		if ok && t.err != nil {
+			c.Log.Warn("controller: reconcile", "db", db.Name, "err", t.err)
+			continue
+		}
+		var st map[string]map[int]node.PartitionStatus
+		if t.table != nil {
+			st = statuses[db.Name]
+		}
+		if err := c.reconcile(ctx, e, db.Name, db.Partitions, db.Replicas, db.InSync(), nodes, t.table, st); err != nil {
 			c.Log.Warn("controller: reconcile", "db", db.Name, "err", err)
 		}
 	}
 }
 
-// reconcile publishes a database's next routing table if the ideal state
-// differs from the current one. A partition whose master changes, or whose
-// master came back as a new incarnation, gets the next generation. The
-// write is fenced on this controller still leading.
-func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db string, partitions, replicas, minInSync int, live []topo.NodeInfo) error {
-	cur, err := topo.LoadRoutingTable(ctx, c.Client, c.Prefix, db)
+// routingTable is a database's routing table as read, or why it could
+// not be.
+type routingTable struct {
+	table *topo.RoutingTable
+	err   error
+}
+
+// routingTables reads every database's routing table in one request.
+func (c *Controller) routingTables(ctx context.Context) (map[string]routingTable, error) {
+	resp, err := c.Client.Get(ctx, topo.RoutingPrefix(c.Prefix), clientv3.WithPrefix())
 	if err != nil {
-		return err
+		return nil, err
 	}
+	out := make(map[string]routingTable, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var t topo.RoutingTable
+		if err := json.Unmarshal(kv.Value, &t); err != nil {
+			out[topo.DBFromRoutingKey(c.Prefix, string(kv.Key))] = routingTable{err: fmt.Errorf("routing table: %w", err)}
+			continue
+		}
+		out[topo.DBFromRoutingKey(c.Prefix, string(kv.Key))] = routingTable{table: &t}
+	}
+	return out, nil
+}
+
+// reconcile publishes a database's next routing table if the ideal state
+// differs from the current one, cur (nil before the first). A partition
+// whose master changes, or whose master came back as a new incarnation,
+// gets the next generation. The write is fenced on this controller still
+// leading. statuses are the database's replicas and copies by node, as
+// the live nodes that answered reported them this round (nil before the
+// first table).
+func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db string, partitions, replicas, minInSync int, live []topo.NodeInfo,
+	cur *topo.RoutingTable, statuses map[string]map[int]node.PartitionStatus) error {
 	in := placement.Input{Partitions: partitions, Replicas: replicas, Current: placement.Assignment{}}
 	urls, incs := map[string]string{}, map[string]int64{}
 	for _, n := range live {
@@ -176,7 +232,6 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		changed = len(cur.Partitions) != partitions || !maps.Equal(cur.Nodes, urls) || !maps.Equal(cur.Incarnations, incs)
 	}
 	ideal := placement.IdealState(in)
-	statuses := c.statuses(ctx, db, cur, urls)
 	status := func(p int) func(id string) (node.PartitionStatus, bool) {
 		return func(id string) (node.PartitionStatus, bool) {
 			st, ok := statuses[id][p]
@@ -293,37 +348,46 @@ func (c *Controller) publishOneByOne(ctx context.Context, e *concurrency.Electio
 	return nil
 }
 
-// statuses asks every live node for its replicas of db, and the copies
-// it keeps of partitions it is no replica of: their roles and SCNs (where
-// timelines end, whether a replica has caught up for a hand-over, whether
-// a master is mastering, whether a copy is redundant). Nodes that do not
-// answer within a second count as having answered nothing.
-func (c *Controller) statuses(ctx context.Context, db string, cur *topo.RoutingTable, live map[string]string) map[string]map[int]node.PartitionStatus {
-	if cur == nil {
-		return nil
-	}
-	out := map[string]map[int]node.PartitionStatus{}
+// statuses asks every live node for its replicas of the databases, and
+// the copies it keeps of partitions it is no replica of: their roles and
+// SCNs (where timelines end, whether a replica has caught up for a
+// hand-over, whether a master is mastering, whether a copy is
+// redundant), by database, node and partition. A node that answered has
+// a map under every database, empty where it holds nothing of it; nodes
+// that do not answer within a second count as having answered nothing.
+func (c *Controller) statuses(ctx context.Context, live map[string]string, dbs []*schema.Database) map[string]map[string]map[int]node.PartitionStatus {
+	byNode := map[string][]node.PartitionStatus{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for id := range live {
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			st, err := c.remotes.Get(live[id]).Status(sctx, node.StatusRequest{DB: db})
+			st, err := c.remotes.Get(live[id]).Status(sctx, node.StatusRequest{})
 			if err != nil {
 				c.Log.Warn("controller: replica status", "node", id, "err", err)
 				return
 			}
-			m := map[int]node.PartitionStatus{}
-			for _, s := range st {
-				m[s.Partition] = s
-			}
 			mu.Lock()
-			out[id] = m
+			byNode[id] = st
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	out := map[string]map[string]map[int]node.PartitionStatus{}
+	for _, d := range dbs {
+		out[d.Name] = map[string]map[int]node.PartitionStatus{}
+		for id := range byNode {
+			out[d.Name][id] = map[int]node.PartitionStatus{}
+		}
+	}
+	for id, st := range byNode {
+		for _, s := range st {
+			if out[s.DB] != nil {
+				out[s.DB][id][s.Partition] = s
+			}
+		}
+	}
 	return out
 }
 

@@ -36,17 +36,17 @@ type StatusRequest struct {
 // database on a single node that masters all), in (db, partition) order.
 func (n *Node) Status(_ context.Context, req StatusRequest) ([]PartitionStatus, error) {
 	ids := n.hosted()
+	if req.DB != "" {
+		ids = slices.DeleteFunc(ids, func(k partitionKey) bool { return k.db != req.DB })
+	}
 	slices.SortFunc(ids, func(a, b partitionKey) int {
 		if c := strings.Compare(a.db, b.db); c != 0 {
 			return c
 		}
 		return a.id - b.id
 	})
-	var out []PartitionStatus
+	out := make([]PartitionStatus, 0, len(ids))
 	for _, k := range ids {
-		if req.DB != "" && k.db != req.DB {
-			continue
-		}
 		p, err := n.partition(k.db, k.id)
 		if err != nil {
 			continue // a database dropped meanwhile
@@ -119,10 +119,14 @@ func (n *Node) SCN(db string, id int) (storage.SCN, error) {
 func (n *Node) hosted() []partitionKey {
 	ids, all := n.roles.keys()
 	if all {
+		has := make(map[partitionKey]bool, len(ids))
+		for _, k := range ids {
+			has[k] = true
+		}
 		for _, d := range n.reg.Databases() {
 			for p := range d.Partitions {
-				if !slices.Contains(ids, partitionKey{d.Name, p}) {
-					ids = append(ids, partitionKey{d.Name, p})
+				if k := (partitionKey{d.Name, p}); !has[k] {
+					ids = append(ids, k)
 				}
 			}
 		}
