@@ -64,9 +64,16 @@ func runCluster(args []string) error {
 		printStatus(&st)
 		return nil
 	}
-	var res struct{ Partitions []controller.PartitionCheck }
+	var res struct {
+		Single     bool
+		Partitions []controller.PartitionCheck
+	}
 	if err := json.Unmarshal(body, &res); err != nil {
 		return err
+	}
+	if res.Single {
+		fmt.Println(singleNode + ": no replicas to compare")
+		return nil
 	}
 	return printCheck(res.Partitions)
 }
@@ -85,7 +92,15 @@ func buildColumns(build string, protocol uint32) (string, string) {
 	return build, p
 }
 
+// singleNode is what the cluster commands say of a server that is one
+// node.
+const singleNode = "one storage node, not a cluster: `cortado serve` without --nodes masters every partition itself"
+
 func printStatus(st *controller.Status) {
+	if st.Single {
+		fmt.Println(singleNode)
+		return
+	}
 	leader := st.Controller
 	if leader == "" {
 		leader = "(none elected)"

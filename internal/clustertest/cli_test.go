@@ -32,7 +32,7 @@ func TestCLI(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		words := 1
-		if args[0] == "schema" || args[0] == "bench" {
+		if args[0] == "schema" || args[0] == "bench" || args[0] == "cluster" {
 			words = 2
 		}
 		full := append(append(append([]string{}, args[:words]...), "--url", s.URL), args[words:]...)
@@ -127,6 +127,13 @@ func TestCLI(t *testing.T) {
 		"--pid", strconv.Itoa(s.Pid()), "--duration", "1s", "--stop-at", "300ms", "--stop-for", "200ms")
 	if !strings.Contains(tbl, "| self | 1 |") {
 		t.Fatalf("bench stall printed:\n%s", tbl)
+	}
+	// The cluster commands say that one node is not a cluster, rather
+	// than show an empty one (or, checking a database, find none).
+	for _, cmd := range [][]string{{"cluster", "status"}, {"cluster", "check"}, {"cluster", "check", "--db", "demo"}} {
+		if out := run(cmd...); !strings.HasPrefix(out, "one storage node, not a cluster") {
+			t.Fatalf("cortado %v printed:\n%s", cmd, out)
+		}
 	}
 	// A failing command exits non-zero with the problem on stderr.
 	out, err := exec.Command(Binary(t), "get", "--url", s.URL, "demo/Profile/99").CombinedOutput()

@@ -18,6 +18,10 @@ import (
 // it: the leading controller, the nodes, and every partition's replicas
 // with their roles, SCNs and replication lag.
 type Status struct {
+	// Single says the process is one storage node that masters every
+	// partition itself (`serve` without --nodes): there are no other
+	// nodes, replicas or controller to show.
+	Single     bool             `json:"single,omitempty"`
 	Controller string           `json:"controller"` // the leader's ID, "" if none
 	Nodes      []NodeStatus     `json:"nodes"`
 	Databases  []DatabaseStatus `json:"databases"`
@@ -82,7 +86,7 @@ type ReplicaStatus struct {
 
 // ClusterStatus gathers the cluster's status from etcd and from each node.
 func ClusterStatus(ctx context.Context, cli *clientv3.Client, prefix string) (*Status, error) {
-	st := &Status{}
+	st := &Status{Nodes: []NodeStatus{}, Databases: []DatabaseStatus{}}
 	if resp, err := cli.Get(ctx, topo.ElectionPrefix(prefix)+"/", append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...); err != nil {
 		return nil, err
 	} else if len(resp.Kvs) > 0 {

@@ -39,7 +39,9 @@ th { background: #f4f4f4 }
 <h1>Cortado</h1>
 <p>As of {{.Now}}; this page reloads every 5 s. <a href="/_cluster">/_cluster</a> (JSON) · <a href="/metrics">/metrics</a></p>
 {{if .Err}}<p class="bad">The cluster's state could not be read: {{.Err}}</p>{{end}}
-{{with .Status}}
+{{with .Status}}{{if .Single}}
+<p>One storage node, not a cluster: <code>cortado serve</code> without <code>--nodes</code> masters every partition itself.</p>
+{{else}}
 <h2>Storage nodes</h2>
 <p>Leading controller: {{if .Controller}}{{.Controller}}{{else}}<span class="bad">none</span>{{end}}</p>
 <table><tr><th>node</th><th>live</th><th>masters</th><th>slaves</th><th>rack</th><th>build</th><th>protocol</th><th>URL</th></tr>
@@ -61,7 +63,7 @@ th { background: #f4f4f4 }
 {{- else}}<td class="bad">none</td><td></td><td></td>{{end}}</tr>
 {{end}}</table>
 {{end}}
-{{end}}
+{{end}}{{end}}
 <h2>This process</h2>
 <table><tr><th>measure</th><th>value</th></tr>
 {{range .Measures}}<tr><td>{{.Name}}</td><td class="num">{{.Value}}</td></tr>
@@ -81,7 +83,7 @@ func (s *Server) serveAdminPage(w http.ResponseWriter, r *http.Request) {
 		Err      string
 		Measures []measure
 	}{Now: time.Now().UTC().Format(time.RFC3339)}
-	st, err := controller.ClusterStatus(r.Context(), s.cli, s.opts.Prefix)
+	st, err := s.clusterStatus(r.Context())
 	if err != nil {
 		data.Err = err.Error()
 	}

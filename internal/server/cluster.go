@@ -377,12 +377,22 @@ func (s *Server) background(run func(context.Context)) context.Context {
 
 // serveClusterStatus answers GET /_cluster.
 func (s *Server) serveClusterStatus(w http.ResponseWriter, r *http.Request) {
-	st, err := controller.ClusterStatus(r.Context(), s.cli, s.opts.Prefix)
+	st, err := s.clusterStatus(r.Context())
 	if err != nil {
 		unavailable(w, fmt.Sprintf("cluster state: %v", err))
 		return
 	}
 	writeJSON(w, st)
+}
+
+// clusterStatus is the cluster's status as /_cluster and /_admin show
+// it; Single when this process is one node without a cluster.
+func (s *Server) clusterStatus(ctx context.Context) (*controller.Status, error) {
+	st, err := controller.ClusterStatus(ctx, s.cli, s.opts.Prefix)
+	if st != nil {
+		st.Single = s.engine != nil
+	}
+	return st, err
 }
 
 // serveClusterCheck answers POST /_cluster/check[?db=name]: it runs the
@@ -392,6 +402,17 @@ func (s *Server) serveClusterCheck(w http.ResponseWriter, r *http.Request) {
 	// operator read the answer as x's.
 	if bad := router.Params(r, "the consistency check", "db"); bad != nil {
 		problem.Write(w, bad)
+		return
+	}
+	if s.engine != nil {
+		// One node: no replicas to compare, and no routing tables.
+		if db := r.URL.Query().Get("db"); db != "" {
+			if _, err := s.reg.Database(db); err != nil {
+				problem.Write(w, problem.New(http.StatusNotFound, problem.TypeNoDatabase, "No such database", err.Error()))
+				return
+			}
+		}
+		writeJSON(w, map[string]any{"single": true, "partitions": []controller.PartitionCheck{}})
 		return
 	}
 	res, err := controller.Check(r.Context(), s.cli, s.opts.Prefix, r.URL.Query().Get("db"))
