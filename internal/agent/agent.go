@@ -460,11 +460,7 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 		// Read through the relay when there is one; when it fails, from
 		// the master for a while, then try the relay again.
 		var directUntil time.Time
-		// The wait after a failed read from the master grows while it
-		// keeps failing: thousands of partitions retrying a master that
-		// is gone (until the controller moves them) every 100 ms took
-		// most of a core (docs/performance.md, "Many databases").
-		wait := followRetryMin
+		var retry node.StreamRetry
 		for fctx.Err() == nil {
 			began := time.Now()
 			relay := a.relay.URL()
@@ -511,28 +507,11 @@ func (a *Agent) follow(ctx context.Context, k partKey, master, url string) {
 					directUntil = time.Now().Add(5 * time.Second)
 					continue
 				}
-				if time.Since(began) >= followRetryMax {
-					wait = followRetryMin // it was reading: a new failure
-				}
-				t := time.NewTimer(wait)
-				select {
-				case <-fctx.Done():
-				case <-t.C:
-				}
-				t.Stop()
-				wait = min(2*wait, followRetryMax)
+				retry.Wait(fctx, began, false)
 			}
 		}
 	}()
 }
-
-// The wait between a follower's failed reads from its master: doubling
-// from followRetryMin to followRetryMax. A failover starts a new follower
-// (of the new master) at followRetryMin.
-const (
-	followRetryMin = 100 * time.Millisecond
-	followRetryMax = time.Second
-)
 
 func (a *Agent) stop(k partKey) {
 	if f := take(a, a.followers, k); f != nil {

@@ -158,6 +158,37 @@ func pollLog(ctx context.Context, src LogSource, req LogRequest, fn func(*LogRes
 	return ctx.Err()
 }
 
+// StreamRetry is the wait between the failed attempts of one log stream
+// against one master (a slave's follower, a relay's pull): 100 ms,
+// doubling to 1 s while the master keeps failing, and 100 ms again after
+// an attempt that read for a second or more. Thousands of partitions
+// retrying a master that is gone every 100 ms, until the controller
+// moved them, took most of a core (docs/performance.md, "Many
+// databases"); a new master gets a new stream, at 100 ms. The zero
+// value is ready.
+type StreamRetry struct{ wait time.Duration }
+
+const (
+	streamRetryMin = 100 * time.Millisecond
+	streamRetryMax = time.Second
+)
+
+// Wait waits before the next attempt, or until ctx ends. began is when
+// the failed attempt began; fresh starts the wait over at its least (an
+// attempt that ended on purpose, not on a failure).
+func (r *StreamRetry) Wait(ctx context.Context, began time.Time, fresh bool) {
+	if r.wait == 0 || fresh || time.Since(began) >= streamRetryMax {
+		r.wait = streamRetryMin
+	}
+	t := time.NewTimer(r.wait)
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	t.Stop()
+	r.wait = min(2*r.wait, streamRetryMax)
+}
+
 // AckRequest tells a partition's master that Replica durably holds every
 // commit up to SCN (a slave that reads the log through a relay).
 type AckRequest struct {

@@ -320,10 +320,7 @@ func (r *Relay) awaitPart(ctx context.Context, db string, id int) *partition {
 // stream at a time, restarted after the buffer's last commit when it
 // breaks or the master says the buffer diverged.
 func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, master node.LogSource) {
-	// The wait after a failed stream doubles while the master keeps
-	// failing, as a follower's does, and starts over after a stream that
-	// read for a while.
-	wait := pullRetryMin
+	var retry node.StreamRetry
 	for ctx.Err() == nil {
 		began := time.Now()
 		sctx, rewatch := context.WithCancel(ctx)
@@ -389,26 +386,10 @@ func (r *Relay) pull(ctx context.Context, db string, id int, p *partition, maste
 		rewatched := sctx.Err() != nil && ctx.Err() == nil
 		rewatch()
 		if err != nil && ctx.Err() == nil && !rewatched {
-			if time.Since(began) >= pullRetryMax || errors.Is(err, errRestart) {
-				wait = pullRetryMin // it was reading, or restarts on purpose
-			}
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-			wait = min(2*wait, pullRetryMax)
+			retry.Wait(ctx, began, errors.Is(err, errRestart))
 		}
 	}
 }
-
-// The wait between a pull's failed streams from its master: doubling from
-// pullRetryMin to pullRetryMax.
-const (
-	pullRetryMin = 100 * time.Millisecond
-	pullRetryMax = time.Second
-)
 
 var errRestart = errors.New("relay: restart the log stream")
 
