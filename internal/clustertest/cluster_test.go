@@ -183,7 +183,10 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		c.addNode()
 	}
 	ctl := &controller.Controller{Client: cli, Prefix: "/c", Registry: reg, ID: "ctl", LeaseTTL: 2, Interval: 100 * time.Millisecond, Log: log, OneByOne: o.oneByOne}
-	go ctl.Run(ctx)
+	cctx, stopController := context.WithCancel(ctx)
+	controllerDone := make(chan struct{})
+	go func() { defer close(controllerDone); ctl.Run(cctx) }()
+	t.Cleanup(func() { stopController(); <-controllerDone })
 	if c.view, err = routing.WatchRouting(ctx, cli, "/c", o.stall); err != nil {
 		t.Fatal(err)
 	}
