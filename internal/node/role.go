@@ -166,19 +166,47 @@ func (e *partRole) ackChangedLocked() <-chan struct{} {
 	return e.ackedCh
 }
 
+// Acknowledgements from replicas the routing table does not name as
+// this master's slaves (one about to be, or a caller that is none) are
+// kept for at most maxStrangerAcks of them, with IDs of at most
+// maxStrangerID bytes: the Ack call is an input from outside, and
+// without the bound every new name (up to a message of 64 MiB) stayed
+// for the whole mastership. A slave's is always kept; one turned away
+// here is taken at its next acknowledgement, a second away at most.
+const (
+	maxStrangerAcks = 8
+	maxStrangerID   = 256
+)
+
 // ack records that replica holds every commit up to scn, durably.
 func (e *partRole) ack(replica string, scn storage.SCN) (prev storage.SCN) {
 	e.ackMu.Lock()
 	defer e.ackMu.Unlock()
+	prev, kept := e.acks[replica]
+	if !prev.Less(scn) {
+		return prev
+	}
+	if !kept && !slices.Contains(e.slaves, replica) && (len(replica) > maxStrangerID || e.strangersLocked() >= maxStrangerAcks) {
+		return prev
+	}
 	if e.acks == nil {
 		e.acks = map[string]storage.SCN{}
 	}
-	prev = e.acks[replica]
-	if prev.Less(scn) {
-		e.acks[replica] = scn
-		e.changedLocked()
-	}
+	e.acks[replica] = scn
+	e.changedLocked()
 	return prev
+}
+
+// strangersLocked counts the acknowledgements kept from replicas that
+// are not slaves; the caller holds ackMu.
+func (e *partRole) strangersLocked() int {
+	n := 0
+	for id := range e.acks {
+		if !slices.Contains(e.slaves, id) {
+			n++
+		}
+	}
+	return n
 }
 
 // confirm records that the partition's current master holds every commit
