@@ -117,6 +117,7 @@ type testCluster struct {
 
 	nodeOpts node.Options
 	relay    *relay.Relay
+	relayURL string // the relay's internal API
 }
 
 func startCluster(t testing.TB, nodes, partitions, replicas int) *testCluster {
@@ -168,9 +169,9 @@ func startClusterWith(t testing.TB, o clusterOptions) *testCluster {
 		rctx, rcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); c.relay.Run(rctx) }()
-		_, url := serveInternal(t, func(s *wire.Server) { c.relay.Register(s, node.ServeOptions{}) })
+		_, c.relayURL = serveInternal(t, func(s *wire.Server) { c.relay.Register(s, node.ServeOptions{}) })
 		t.Cleanup(func() { rcancel(); <-done })
-		if _, err := topo.RegisterRelay(rctx, cli, "/c", topo.Process{ID: "relay", URL: url}, 2); err != nil {
+		if _, err := topo.RegisterRelay(rctx, cli, "/c", topo.Process{ID: "relay", URL: c.relayURL}, 2); err != nil {
 			t.Fatal(err)
 		}
 	}
