@@ -213,6 +213,39 @@ func TestQuotas(t *testing.T) {
 	}
 }
 
+// TestQuotasForgetIdleClientsOnceASecond: with MaxClients tracked, idle
+// clients are looked for (a walk of every client) at most once a second,
+// however many new names come: until then a new client shares the
+// overflow bucket.
+func TestQuotasForgetIdleClientsOnceASecond(t *testing.T) {
+	q := NewQuotas(QuotaOptions{Rate: 1, Burst: 1, MaxClients: 100})
+	t0 := time.Unix(1000, 0)
+	for i := range 100 {
+		q.Take(fmt.Sprintf("c%d", i), t0)
+	}
+	// Idle for two minutes: the first new name has them forgotten.
+	t1 := t0.Add(2 * time.Minute)
+	if ok, _ := q.Take("new", t1); !ok || q.m["new"] == nil || len(q.m) != 1 {
+		t.Fatalf("after the idle clients were forgotten: ok %v, %d buckets, own bucket %v", ok, len(q.m), q.m["new"] != nil)
+	}
+	for i := range 99 {
+		q.Take(fmt.Sprintf("d%d", i), t1)
+	}
+	// A new name finds none idle for a minute yet; the next, half a
+	// second later, would (the others are now idle past the minute), but
+	// the last look was under a second ago: both share the overflow
+	// bucket (its one token, then refused).
+	first, _ := q.Take("e0", t1.Add(59600*time.Millisecond))
+	second, _ := q.Take("e1", t1.Add(60100*time.Millisecond))
+	if !first || second || q.m["e0"] != nil || q.m["e1"] != nil {
+		t.Fatalf("within a second of the last look: e0 %v, e1 %v, buckets of their own %v %v", first, second, q.m["e0"] != nil, q.m["e1"] != nil)
+	}
+	// A second after it: forgotten.
+	if ok, _ := q.Take("e2", t1.Add(60600*time.Millisecond)); !ok || q.m["e2"] == nil || len(q.m) > 3 {
+		t.Fatalf("a second after the last look: ok %v, own bucket %v", ok, q.m["e2"] != nil)
+	}
+}
+
 // The adaptive limit grows while latency stays at its floor and settles
 // near what the node serves without queueing once latency grows with
 // concurrency.
@@ -432,5 +465,23 @@ func TestStandingQueue(t *testing.T) {
 	defer cancel()
 	if _, err := l.Acquire(ctx, Interactive); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a request behind a queue that emptied, long after the last refusal: %v, want to wait out its own 200 ms deadline", err)
+	}
+}
+
+// BenchmarkQuotasNewNames: a request naming a client never seen, with
+// the default 10,000 tracked and none idle (a caller rotating names).
+func BenchmarkQuotasNewNames(b *testing.B) {
+	q := NewQuotas(QuotaOptions{Rate: 1000})
+	now := time.Unix(1000, 0)
+	for i := range 10000 {
+		q.Take(fmt.Sprintf("c%d", i), now)
+	}
+	names := make([]string, 1024)
+	for i := range names {
+		names[i] = fmt.Sprintf("new%d", i)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		q.Take(names[i%len(names)], now.Add(time.Duration(i)*time.Microsecond))
 	}
 }

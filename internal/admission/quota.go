@@ -19,8 +19,9 @@ type QuotaOptions struct {
 	Rate  float64
 	Burst float64 // default: one second's worth, at least 1
 	// MaxClients bounds the clients tracked (default 10,000): when full,
-	// clients idle for a minute are forgotten, and a new client beyond
-	// that shares the quota of the others it cannot be told apart from.
+	// clients idle for a minute are forgotten (looked for at most once a
+	// second), and a new client beyond that shares the quota of the
+	// others it cannot be told apart from.
 	MaxClients int
 }
 
@@ -29,6 +30,11 @@ type Quotas struct {
 	opts QuotaOptions
 	mu   sync.Mutex
 	m    map[string]*bucket
+	// swept is when idle clients were last looked for: once a second at
+	// most, since a look walks every client under mu, and names are the
+	// caller's to choose (a stream of new names would otherwise have
+	// every request walk them all).
+	swept time.Time
 }
 
 type bucket struct {
@@ -63,7 +69,8 @@ func (q *Quotas) Take(client string, now time.Time) (ok bool, retryAfter time.Du
 	defer q.mu.Unlock()
 	b := q.m[client]
 	if b == nil {
-		if len(q.m) >= q.opts.MaxClients {
+		if len(q.m) >= q.opts.MaxClients && now.Sub(q.swept) >= time.Second {
+			q.swept = now
 			for c, o := range q.m {
 				if now.Sub(o.last) > time.Minute {
 					delete(q.m, c)
