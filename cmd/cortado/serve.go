@@ -87,6 +87,7 @@ type roleFlags struct {
 	indexBuildRate                 *int
 	quotaRate, quotaBurst          *float64
 	maxConns, maxStreams           *int
+	maxLogStreams                  *int
 	cacheBytes                     *int64
 	cacheMaxAge                    *time.Duration
 	redisURL                       *string
@@ -116,6 +117,9 @@ func newRoleFlags(name, listen string) *roleFlags {
 		heapFloor:     fs.Int64("heap-floor", server.DefaultHeapFloor, "smallest heap goal, in bytes, the garbage collector aims at (-1: GOGC alone; the GOGC environment variable also leaves it alone)"),
 		procsPerCPU:   fs.Int("procs-per-cpu", server.DefaultProcsPerCPU, "Go processors (GOMAXPROCS) per CPU: above 1 lets goroutines run while others wait in file system calls (fsync); 1: as the Go runtime chose (the GOMAXPROCS environment variable also leaves it alone)"),
 		protocol:      fs.Uint("protocol-version", uint(wire.Version), fmt.Sprintf("newest internal protocol version spoken (%d to %d): the previous one makes this process talk as the previous release, during a rolling upgrade", wire.MinVersion, wire.Version)),
+	}
+	if name == "serve" || name == "storage" || name == "relay" {
+		f.maxLogStreams = fs.Int("max-log-streams", node.DefaultMaxLogStreams, "commit-log streams (replicas', relays' and change streams' reads) the internal API serves at once; one beyond it is refused and tried again by its reader (-1: no bound)")
 	}
 	if name == "serve" || name == "storage" {
 		f.dataDir = fs.String("data-dir", server.DefaultDataDir, "directory for storage (and, for serve, the embedded etcd)")
@@ -200,6 +204,9 @@ func (f *roleFlags) options(log *slog.Logger, addr string) server.Options {
 		HeapFloor: *f.heapFloor, ProcsPerCPU: *f.procsPerCPU, URL: "http://" + addr}
 	if f.dataDir != nil {
 		o.DataDir = *f.dataDir
+	}
+	if f.maxLogStreams != nil {
+		o.MaxLogStreams = *f.maxLogStreams
 	}
 	if f.etcdClient != nil {
 		o.EtcdClientURL, o.EtcdPeerURL = *f.etcdClient, *f.etcdPeer

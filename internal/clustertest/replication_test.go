@@ -724,3 +724,64 @@ func TestSnapshotWaitsForReplicas(t *testing.T) {
 		t.Fatalf("a replicated snapshot from a node of protocol 6: %d rows, %v, %+v; want the row, not said replicated", rows, err, first)
 	}
 }
+
+// TestLogStreamsBounded: a storage node serves at most MaxLogStreams log
+// streams at once. One beyond is refused, and its reader is told the node
+// is overloaded (and tries again); once a stream ends, a new one is
+// served.
+func TestLogStreamsBounded(t *testing.T) {
+	const max = 3
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	n := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{MaxLogStreams: max})
+	r := remote(t, n.url)
+	var wg sync.WaitGroup
+	open := func(ctx context.Context) <-chan error {
+		heard := make(chan error, 1)
+		wg.Go(func() {
+			err := r.StreamLog(ctx, node.LogRequest{DB: "d", Partition: 0}, func(*node.LogResult) error {
+				select {
+				case heard <- nil:
+				default:
+				}
+				return nil
+			})
+			select {
+			case heard <- err:
+			default:
+			}
+		})
+		return heard
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+		wg.Wait()
+	}()
+	for i := range max {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancels = append(cancels, cancel)
+		if err := <-open(ctx); err != nil {
+			t.Fatalf("stream %d of %d: %v", i+1, max, err)
+		}
+	}
+	err := <-open(t.Context())
+	if !errors.Is(err, node.ErrOverloaded) {
+		t.Fatalf("a stream beyond %d: %v, want ErrOverloaded", max, err)
+	}
+	// One ends; the next is served once its handler has returned.
+	cancels[0]()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithCancel(t.Context())
+		err := <-open(ctx)
+		cancels = append(cancels, cancel)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, node.ErrOverloaded) || time.Now().After(deadline) {
+			t.Fatalf("after one of %d streams ended: %v", max, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,24 +19,63 @@ type LogFunc func(context.Context, LogRequest) (*LogResult, error)
 // Log implements LogSource.
 func (f LogFunc) Log(ctx context.Context, req LogRequest) (*LogResult, error) { return f(ctx, req) }
 
+// DefaultMaxLogStreams is how many log streams (StreamLog) one internal
+// API serves at once by default. One with its reader held about 28 KiB
+// and four goroutines (two here; 10,000 measured in one process), and
+// each answers every second (a heartbeat): the bound
+// keeps callers that open streams by the million from taking the
+// process's memory. A replica's stream, or a relay's, is one per
+// partition it reads from this process; the default leaves room for tens
+// of thousands of partitions.
+const DefaultMaxLogStreams = 65536
+
 // ServeOptions configure the internal API a process serves.
 type ServeOptions struct {
 	// MaxVersion is the newest protocol version served (default
 	// wire.Version). Setting it to an older one makes the process speak
 	// as the previous release did: for rolling-upgrade tests.
 	MaxVersion uint32
+	// MaxLogStreams bounds the log streams served at once (default
+	// DefaultMaxLogStreams; negative: no bound). A stream beyond it is
+	// refused (ResourceExhausted, which a reader takes as overload and
+	// tries again after its StreamRetry wait).
+	MaxLogStreams int
 }
 
 // Register serves n's internal API on s.
 func Register(s *wire.Server, n *Node, o ServeOptions) {
-	wire.RegisterNodeServer(s.GRPC, &service{n: n, log: n.Log, max: o.version(), stopping: s.Stopping()})
+	wire.RegisterNodeServer(s.GRPC, &service{n: n, log: n.Log, max: o.version(), stopping: s.Stopping(), streams: o.streams()})
 }
 
 // RegisterLog serves only the log API (Hello, Log, StreamLog) on s, with
 // log: what a relay serves.
 func RegisterLog(s *wire.Server, log LogFunc, o ServeOptions) {
-	wire.RegisterNodeServer(s.GRPC, &service{log: log, max: o.version(), stopping: s.Stopping()})
+	wire.RegisterNodeServer(s.GRPC, &service{log: log, max: o.version(), stopping: s.Stopping(), streams: o.streams()})
 }
+
+func (o ServeOptions) streams() *streamGate {
+	if o.MaxLogStreams == 0 {
+		o.MaxLogStreams = DefaultMaxLogStreams
+	}
+	return &streamGate{max: int64(o.MaxLogStreams)}
+}
+
+// streamGate counts the log streams served, up to max (none if max is
+// negative).
+type streamGate struct {
+	max  int64
+	open atomic.Int64
+}
+
+func (g *streamGate) enter() bool {
+	if g.open.Add(1) > g.max && g.max >= 0 {
+		g.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (g *streamGate) leave() { g.open.Add(-1) }
 
 func (o ServeOptions) version() uint32 {
 	if o.MaxVersion == 0 {
@@ -58,6 +98,7 @@ type service struct {
 	log      LogFunc
 	max      uint32
 	stopping <-chan struct{}
+	streams  *streamGate
 }
 
 func (s *service) node() (*Node, error) {
@@ -156,6 +197,10 @@ func (s *service) StreamLog(w *wire.LogRequest, stream wire.Node_StreamLogServer
 	if s.max < 2 {
 		return status.Error(codes.Unimplemented, "StreamLog needs protocol version 2")
 	}
+	if !s.streams.enter() {
+		return status.Errorf(codes.ResourceExhausted, "this process serves %d log streams already (--max-log-streams)", s.streams.max)
+	}
+	defer s.streams.leave()
 	// The stream ends when the server stops (streams would otherwise
 	// hold a graceful stop forever); the watcher is owned by this call.
 	ctx, cancel := context.WithCancel(stream.Context())

@@ -317,7 +317,7 @@ func (s *Server) startRelay(ctx context.Context, id, url string) (*wire.Server, 
 	// registration to be let go.
 	s.stop = append(s.stop, func() { <-reg.Done() })
 	rpc := wire.NewServer()
-	r.Register(rpc, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
+	r.Register(rpc, s.serveOptions())
 	return rpc, r, nil
 }
 

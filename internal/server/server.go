@@ -167,6 +167,10 @@ type Options struct {
 	// process speaks (default wire.Version): an older one makes it
 	// behave as the previous release, for rolling-upgrade tests.
 	ProtocolVersion uint32
+	// MaxLogStreams bounds the log streams each storage node's and
+	// relay's internal API serves at once (default
+	// node.DefaultMaxLogStreams; negative: no bound).
+	MaxLogStreams int
 	// NoLocalCalls makes the router of `serve --nodes N` call its own
 	// storage nodes, and its relay and slaves read their masters' logs,
 	// over the wire, as other processes' nodes are called, instead of
@@ -791,6 +795,12 @@ var demoTables = []struct{ name, def string }{
 	    {"name":"title","type":"string"},{"name":"company","type":"string"}]}},"default":{}}]}}`},
 }
 
+// serveOptions are the internal API's options of this process's storage
+// nodes and relay.
+func (s *Server) serveOptions() node.ServeOptions {
+	return node.ServeOptions{MaxVersion: s.opts.ProtocolVersion, MaxLogStreams: s.opts.MaxLogStreams}
+}
+
 // nodeRPC returns a storage node's internal API server, serving m, its
 // calls admitted by their own limiter (exported under edge "rpc:" +
 // m.id), and m as this process's router calls it (calls dropped for
@@ -800,6 +810,6 @@ func (s *Server) nodeRPC(m *member) (*wire.Server, *localNode) {
 	expired := new(atomic.Uint64)
 	s.Metrics.RegisterAdmission("rpc:"+m.id, l, expired)
 	rpc := wire.NewServer(grpc.UnaryInterceptor(admission.UnaryInterceptor(l, expired)))
-	node.Register(rpc, m.node, node.ServeOptions{MaxVersion: s.opts.ProtocolVersion})
+	node.Register(rpc, m.node, s.serveOptions())
 	return rpc, &localNode{n: m.node, expired: expired}
 }
