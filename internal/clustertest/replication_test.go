@@ -726,9 +726,9 @@ func TestSnapshotWaitsForReplicas(t *testing.T) {
 }
 
 // TestLogStreamsBounded: a storage node serves at most MaxLogStreams log
-// streams at once. One beyond is refused, and its reader is told the node
-// is overloaded (and tries again); once a stream ends, a new one is
-// served.
+// streams and long polls at once. One beyond is refused, and its reader
+// is told the node is overloaded (and tries again); once a stream ends, a
+// new one is served.
 func TestLogStreamsBounded(t *testing.T) {
 	const max = 3
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
@@ -769,6 +769,10 @@ func TestLogStreamsBounded(t *testing.T) {
 	err := <-open(t.Context())
 	if !errors.Is(err, node.ErrOverloaded) {
 		t.Fatalf("a stream beyond %d: %v, want ErrOverloaded", max, err)
+	}
+	// A long poll counts as a stream.
+	if _, err := r.Log(t.Context(), node.LogRequest{DB: "d", Partition: 0, Wait: time.Millisecond}); !errors.Is(err, node.ErrOverloaded) {
+		t.Fatalf("a long poll beyond %d streams: %v, want ErrOverloaded", max, err)
 	}
 	// One ends; the next is served once its handler has returned.
 	cancels[0]()

@@ -19,8 +19,8 @@ type LogFunc func(context.Context, LogRequest) (*LogResult, error)
 // Log implements LogSource.
 func (f LogFunc) Log(ctx context.Context, req LogRequest) (*LogResult, error) { return f(ctx, req) }
 
-// DefaultMaxLogStreams is how many log streams (StreamLog) one internal
-// API serves at once by default. One with its reader held about 28 KiB
+// DefaultMaxLogStreams is how many log streams (StreamLog) and long
+// polls (Log) one internal API serves at once by default. One with its reader held about 28 KiB
 // and four goroutines (two here; 10,000 measured in one process), and
 // each answers every second (a heartbeat): the bound
 // keeps callers that open streams by the million from taking the
@@ -35,10 +35,10 @@ type ServeOptions struct {
 	// wire.Version). Setting it to an older one makes the process speak
 	// as the previous release did: for rolling-upgrade tests.
 	MaxVersion uint32
-	// MaxLogStreams bounds the log streams served at once (default
-	// DefaultMaxLogStreams; negative: no bound). A stream beyond it is
-	// refused (ResourceExhausted, which a reader takes as overload and
-	// tries again after its StreamRetry wait).
+	// MaxLogStreams bounds the log streams and long polls served at
+	// once (default DefaultMaxLogStreams; negative: no bound). One beyond
+	// it is refused (ResourceExhausted, which a reader takes as overload
+	// and tries again after its StreamRetry wait).
 	MaxLogStreams int
 }
 
@@ -76,6 +76,10 @@ func (g *streamGate) enter() bool {
 }
 
 func (g *streamGate) leave() { g.open.Add(-1) }
+
+func (g *streamGate) refusal() error {
+	return status.Errorf(codes.ResourceExhausted, "this process serves %d log streams and long polls already (--max-log-streams)", g.max)
+}
 
 func (o ServeOptions) version() uint32 {
 	if o.MaxVersion == 0 {
@@ -180,6 +184,12 @@ func (s *service) Write(ctx context.Context, w *wire.WriteRequest) (*wire.WriteR
 }
 
 func (s *service) Log(ctx context.Context, w *wire.LogRequest) (*wire.LogResult, error) {
+	// A long poll holds what a stream does while it waits, and a relay
+	// admits no call otherwise: it counts as one.
+	if !s.streams.enter() {
+		return nil, s.streams.refusal()
+	}
+	defer s.streams.leave()
 	res, err := s.log(ctx, logFrom(w))
 	if err != nil {
 		return nil, toStatus(err, nil)
@@ -198,7 +208,7 @@ func (s *service) StreamLog(w *wire.LogRequest, stream wire.Node_StreamLogServer
 		return status.Error(codes.Unimplemented, "StreamLog needs protocol version 2")
 	}
 	if !s.streams.enter() {
-		return status.Errorf(codes.ResourceExhausted, "this process serves %d log streams already (--max-log-streams)", s.streams.max)
+		return s.streams.refusal()
 	}
 	defer s.streams.leave()
 	// The stream ends when the server stops (streams would otherwise
