@@ -119,7 +119,7 @@ func newRoleFlags(name, listen string) *roleFlags {
 		protocol:      fs.Uint("protocol-version", uint(wire.Version), fmt.Sprintf("newest internal protocol version spoken (%d to %d): the previous one makes this process talk as the previous release, during a rolling upgrade", wire.MinVersion, wire.Version)),
 	}
 	if name == "serve" || name == "storage" || name == "relay" {
-		f.maxLogStreams = fs.Int("max-log-streams", node.DefaultMaxLogStreams, "commit-log streams (replicas', relays' and change streams' reads) the internal API serves at once; one beyond it is refused and tried again by its reader (-1: no bound)")
+		f.maxLogStreams = fs.Int("max-log-streams", node.DefaultMaxLogStreams, "commit-log streams and long polls (replicas', relays' and change streams' reads) the internal API serves at once; one beyond it is refused and tried again by its reader (-1: no bound)")
 	}
 	if name == "serve" || name == "storage" {
 		f.dataDir = fs.String("data-dir", server.DefaultDataDir, "directory for storage (and, for serve, the embedded etcd)")
