@@ -415,6 +415,16 @@ func (s *Server) serveClusterCheck(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"single": true, "partitions": []controller.PartitionCheck{}})
 		return
 	}
+	select {
+	case s.checking <- struct{}{}:
+		defer func() { <-s.checking }()
+	default:
+		p := problem.New(http.StatusServiceUnavailable, problem.TypeOverloaded, "Overloaded",
+			"a consistency check is running in this process already (each reads every replica it checks); ask again once it has answered")
+		p.RetryAfter = 5
+		problem.Write(w, p)
+		return
+	}
 	res, err := controller.Check(r.Context(), s.cli, s.opts.Prefix, r.URL.Query().Get("db"))
 	if errors.Is(err, controller.ErrNoDatabase) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.TypeNoDatabase, "No such database", err.Error()))

@@ -220,6 +220,10 @@ type Server struct {
 	extra []*wire.Listener     // internal APIs of serve's storage nodes and relay; the admin port
 
 	limiter *admission.Limiter // the document API's
+	// checking holds the consistency check this process runs for a
+	// client (POST /_cluster/check): one at a time, for each reads every
+	// replica of every partition it checks.
+	checking chan struct{}
 
 	buildMu   sync.Mutex
 	buildLeft map[[3]string]uint64 // node, db, table → documents an index build has left
@@ -337,7 +341,7 @@ func open(ctx context.Context, opts Options, r role) (_ *Server, err error) {
 	if opts.Stall.MaxCalls == 0 && opts.Admission.MaxInFlight > 0 {
 		opts.Stall.MaxCalls = max(1, opts.Admission.MaxInFlight/2)
 	}
-	s := &Server{opts: opts, Metrics: metrics.New(), limiter: admission.New(opts.Admission)}
+	s := &Server{opts: opts, Metrics: metrics.New(), limiter: admission.New(opts.Admission), checking: make(chan struct{}, 1)}
 	s.Metrics.RegisterAdmission("http", s.limiter, nil)
 	defer func() {
 		if err != nil {
