@@ -20,13 +20,13 @@ type LogFunc func(context.Context, LogRequest) (*LogResult, error)
 func (f LogFunc) Log(ctx context.Context, req LogRequest) (*LogResult, error) { return f(ctx, req) }
 
 // DefaultMaxLogStreams is how many log streams (StreamLog) and long
-// polls (Log) one internal API serves at once by default. One with its reader held about 28 KiB
-// and four goroutines (two here; 10,000 measured in one process), and
-// each answers every second (a heartbeat): the bound
-// keeps callers that open streams by the million from taking the
-// process's memory. A replica's stream, or a relay's, is one per
-// partition it reads from this process; the default leaves room for tens
-// of thousands of partitions.
+// polls (Log) one internal API serves at once by default. A stream with
+// its reader held about 28 KiB and four goroutines (two of them here;
+// 10,000 measured in one process) and answers every second (a
+// heartbeat): the bound keeps callers that open streams by the million
+// from taking the process's memory. A replica's stream, or a relay's, is
+// one per partition it reads from this process; the default leaves room
+// for tens of thousands of partitions.
 const DefaultMaxLogStreams = 65536
 
 // ServeOptions configure the internal API a process serves.
