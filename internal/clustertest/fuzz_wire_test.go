@@ -224,8 +224,9 @@ func FuzzInternalAPI(f *testing.F) {
 // masters acknowledgements that name any replica (stored per partition:
 // bounded, TestAcksFromStrangersAreBounded), and the relay log requests
 // of every shape. Besides FuzzInternalAPI's checks: a write a node
-// accepted was sent to the partition's master, and every replica then
-// holds the same contents at the write's SCN (their checksums there).
+// accepted was sent to the partition's master, with keys of that
+// partition, and every replica then holds the same contents at the
+// write's SCN (their checksums there).
 func FuzzReplicatedInternalAPI(f *testing.F) {
 	const targets = 4 // the three nodes, then the relay
 	add := func(target int, s wireSeed) {
@@ -280,6 +281,10 @@ func FuzzReplicatedInternalAPI(f *testing.F) {
 	}
 	p := partitionOf(f, c.reg, "sentinel")
 	master, _ := c.view.Table("d").Master(p)
+	db, err := c.reg.Database("d")
+	if err != nil {
+		f.Fatal(err)
+	}
 	ctx := context.Background()
 	sentinel := node.GetRequest{DB: "d", Table: "T", Partition: p, Key: []keys.Part{keys.S("sentinel")}}
 	before, err := remotes[master].Get(ctx, sentinel)
@@ -314,6 +319,11 @@ func FuzzReplicatedInternalAPI(f *testing.F) {
 		part := int(w.Partition)
 		if m, _ := table.Master(part); m != ids[to] {
 			t.Fatalf("%v accepted by %s, a slave of partition %d (its master: %s)", w, ids[to], part, m)
+		}
+		for _, op := range w.Ops {
+			if k, err := keys.Decode(op.Key); err == nil && len(k) > 0 && db.PartitionOf(k[0]) != part {
+				t.Fatalf("%v accepted: a key of partition %d stored in partition %d", w, db.PartitionOf(k[0]), part)
+			}
 		}
 		scn := res.(*wire.WriteResult).GetScn()
 		at := storage.SCN{Gen: scn.GetGen(), Seq: scn.GetSeq()}

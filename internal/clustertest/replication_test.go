@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -787,5 +788,33 @@ func TestLogStreamsBounded(t *testing.T) {
 		if !errors.Is(err, node.ErrOverloaded) || time.Now().After(deadline) {
 			t.Fatalf("after one of %d streams ended: %v", max, err)
 		}
+	}
+}
+
+// TestWriteInAnotherPartitionRefused: a storage node refuses a write
+// whose key belongs to another partition than the one it names, as bad
+// input, and stores nothing: the document would be missing to reads by
+// its key and found by queries of every partition.
+func TestWriteInAnotherPartitionRefused(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 4})
+	n := newStorageNodeWith(t, reg, node.Options{AllMaster: true})
+	r := remote(t, n.url)
+	ctx := t.Context()
+	home := partitionOf(t, reg, "k")
+	wrong := (home + 1) % 4
+	put := func(part int) error {
+		_, err := r.Write(ctx, node.WriteRequest{DB: "d", Partition: part, Ops: []node.Op{{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S("k")}, Version: 1, Value: []byte{0x02, 'v'}}}})
+		return err
+	}
+	if err := put(wrong); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the key's partition is %d, not %d", home, wrong)) {
+		t.Fatalf("a write of a key of partition %d to partition %d: %v", home, wrong, err)
+	}
+	for part := range 4 {
+		if _, err := r.Get(ctx, node.GetRequest{DB: "d", Table: "T", Partition: part, Key: []keys.Part{keys.S("k")}}); !errors.Is(err, node.ErrNotFound) {
+			t.Fatalf("partition %d after the refused write: %v", part, err)
+		}
+	}
+	if err := put(home); err != nil {
+		t.Fatalf("the write to its own partition: %v", err)
 	}
 }

@@ -442,11 +442,23 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 }
 
 func (n *Node) write(ctx context.Context, p *storage.Partition, req WriteRequest) (*WriteResult, error) {
-	var err error
+	d, err := n.reg.Database(req.DB)
+	if err != nil {
+		return nil, err
+	}
 	tables := make([]*schema.Table, len(req.Ops))
 	for i, op := range req.Ops {
 		if tables[i], err = n.reg.TableAtLeast(ctx, req.DB, op.Table, max(op.Version, 1)); err != nil {
 			return nil, &OpError{i, err}
+		}
+		// A document stored in another partition than its key's would
+		// be missing to reads by key and found by queries of every
+		// partition: the router routes by key, and a node takes no
+		// partition on trust from the wire either.
+		if len(op.Key) > 0 {
+			if home := d.PartitionOf(op.Key[0]); home != req.Partition {
+				return nil, &OpError{i, fmt.Errorf("%w: the key's partition is %d, not %d", errBadRequest, home, req.Partition)}
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
