@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -126,7 +127,11 @@ func TestDropOnlyOfflineCopies(t *testing.T) {
 	if err := n.SetRole("d", 0, node.Master, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	write(t, n, "k", "v")
+	k := "k" // a key of partition 0, which write writes to
+	for i := 0; partitionOf(t, reg, k) != 0; i++ {
+		k = fmt.Sprintf("k%d", i)
+	}
+	write(t, n, k, "v")
 	shown := func() (ids []int) {
 		st, err := n.Status(ctx, node.StatusRequest{DB: "d"})
 		if err != nil {
