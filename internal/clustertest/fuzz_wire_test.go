@@ -55,10 +55,7 @@ type wireSeed struct {
 // patches, huge waits, limits and byte bounds), in database d of table T
 // (key k, document {"v": string}).
 func wireSeeds() []wireSeed {
-	index := map[string]uint8{}
-	for i, m := range wireMethods {
-		index[m.name] = uint8(i)
-	}
+	index := wireIndex()
 	var seeds []wireSeed
 	for _, r := range []proto.Message{
 		&wire.GetRequest{Db: "d", Table: "T", Partition: 0, Key: keys.Encode([]keys.Part{keys.S("a")})},
@@ -101,6 +98,15 @@ func wireSeeds() []wireSeed {
 		}
 	}
 	return seeds
+}
+
+// wireIndex maps each call's name to its index in wireMethods.
+func wireIndex() map[string]uint8 {
+	index := map[string]uint8{}
+	for i, m := range wireMethods {
+		index[m.name] = uint8(i)
+	}
+	return index
 }
 
 // sentinelKey and sentinelValue are the document the fuzz tests write
@@ -233,15 +239,12 @@ func FuzzReplicatedInternalAPI(f *testing.F) {
 		b, _ := proto.Marshal(s.req)
 		f.Add(uint8(target), s.method, b)
 	}
-	seeds := wireSeeds()
-	index := map[string]uint8{}
-	for i, m := range wireMethods {
-		index[m.name] = uint8(i)
-	}
+	seeds, index := wireSeeds(), wireIndex()
 	for p := range int32(4) {
 		// Acknowledgements from a slave, from strangers with long and
 		// short names, and one of a commit no replica holds; log reads
-		// that acknowledge; a write to each partition.
+		// that acknowledge; a write of one key to each partition (its
+		// own takes it, the others refuse it).
 		seeds = append(seeds,
 			wireSeed{index["Ack"], &wire.AckRequest{Db: "d", Partition: p, Replica: "n1", Scn: &wire.SCN{Gen: 1, Seq: 1}}},
 			wireSeed{index["Ack"], &wire.AckRequest{Db: "d", Partition: p, Replica: strings.Repeat("n", 4096), Scn: &wire.SCN{Gen: 1, Seq: 1}}},
@@ -263,12 +266,10 @@ func FuzzReplicatedInternalAPI(f *testing.F) {
 	c.put("sentinel", "sentinel")
 	ids := slices.Sorted(maps.Keys(c.nodes))
 	var conns []*grpc.ClientConn
+	var urls []string
 	remotes := map[string]*node.Remote{}
 	for _, id := range ids {
 		remotes[id] = remote(f, c.nodes[id].url)
-	}
-	var urls []string
-	for _, id := range ids {
 		urls = append(urls, c.nodes[id].url)
 	}
 	for _, url := range append(urls, c.relayURL) {

@@ -20,5 +20,10 @@
 // requests and results are plain data so that the call can cross a network;
 // Remote is that interface over the internal protocol, and guards its
 // caller against a node that stops answering (stall.go). A node never
-// routes: it serves exactly the partition a request names.
+// routes: it serves exactly the partition a request names, and refuses a
+// write of a key that partition does not hold. It takes nothing else on
+// trust from the wire either: documents are checked against their
+// schema, and what callers can make it keep (acknowledgements from
+// replicas that are not its slaves, log streams and long polls) is
+// bounded.
 package node
