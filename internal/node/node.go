@@ -95,14 +95,21 @@ func New(eng *storage.Engine, reg *registry.Registry, plans *schema.Plans, log *
 var _ Service = (*Node)(nil)
 
 func (n *Node) partition(db string, id int) (*storage.Partition, error) {
+	_, p, err := n.partitionOf(db, id)
+	return p, err
+}
+
+// partitionOf is partition with its database's definition.
+func (n *Node) partitionOf(db string, id int) (*schema.Database, *storage.Partition, error) {
 	d, err := n.reg.DatabaseFresh(context.Background(), db)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if id < 0 || id >= d.Partitions {
-		return nil, fmt.Errorf("database %s has no partition %d", db, id)
+		return nil, nil, fmt.Errorf("database %s has no partition %d", db, id)
 	}
-	return n.eng.Partition(db, id)
+	p, err := n.eng.Partition(db, id)
+	return d, p, err
 }
 
 // open finds the table and the partition a read addresses.
@@ -385,7 +392,7 @@ func (n *Node) Scan(ctx context.Context, req ScanRequest) (*ScanResult, error) {
 // Write executes a transaction of one partition. Only the partition's
 // master writes.
 func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error) {
-	p, err := n.partition(req.DB, req.Partition)
+	d, p, err := n.partitionOf(req.DB, req.Partition)
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +418,7 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 		n.writes.release(held)
 		return nil, fmt.Errorf("partition %s/%d: %d live replica(s), minInSync %d: %w", req.DB, req.Partition, live+1, need+1, ErrNotEnoughReplicas)
 	}
-	res, err := n.write(ctx, p, req)
+	res, err := n.write(ctx, d, p, req)
 	e.mu.RUnlock()
 	// Committed (or not): the documents' memory is the batch's no more.
 	// Waiting for replicas holds none of it.
@@ -441,11 +448,8 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	return res, nil
 }
 
-func (n *Node) write(ctx context.Context, p *storage.Partition, req WriteRequest) (*WriteResult, error) {
-	d, err := n.reg.Database(req.DB)
-	if err != nil {
-		return nil, err
-	}
+func (n *Node) write(ctx context.Context, d *schema.Database, p *storage.Partition, req WriteRequest) (*WriteResult, error) {
+	var err error
 	tables := make([]*schema.Table, len(req.Ops))
 	for i, op := range req.Ops {
 		if tables[i], err = n.reg.TableAtLeast(ctx, req.DB, op.Table, max(op.Version, 1)); err != nil {
