@@ -471,7 +471,7 @@ func serveInternal(t testing.TB, register func(*wire.Server), extra ...grpc.Serv
 	}
 	s := wire.NewServer(extra...)
 	register(s)
-	l := wire.Serve(ln, nil, s)
+	l := wire.Serve(ln, nil, nil, s)
 	t.Cleanup(l.Abort)
 	return l, "http://" + ln.Addr().String()
 }

@@ -27,6 +27,7 @@ const (
 	TypeConflict           = "urn:cortado:problem:conflict"
 	TypePrecondition       = "urn:cortado:problem:precondition-failed"
 	TypeBodyTooLarge       = "urn:cortado:problem:request-too-large"
+	TypeHeadersTooLarge    = "urn:cortado:problem:headers-too-large"
 	TypeResponseTooLarge   = "urn:cortado:problem:response-too-large"
 	TypeNotAcceptable      = "urn:cortado:problem:not-acceptable"
 	TypeUnsupportedMedia   = "urn:cortado:problem:unsupported-media-type"

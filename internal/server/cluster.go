@@ -257,7 +257,7 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		ln.Close()
 		return err
 	}
-	s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
+	s.extra = append(s.extra, wire.Serve(ln, nil, nil, rpc))
 	s.local = map[string]node.Service{}
 	s.localLogs = map[string]node.LogSource{relayURL: node.LogFunc(r.Log)}
 	if s.peers != nil {
@@ -288,7 +288,7 @@ func (s *Server) startLocalCluster(ctx context.Context, plans *schema.Plans) err
 		if s.peers != nil {
 			s.peers.Add(url, m.node)
 		}
-		s.extra = append(s.extra, wire.Serve(ln, nil, rpc))
+		s.extra = append(s.extra, wire.Serve(ln, nil, nil, rpc))
 	}
 	s.startController()
 	return nil

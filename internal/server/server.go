@@ -622,7 +622,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.Metrics.RegisterConns(limited.Open, limited.Refused, limited.Waiting)
 		ln = limited
 	}
-	l := wire.Serve(ln, s.httpServer(s.Handler()), s.rpc)
+	h := s.httpServer(s.Handler())
+	l := wire.Serve(ln, h, problemReplies(h), s.rpc)
 	s.mu.Lock()
 	s.http = l
 	s.mu.Unlock()
@@ -632,7 +633,7 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // httpServer is the HTTP server of a port of this process, serving h.
 func (s *Server) httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout}
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.opts.IdleTimeout, MaxHeaderBytes: maxHeaderBytes}
 }
 
 // ServeAdmin serves the operators' paths (/metrics, /healthz, /_cluster)
@@ -644,7 +645,8 @@ func (s *Server) ServeAdmin(ln net.Listener) {
 	notHere := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.TypeMalformed, "Not found", "this port serves only /metrics, /healthz, /_cluster and /_admin; documents are on the other"))
 	})
-	l := wire.Serve(ln, s.httpServer(s.operatorsAnd(notHere)), nil)
+	h := s.httpServer(s.operatorsAnd(notHere))
+	l := wire.Serve(ln, h, problemReplies(h), nil)
 	s.mu.Lock()
 	s.extra = append(s.extra, l)
 	s.mu.Unlock()

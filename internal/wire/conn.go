@@ -109,8 +109,9 @@ func Stopping(ctx context.Context) <-chan struct{} {
 	return c
 }
 
-// Serve starts serving ln; h or rpc may be nil. Call Shutdown to stop.
-func Serve(ln net.Listener, h *http.Server, rpc *Server) *Listener {
+// Serve starts serving ln; h or rpc may be nil. httpConns, if set, wraps
+// the listener h serves (its connections only). Call Shutdown to stop.
+func Serve(ln net.Listener, h *http.Server, httpConns func(net.Listener) net.Listener, rpc *Server) *Listener {
 	l := &Listener{HTTP: h, RPC: rpc, ln: ln, done: make(chan struct{}), stopping: make(chan struct{})}
 	if h != nil {
 		// Long-lived HTTP handlers (change streams) learn of a shutdown
@@ -141,7 +142,7 @@ func Serve(ln net.Listener, h *http.Server, rpc *Server) *Listener {
 			if rpc != nil {
 				rpc.GRPC.Serve(ln)
 			} else {
-				h.Serve(ln)
+				h.Serve(wrapHTTP(ln, httpConns))
 			}
 		})
 		return l
@@ -152,12 +153,19 @@ func Serve(ln net.Listener, h *http.Server, rpc *Server) *Listener {
 	grpcL := l.mux.Match(cmux.HTTP2())
 	httpL := l.mux.Match(cmux.Any())
 	run(func() { rpc.GRPC.Serve(grpcL) })
-	run(func() { h.Serve(httpL) })
+	run(func() { h.Serve(wrapHTTP(httpL, httpConns)) })
 	run(func() {
 		defer close(l.done)
 		l.mux.Serve()
 	})
 	return l
+}
+
+func wrapHTTP(ln net.Listener, wrap func(net.Listener) net.Listener) net.Listener {
+	if wrap == nil {
+		return ln
+	}
+	return wrap(ln)
 }
 
 // Done is closed when the listener has stopped accepting (Shutdown, Abort,

@@ -37,7 +37,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 			<-stopping
 		}),
 	}
-	l := Serve(ln, hs, nil)
+	l := Serve(ln, hs, nil, nil)
 	res, err := http.Get("http://" + ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
