@@ -216,16 +216,7 @@ func checkHostile(hc *http.Client, base string, r hostileRequest) string {
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	// What Go's HTTP server refuses before any handler runs (a malformed
-	// request line, oversized headers) it answers itself, in plain text:
-	// documented in docs/api.md. To a HEAD it sends the same answer,
-	// whose body the client does not read: a plain-text 400 that closes
-	// the connection.
-	if (resp.StatusCode == 400 && string(b) == "400 Bad Request") || resp.StatusCode == 431 {
-		return ""
-	}
-	if r.method == "HEAD" && resp.StatusCode == 400 && resp.Close && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
-		return ""
-	}
+	// request line, oversized headers) is a problem too (docs/api.md).
 	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 		return fmt.Sprintf("%s %.80s: %d with Content-Type %q: %.200s", r.method, r.path, resp.StatusCode, ct, b)
 	}

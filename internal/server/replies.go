@@ -16,16 +16,19 @@ import (
 // MaxHeaderBytes, a malformed request line or header, an unknown
 // transfer coding) itself, before any handler runs, in plain text. The
 // API answers every error as problem+json, so a port's connections
-// turn those answers into problems: the first bytes written after a
-// request was read (http.StateActive) are either a handler's response
-// or such an answer, which net/http writes in one call, shaped as
+// turn those answers into problems. The first bytes written on a new
+// connection, after its last response was flushed (http.StateIdle), or
+// after bytes of a request were read (http.StateActive, which net/http
+// skips when the request was read ahead, as a kept-alive connection's
+// next one is) are either a handler's response or such an answer,
+// which net/http writes in one call, shaped as
 //
 //	HTTP/1.1 <code> <text>\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n<text>
 //
 // A handler's response never starts so: net/http writes the Date
 // header before Content-Type, and a handler's own headers before both.
-// Only that first write of each request is looked at, so no bytes of a
-// response (a document's, say) are ever taken for such an answer.
+// Only that first write of each response is looked at, so no bytes of
+// a response (a document's, say) are ever taken for such an answer.
 // maxHeaderBytes bounds a request's line and headers together.
 const maxHeaderBytes = 1 << 20
 
@@ -37,7 +40,7 @@ const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConn
 func problemReplies(h *http.Server) func(net.Listener) net.Listener {
 	prev := h.ConnState
 	h.ConnState = func(c net.Conn, st http.ConnState) {
-		if rc, ok := c.(*replyConn); ok && st == http.StateActive {
+		if rc, ok := c.(*replyConn); ok && (st == http.StateNew || st == http.StateActive || st == http.StateIdle) {
 			rc.armed.Store(true)
 		}
 		if prev != nil {
@@ -60,7 +63,7 @@ func (l replyListener) Accept() (net.Conn, error) {
 // replyConn is a connection of the HTTP API (problemReplies).
 type replyConn struct {
 	net.Conn
-	armed atomic.Bool // a request was read; nothing written since
+	armed atomic.Bool // the next write starts a response
 }
 
 func (c *replyConn) Write(p []byte) (int, error) {

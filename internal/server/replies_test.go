@@ -82,6 +82,37 @@ func TestNetHTTPRefusalsAreProblems(t *testing.T) {
 	resp, body = read(c, br)
 	wantProblem("headers over 1 MiB", resp, body, http.StatusRequestHeaderFieldsTooLarge, problem.TypeHeadersTooLarge, "over 1 MiB")
 
+	// Pipelined: the refused request arrives with the one before it,
+	// so net/http reads no new bytes before refusing it.
+	c2 := dial()
+	defer c2.Close()
+	br2 := bufio.NewReader(c2)
+	io.WriteString(c2, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\n\r\n")
+	if resp, body := read(c2, br2); resp.StatusCode != http.StatusOK || body != lookalike {
+		t.Fatalf("pipelined, the first: %d %q", resp.StatusCode, body)
+	}
+	resp, body = read(c2, br2)
+	wantProblem("pipelined, no Host", resp, body, http.StatusBadRequest, problem.TypeMalformed, "missing required Host header")
+
+	// Go's client on a kept-alive connection: net/http reads the next
+	// request ahead, before it would report the connection active.
+	hc := &http.Client{}
+	defer hc.CloseIdleConnections()
+	for i, path := range []string{"/a", "/1?1 "} { // the second's request line ends "?1  HTTP/1.1"
+		resp, err := hc.Post("http://"+ln.Addr().String()+path, "application/json", strings.NewReader("0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if i == 0 && (resp.StatusCode != http.StatusOK || string(body) != lookalike) {
+			t.Fatalf("kept alive, the first: %d %q", resp.StatusCode, body)
+		}
+		if i == 1 {
+			wantProblem("kept alive, a malformed version", resp, string(body), http.StatusBadRequest, problem.TypeMalformed, "could not be read")
+		}
+	}
+
 	for _, tc := range []struct {
 		what, req string
 		status    int
