@@ -2,8 +2,10 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,5 +75,82 @@ func TestSnapshotPinsTheLog(t *testing.T) {
 	}
 	if !trimmed(time.Now().Add(2 * grace)) {
 		t.Fatalf("past the grace, a log of %d commits of 200 bytes still holds all after %s: the pin outlived it", after, at)
+	}
+}
+
+// TestStalledSnapshotReadersLetGo: a snapshot holds one of the node's
+// MaxSnapshots slots, a Pebble snapshot and its log's pin while it
+// streams, and a reader that stops reading holds them only until one
+// Send has waited SnapshotStall. As many readers as there are slots, each
+// taking the first chunk of a partition larger than a stream's
+// flow-control window and then nothing, take every slot (another
+// snapshot is refused meanwhile); after the stall the node streams the
+// next snapshot whole, and each stalled reader ends with an error.
+func TestStalledSnapshotReadersLetGo(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	const stall = 500 * time.Millisecond
+	a := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{SnapshotStall: stall})
+	const docs = 160
+	value := strings.Repeat("x", 64<<10) // 10 MiB in all
+	for i := range docs {
+		write(t, a, fmt.Sprint("k", i), value)
+	}
+	ra := remote(t, a.url)
+	req := node.SnapshotRequest{DB: "d", Partition: 0}
+	release, started := make(chan struct{}), make(chan struct{}, node.MaxSnapshots)
+	errs := make(chan error, node.MaxSnapshots)
+	var stalled sync.WaitGroup
+	for range node.MaxSnapshots {
+		stalled.Go(func() {
+			first := true
+			errs <- ra.Snapshot(t.Context(), req, func(*node.SnapshotChunk) error {
+				if first {
+					first = false
+					started <- struct{}{}
+					<-release
+				}
+				return nil
+			})
+		})
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		stalled.Wait()
+	}()
+	for range node.MaxSnapshots {
+		<-started
+	}
+	full := func() (int, error) {
+		rows := 0
+		err := ra.Snapshot(t.Context(), req, func(c *node.SnapshotChunk) error {
+			rows += len(c.Rows)
+			return nil
+		})
+		return rows, err
+	}
+	if _, err := full(); !errors.Is(err, node.ErrUnavailable) {
+		t.Fatalf("a snapshot while %d stalled readers hold every slot: %v, want ErrUnavailable", node.MaxSnapshots, err)
+	}
+	deadline := time.Now().Add(20 * stall)
+	for {
+		rows, err := full()
+		if err == nil && rows == docs {
+			break
+		}
+		if err == nil || !errors.Is(err, node.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("a snapshot %s after %d readers stalled: %d rows, %v; want %d", 20*stall, node.MaxSnapshots, rows, err, docs)
+		}
+		time.Sleep(stall / 10)
+	}
+	close(release)
+	released = true
+	stalled.Wait()
+	for range node.MaxSnapshots {
+		if err := <-errs; err == nil {
+			t.Fatalf("a stalled reader's snapshot ended without an error")
+		}
 	}
 }

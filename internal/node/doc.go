@@ -24,6 +24,6 @@
 // write of a key that partition does not hold. It takes nothing else on
 // trust from the wire either: documents are checked against their
 // schema, and what callers can make it keep (acknowledgements from
-// replicas that are not its slaves, log streams and long polls) is
-// bounded.
+// replicas that are not its slaves, log streams and long polls, a
+// snapshot whose reader stopped reading) is bounded.
 package node

@@ -40,11 +40,29 @@ type ServeOptions struct {
 	// it is refused (ResourceExhausted, which a reader takes as overload
 	// and tries again after its StreamRetry wait).
 	MaxLogStreams int
+	// SnapshotStall bounds how long one chunk of a snapshot may wait for
+	// its reader to take it (default DefaultSnapshotStall; negative: no
+	// bound). A snapshot holds one of the node's MaxSnapshots slots, a
+	// Pebble snapshot and its partition's log while it streams, so a
+	// reader that stops reading must not hold them for good; one past
+	// the bound ends with DeadlineExceeded.
+	SnapshotStall time.Duration
 }
+
+// DefaultSnapshotStall is ServeOptions.SnapshotStall's default: four
+// times a router's write timeout, within which the router itself cuts
+// a client that stopped reading, and so stops reading the snapshot it
+// passes on.
+const DefaultSnapshotStall = 2 * time.Minute
 
 // Register serves n's internal API on s.
 func Register(s *wire.Server, n *Node, o ServeOptions) {
-	wire.RegisterNodeServer(s.GRPC, &service{n: n, log: n.Log, max: o.version(), stopping: s.Stopping(), streams: o.streams()})
+	stall := o.SnapshotStall
+	if stall == 0 {
+		stall = DefaultSnapshotStall
+	}
+	wire.RegisterNodeServer(s.GRPC, &service{n: n, log: n.Log, max: o.version(), stopping: s.Stopping(), streams: o.streams(),
+		detach: s.Go, snapshotStall: stall})
 }
 
 // RegisterLog serves only the log API (Hello, Log, StreamLog) on s, with
@@ -103,6 +121,10 @@ type service struct {
 	max      uint32
 	stopping <-chan struct{}
 	streams  *streamGate
+	// detach runs a snapshot's sender, which may outlive its handler
+	// (wire.Server.Go); snapshotStall bounds one Send of it.
+	detach        func(func())
+	snapshotStall time.Duration
 }
 
 func (s *service) node() (*Node, error) {
@@ -283,29 +305,51 @@ func (s *service) Snapshot(w *wire.SnapshotRequest, stream wire.Node_SnapshotSer
 	if s.max < 3 {
 		return status.Error(codes.Unimplemented, "Snapshot needs protocol version 3")
 	}
+	// The snapshot streams from a goroutine of its own, and the handler
+	// watches its Sends: one that its reader has not taken within
+	// snapshotStall ends the stream. Only the handler's return ends a
+	// Send blocked on the reader (grpc-go then ends the stream), so the
+	// handler returns and the sender, detached, returns once its Send
+	// fails, releasing the slot, the Pebble snapshot and the log's pin.
 	ctx, cancel := context.WithCancel(stream.Context())
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }()
-	go func() {
-		defer close(done)
-		select {
-		case <-s.stopping:
-			cancel()
-		case <-ctx.Done():
+	defer cancel()
+	var sending atomic.Int64 // when the Send under way began (UnixNano), 0 between Sends
+	result := make(chan error, 1)
+	s.detach(func() {
+		var sendErr error
+		err := n.Snapshot(ctx, SnapshotRequest{DB: w.Db, Partition: int(w.Partition), BytesPerSecond: w.BytesPerSecond, Replicated: w.Replicated && s.max >= 7}, func(c *SnapshotChunk) error {
+			sending.Store(time.Now().UnixNano())
+			sendErr = stream.Send(snapshotChunkTo(c))
+			sending.Store(0)
+			return sendErr
+		})
+		switch {
+		case err == nil:
+		case sendErr != nil:
+			err = sendErr
+		case ctx.Err() != nil:
+			err = status.FromContextError(ctx.Err()).Err()
+		default:
+			err = toStatus(err, nil)
 		}
-	}()
-	var sendErr error
-	err = n.Snapshot(ctx, SnapshotRequest{DB: w.Db, Partition: int(w.Partition), BytesPerSecond: w.BytesPerSecond, Replicated: w.Replicated && s.max >= 7}, func(c *SnapshotChunk) error {
-		sendErr = stream.Send(snapshotChunkTo(c))
-		return sendErr
+		result <- err
 	})
-	switch {
-	case err == nil:
-		return nil
-	case sendErr != nil:
-		return sendErr
-	case ctx.Err() != nil:
-		return status.FromContextError(ctx.Err()).Err()
+	var tick <-chan time.Time
+	if s.snapshotStall > 0 {
+		t := time.NewTicker(max(s.snapshotStall/4, time.Millisecond))
+		defer t.Stop()
+		tick = t.C
 	}
-	return toStatus(err, nil)
+	for {
+		select {
+		case err := <-result:
+			return err
+		case <-s.stopping:
+			return status.Error(codes.Unavailable, "the node is shutting down")
+		case <-tick:
+			if at := sending.Load(); at != 0 && time.Since(time.Unix(0, at)) > s.snapshotStall {
+				return status.Errorf(codes.DeadlineExceeded, "the snapshot's reader took no chunk for %s", s.snapshotStall)
+			}
+		}
+	}
 }

@@ -62,6 +62,7 @@ type Server struct {
 	GRPC     *grpc.Server
 	stopping chan struct{}
 	once     sync.Once
+	detached sync.WaitGroup
 }
 
 // NewServer returns a server whose handlers have all returned when
@@ -80,6 +81,13 @@ func NewServer(extra ...grpc.ServerOption) *Server {
 
 // Stopping is closed when the server begins to shut down: streams end.
 func (s *Server) Stopping() <-chan struct{} { return s.stopping }
+
+// Go runs f for a handler that may return before f does: a stream's
+// Send that waits on a reader who reads nothing returns only once its
+// handler has returned (grpc-go ends the stream then). The listener's
+// Shutdown and Abort wait for f after the server has stopped, so that
+// nothing f reads is closed under it.
+func (s *Server) Go(f func()) { s.detached.Go(f) }
 
 // Listener serves HTTP and the internal protocol on one port: a
 // connection that opens with the HTTP/2 preface (every gRPC client;
@@ -200,6 +208,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 			l.RPC.GRPC.Stop()
 			<-done
 		}
+		l.RPC.detached.Wait()
 	}
 	if l.mux != nil {
 		l.mux.Close()
@@ -217,6 +226,7 @@ func (l *Listener) Abort() {
 	if l.RPC != nil {
 		l.RPC.once.Do(func() { close(l.RPC.stopping) })
 		l.RPC.GRPC.Stop()
+		l.RPC.detached.Wait()
 	}
 	if l.HTTP != nil {
 		l.HTTP.Close()
