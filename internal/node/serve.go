@@ -348,6 +348,7 @@ func (s *service) Snapshot(w *wire.SnapshotRequest, stream wire.Node_SnapshotSer
 			return status.Error(codes.Unavailable, "the node is shutting down")
 		case <-tick:
 			if at := sending.Load(); at != 0 && time.Since(time.Unix(0, at)) > s.snapshotStall {
+				n.log.Warn("a snapshot's reader stopped reading: the snapshot ends", "db", w.Db, "partition", w.Partition, "waited", s.snapshotStall)
 				return status.Errorf(codes.DeadlineExceeded, "the snapshot's reader took no chunk for %s", s.snapshotStall)
 			}
 		}
