@@ -4,14 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	"github.com/cortado-db/cortado/internal/node"
 	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/storage"
+	"github.com/cortado-db/cortado/internal/wire"
 )
 
 // TestSnapshotPinsTheLog: a master whose retention keeps 1 KB of log
@@ -152,5 +159,57 @@ func TestStalledSnapshotReadersLetGo(t *testing.T) {
 		if err := <-errs; err == nil {
 			t.Fatalf("a stalled reader's snapshot ended without an error")
 		}
+	}
+}
+
+// TestSlowSnapshotReadersLetGo: a reader that takes a snapshot's chunks
+// now and then, never waiting SnapshotStall for one, but slower than
+// SnapshotMinReadRate over the stream, is cut off once the stall has
+// passed (its windows kept small, as a hostile reader's would be); the
+// same reader, without the floor, takes the whole snapshot.
+func TestSlowSnapshotReadersLetGo(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	const docs = 160
+	value := strings.Repeat("x", 64<<10) // 10 MiB in all, in chunks of about 1 MiB
+	serve := func(floor int64) *storageNode {
+		n := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{SnapshotStall: time.Second, SnapshotMinReadRate: floor})
+		for i := range docs {
+			write(t, n, fmt.Sprint("k", i), value)
+		}
+		return n
+	}
+	// read takes a chunk every 400 ms (about 2.5 MiB a second).
+	read := func(n *storageNode) (rows int, took time.Duration, err error) {
+		conn, err := grpc.NewClient("passthrough:///"+strings.TrimPrefix(n.url, "http://"),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		stream, err := wire.NewNodeClient(conn).Snapshot(t.Context(), &wire.SnapshotRequest{Db: "d", Partition: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				return rows, time.Since(start), err
+			}
+			rows += len(m.Rows)
+			time.Sleep(400 * time.Millisecond)
+		}
+	}
+	rows, took, err := read(serve(8 << 20))
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "bytes a second") || rows >= docs {
+		t.Fatalf("a reader at about 2.5 MiB a second, below a floor of 8: %d rows of %d in %s, %v; want it cut off", rows, docs, took, err)
+	}
+	if rows, took, err := read(serve(-1)); err != nil || rows != docs {
+		t.Fatalf("the same reader without a floor: %d rows of %d in %s, %v; want all", rows, docs, took, err)
 	}
 }

@@ -25,5 +25,5 @@
 // trust from the wire either: documents are checked against their
 // schema, and what callers can make it keep (acknowledgements from
 // replicas that are not its slaves, log streams and long polls, a
-// snapshot whose reader stopped reading) is bounded.
+// snapshot whose reader stopped reading or reads too slowly) is bounded.
 package node

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cortado-db/cortado/internal/wire"
 )
@@ -47,22 +48,35 @@ type ServeOptions struct {
 	// reader that stops reading must not hold them for good; one past
 	// the bound ends with DeadlineExceeded.
 	SnapshotStall time.Duration
+	// SnapshotMinReadRate is the slowest a snapshot's reader may take it,
+	// in bytes a second over the whole stream after a first SnapshotStall
+	// (default DefaultSnapshotMinReadRate, and at most half the rate the
+	// node streams that snapshot at; negative: no floor). A reader that
+	// takes a little now and then, never waiting SnapshotStall for one
+	// chunk, would otherwise hold the snapshot for as long as it likes.
+	SnapshotMinReadRate int64
 }
 
 // DefaultSnapshotStall is ServeOptions.SnapshotStall's default: four
 // times a router's write timeout, within which the router itself cuts
 // a client that stopped reading, and so stops reading the snapshot it
-// passes on.
-const DefaultSnapshotStall = 2 * time.Minute
+// passes on. DefaultSnapshotMinReadRate is ServeOptions.SnapshotMinReadRate's.
+const (
+	DefaultSnapshotStall       = 2 * time.Minute
+	DefaultSnapshotMinReadRate = 64 << 10
+)
 
 // Register serves n's internal API on s.
 func Register(s *wire.Server, n *Node, o ServeOptions) {
-	stall := o.SnapshotStall
+	stall, floor := o.SnapshotStall, o.SnapshotMinReadRate
 	if stall == 0 {
 		stall = DefaultSnapshotStall
 	}
+	if floor == 0 {
+		floor = DefaultSnapshotMinReadRate
+	}
 	wire.RegisterNodeServer(s.GRPC, &service{n: n, log: n.Log, max: o.version(), stopping: s.Stopping(), streams: o.streams(),
-		detach: s.Go, snapshotStall: stall})
+		detach: s.Go, snapshotStall: stall, snapshotFloor: floor})
 }
 
 // RegisterLog serves only the log API (Hello, Log, StreamLog) on s, with
@@ -122,9 +136,11 @@ type service struct {
 	stopping <-chan struct{}
 	streams  *streamGate
 	// detach runs a snapshot's sender, which may outlive its handler
-	// (wire.Server.Go); snapshotStall bounds one Send of it.
+	// (wire.Server.Go); snapshotStall bounds one Send of it, and
+	// snapshotFloor the bytes a second its reader takes (none if < 0).
 	detach        func(func())
 	snapshotStall time.Duration
+	snapshotFloor int64
 }
 
 func (s *service) node() (*Node, error) {
@@ -313,14 +329,24 @@ func (s *service) Snapshot(w *wire.SnapshotRequest, stream wire.Node_SnapshotSer
 	// fails, releasing the slot, the Pebble snapshot and the log's pin.
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	var sending atomic.Int64 // when the Send under way began (UnixNano), 0 between Sends
+	req := SnapshotRequest{DB: w.Db, Partition: int(w.Partition), BytesPerSecond: w.BytesPerSecond, Replicated: w.Replicated && s.max >= 7}
+	floor := min(s.snapshotFloor, n.snapshotRate(req)/2)
+	var (
+		sending atomic.Int64 // when the Send under way began (UnixNano), 0 between Sends
+		started atomic.Int64 // when the first Send began (UnixNano)
+		sent    atomic.Int64 // bytes the Sends took
+	)
 	result := make(chan error, 1)
 	s.detach(func() {
 		var sendErr error
-		err := n.Snapshot(ctx, SnapshotRequest{DB: w.Db, Partition: int(w.Partition), BytesPerSecond: w.BytesPerSecond, Replicated: w.Replicated && s.max >= 7}, func(c *SnapshotChunk) error {
-			sending.Store(time.Now().UnixNano())
-			sendErr = stream.Send(snapshotChunkTo(c))
+		err := n.Snapshot(ctx, req, func(c *SnapshotChunk) error {
+			m := snapshotChunkTo(c)
+			now := time.Now().UnixNano()
+			started.CompareAndSwap(0, now)
+			sending.Store(now)
+			sendErr = stream.Send(m)
 			sending.Store(0)
+			sent.Add(int64(proto.Size(m)))
 			return sendErr
 		})
 		switch {
@@ -350,6 +376,13 @@ func (s *service) Snapshot(w *wire.SnapshotRequest, stream wire.Node_SnapshotSer
 			if at := sending.Load(); at != 0 && time.Since(time.Unix(0, at)) > s.snapshotStall {
 				n.log.Warn("a snapshot's reader stopped reading: the snapshot ends", "db", w.Db, "partition", w.Partition, "waited", s.snapshotStall)
 				return status.Errorf(codes.DeadlineExceeded, "the snapshot's reader took no chunk for %s", s.snapshotStall)
+			}
+			if at := started.Load(); at != 0 && floor > 0 {
+				late := time.Since(time.Unix(0, at)) - s.snapshotStall
+				if took := sent.Load(); late > 0 && float64(took) < float64(floor)*late.Seconds() {
+					n.log.Warn("a snapshot's reader reads too slowly: the snapshot ends", "db", w.Db, "partition", w.Partition, "bytes", took, "floor", floor)
+					return status.Errorf(codes.DeadlineExceeded, "the snapshot's reader took %d bytes in %s, below %d bytes a second", took, late+s.snapshotStall, floor)
+				}
 			}
 		}
 	}

@@ -62,6 +62,17 @@ const (
 // snapshotChunkBytes bounds one chunk (far below wire.MaxMessageBytes).
 const snapshotChunkBytes = 1 << 20
 
+// snapshotRate is how fast a snapshot streams, in bytes a second: the
+// node's rate, or the asker's if slower, but never below minSnapshotRate
+// (or the node's rate, if that is lower).
+func (n *Node) snapshotRate(req SnapshotRequest) int64 {
+	rate := n.opts.SnapshotBytesPerSecond
+	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
+		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
+	}
+	return rate
+}
+
 // Snapshot streams a consistent snapshot of a partition to fn, throttled.
 func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*SnapshotChunk) error) error {
 	p, err := n.partition(req.DB, req.Partition)
@@ -103,10 +114,7 @@ func (n *Node) Snapshot(ctx context.Context, req SnapshotRequest, fn func(*Snaps
 	default:
 		return fmt.Errorf("partition %s/%d: %d snapshots already streaming: %w", req.DB, req.Partition, cap(n.snapshots), ErrUnavailable)
 	}
-	rate := n.opts.SnapshotBytesPerSecond
-	if req.BytesPerSecond > 0 && req.BytesPerSecond < rate {
-		rate = max(req.BytesPerSecond, min(rate, minSnapshotRate))
-	}
+	rate := n.snapshotRate(req)
 	// Taken before the snapshot, so the snapshot holds what it names.
 	acked := n.acknowledged(p, req.DB, req.Partition)
 	// The asker reads the log on from the snapshot's SCN: it stays in
