@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -211,5 +212,69 @@ func TestSlowSnapshotReadersLetGo(t *testing.T) {
 	}
 	if rows, took, err := read(serve(-1)); err != nil || rows != docs {
 		t.Fatalf("the same reader without a floor: %d rows of %d in %s, %v; want all", rows, docs, took, err)
+	}
+}
+
+// TestStalledLogStreamsAreBoundedInBytes: log streams whose readers read
+// nothing (their windows kept small, as a hostile reader's would be) hold
+// the answers they were sent in the node's memory; the node bounds their
+// bytes (LogStreamBytes). Twenty such streams of a partition with 40 MiB
+// of log held some 50 MiB each before (1 GiB in all); now their growth of
+// the heap stays within three times the bound and a little more, and a
+// reader that reads still gets every commit meanwhile, in smaller
+// answers.
+func TestStalledLogStreamsAreBoundedInBytes(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	const bound = 32 << 20
+	n := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{LogStreamBytes: bound})
+	const docs = 640
+	value := strings.Repeat("x", 64<<10)
+	for i := range docs {
+		write(t, n, fmt.Sprint("k", i), value)
+	}
+	heap := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapInuse)
+	}
+	before := heap()
+	conn, err := grpc.NewClient("passthrough:///"+strings.TrimPrefix(n.url, "http://"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const stalled = 20
+	for range stalled {
+		if _, err := wire.NewNodeClient(conn).StreamLog(ctx, &wire.LogRequest{Db: "d", Partition: 0, Max: node.MaxLogBatch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A reader that reads takes every commit, while the stalled ones hold
+	// what they were sent.
+	rctx, rcancel := context.WithCancel(t.Context())
+	defer rcancel()
+	got := 0
+	err = remote(t, n.url).StreamLog(rctx, node.LogRequest{DB: "d", Partition: 0, Max: node.MaxLogBatch}, func(res *node.LogResult) error {
+		if got += len(res.Commits); got >= docs {
+			rcancel()
+		}
+		return nil
+	})
+	if got != docs {
+		t.Fatalf("a reader beside %d stalled streams: %d commits of %d, %v", stalled, got, docs, err)
+	}
+	// The bound counts commits' bytes; an answer blocked in its Send is
+	// held twice (its commits and their encoding), the one before it
+	// once (encoded).
+	if grew := heap() - before; grew > 3*bound+64<<20 {
+		t.Fatalf("%d stalled log streams grew the heap by %d MiB, over three times the bound of %d MiB and 64 more", stalled, grew>>20, bound>>20)
+	} else {
+		t.Logf("%d stalled log streams grew the heap by %d MiB (bound %d MiB)", stalled, grew>>20, bound>>20)
 	}
 }

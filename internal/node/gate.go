@@ -68,9 +68,24 @@ func (g *byteGate) acquire(ctx context.Context, n int64) (int64, error) {
 	return 0, ctx.Err()
 }
 
-// release gives back what acquire took.
+// share takes up to want bytes without waiting: what is free, but at
+// least floor, beyond the bound if it must be (a log stream always moves
+// on, if in small answers). Without a bound it grants want. Give it back
+// with release.
+func (g *byteGate) share(want, floor int64) int64 {
+	if g.max <= 0 || want <= 0 {
+		return max(want, 0)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := min(want, max(g.free, floor))
+	g.free -= n
+	return n
+}
+
+// release gives back what acquire or share took.
 func (g *byteGate) release(n int64) {
-	if n == 0 {
+	if n == 0 || g.max <= 0 {
 		return
 	}
 	g.mu.Lock()

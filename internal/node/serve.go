@@ -55,7 +55,25 @@ type ServeOptions struct {
 	// takes a little now and then, never waiting SnapshotStall for one
 	// chunk, would otherwise hold the snapshot for as long as it likes.
 	SnapshotMinReadRate int64
+	// LogStreamBytes bounds the bytes of commits the process's log
+	// streams hold at once in answers not yet written to their readers
+	// (default DefaultLogStreamBytes; negative: no bound). An answer
+	// waits in memory until its reader takes it, and each stream holds
+	// two (one handed to gRPC, encoded; the next one built, and encoded,
+	// its Send waiting): up to MaxLogBytes each, so readers that stop
+	// reading made the process hold some 50 MiB a stream. The memory
+	// held is up to three times the bound. Past the bound a stream's
+	// answers shrink, to logAnswerFloor bytes (and at least one commit).
+	LogStreamBytes int64
 }
+
+// DefaultLogStreamBytes is ServeOptions.LogStreamBytes's default;
+// logAnswerFloor the least a log stream's answer may carry when the
+// bound is spent.
+const (
+	DefaultLogStreamBytes = 128 << 20
+	logAnswerFloor        = 16 << 10
+)
 
 // DefaultSnapshotStall is ServeOptions.SnapshotStall's default: four
 // times a router's write timeout, within which the router itself cuts
@@ -76,13 +94,20 @@ func Register(s *wire.Server, n *Node, o ServeOptions) {
 		floor = DefaultSnapshotMinReadRate
 	}
 	wire.RegisterNodeServer(s.GRPC, &service{n: n, log: n.Log, max: o.version(), stopping: s.Stopping(), streams: o.streams(),
-		detach: s.Go, snapshotStall: stall, snapshotFloor: floor})
+		logBytes: o.logBytes(), detach: s.Go, snapshotStall: stall, snapshotFloor: floor})
 }
 
 // RegisterLog serves only the log API (Hello, Log, StreamLog) on s, with
 // log: what a relay serves.
 func RegisterLog(s *wire.Server, log LogFunc, o ServeOptions) {
-	wire.RegisterNodeServer(s.GRPC, &service{log: log, max: o.version(), stopping: s.Stopping(), streams: o.streams()})
+	wire.RegisterNodeServer(s.GRPC, &service{log: log, max: o.version(), stopping: s.Stopping(), streams: o.streams(), logBytes: o.logBytes()})
+}
+
+func (o ServeOptions) logBytes() *byteGate {
+	if o.LogStreamBytes == 0 {
+		o.LogStreamBytes = DefaultLogStreamBytes
+	}
+	return newByteGate(o.LogStreamBytes)
 }
 
 func (o ServeOptions) streams() *streamGate {
@@ -135,6 +160,7 @@ type service struct {
 	max      uint32
 	stopping <-chan struct{}
 	streams  *streamGate
+	logBytes *byteGate // the bytes of log streams' answers not yet written
 	// detach runs a snapshot's sender, which may outlive its handler
 	// (wire.Server.Go); snapshotStall bounds one Send of it, and
 	// snapshotFloor the bytes a second its reader takes (none if < 0).
@@ -262,9 +288,36 @@ func (s *service) StreamLog(w *wire.LogRequest, stream wire.Node_StreamLogServer
 		case <-ctx.Done():
 		}
 	}()
+	// Each answer is built within what the process's bound (logBytes)
+	// grants it, and holds its grant until the Send after it returns:
+	// grpc-go lets a Send return once what came before it on the stream
+	// was written but for 64 KiB (its write quota), so by then this
+	// answer has left the process.
+	var sent, sending int64 // grants: the answer handed to gRPC, and the one being built and sent
+	defer func() { s.logBytes.release(sent + sending) }()
+	budgeted := func(ctx context.Context, req LogRequest) (*LogResult, error) {
+		sending = s.logBytes.share(int64(req.ByteLimit()), logAnswerFloor)
+		req.MaxBytes = int(sending)
+		res, err := s.log(ctx, req)
+		size := int64(0)
+		if res != nil {
+			for i := range res.Commits {
+				size += int64(res.Commits[i].Size())
+			}
+		}
+		if size > sending { // an answer holds at least one commit, whatever its size
+			sending += s.logBytes.share(size-sending, size-sending)
+		} else {
+			s.logBytes.release(sending - size)
+			sending = size
+		}
+		return res, err
+	}
 	var sendErr error
-	err := pollLog(ctx, s.log, logFrom(w), func(res *LogResult) error {
+	err := pollLog(ctx, LogFunc(budgeted), logFrom(w), func(res *LogResult) error {
 		sendErr = stream.Send(logResultTo(res))
+		s.logBytes.release(sent)
+		sent, sending = sending, 0
 		return sendErr
 	})
 	switch {
