@@ -26,5 +26,5 @@
 // schema, and what callers can make it keep (acknowledgements from
 // replicas that are not its slaves, log streams and long polls, a
 // snapshot whose reader stopped reading or reads too slowly, the bytes
-// of log answers waiting for their readers) is bounded.
+// of log streams' answers waiting for their readers) is bounded.
 package node
