@@ -181,14 +181,7 @@ func TestSlowSnapshotReadersLetGo(t *testing.T) {
 	}
 	// read takes a chunk every 400 ms (about 2.5 MiB a second).
 	read := func(n *storageNode) (rows int, took time.Duration, err error) {
-		conn, err := grpc.NewClient("passthrough:///"+strings.TrimPrefix(n.url, "http://"),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dialSmallWindows(t, n.url)
 		stream, err := wire.NewNodeClient(conn).Snapshot(t.Context(), &wire.SnapshotRequest{Db: "d", Partition: 0})
 		if err != nil {
 			t.Fatal(err)
@@ -239,14 +232,7 @@ func TestStalledLogStreamsAreBoundedInBytes(t *testing.T) {
 		return int64(m.HeapInuse)
 	}
 	before := heap()
-	conn, err := grpc.NewClient("passthrough:///"+strings.TrimPrefix(n.url, "http://"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialSmallWindows(t, n.url)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	const stalled = 20
@@ -260,7 +246,7 @@ func TestStalledLogStreamsAreBoundedInBytes(t *testing.T) {
 	rctx, rcancel := context.WithCancel(t.Context())
 	defer rcancel()
 	got := 0
-	err = remote(t, n.url).StreamLog(rctx, node.LogRequest{DB: "d", Partition: 0, Max: node.MaxLogBatch}, func(res *node.LogResult) error {
+	err := remote(t, n.url).StreamLog(rctx, node.LogRequest{DB: "d", Partition: 0, Max: node.MaxLogBatch}, func(res *node.LogResult) error {
 		if got += len(res.Commits); got >= docs {
 			rcancel()
 		}
@@ -277,4 +263,20 @@ func TestStalledLogStreamsAreBoundedInBytes(t *testing.T) {
 	} else {
 		t.Logf("%d stalled log streams grew the heap by %d MiB (bound %d MiB)", stalled, grew>>20, bound>>20)
 	}
+}
+
+// dialSmallWindows connects to a node's internal API with the smallest
+// flow-control windows HTTP/2 allows (64 KiB), as a reader that means to
+// hold a node's answers would: little of what it does not read leaves
+// the node. Closed when the test ends.
+func dialSmallWindows(t *testing.T, url string) *grpc.ClientConn {
+	conn, err := grpc.NewClient("passthrough:///"+strings.TrimPrefix(url, "http://"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
