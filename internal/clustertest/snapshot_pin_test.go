@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,8 +93,9 @@ func TestSnapshotPinsTheLog(t *testing.T) {
 // Send has waited SnapshotStall. As many readers as there are slots, each
 // taking the first chunk of a partition larger than a stream's
 // flow-control window and then nothing, take every slot (another
-// snapshot is refused meanwhile); after the stall the node streams the
-// next snapshot whole, and each stalled reader ends with an error.
+// snapshot is refused meanwhile); after the stall every slot is free
+// again (as many snapshots at once are served whole), and each stalled
+// reader ends with an error.
 func TestStalledSnapshotReadersLetGo(t *testing.T) {
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
 	const stall = 500 * time.Millisecond
@@ -142,14 +144,36 @@ func TestStalledSnapshotReadersLetGo(t *testing.T) {
 	if _, err := full(); !errors.Is(err, node.ErrUnavailable) {
 		t.Fatalf("a snapshot while %d stalled readers hold every slot: %v, want ErrUnavailable", node.MaxSnapshots, err)
 	}
-	deadline := time.Now().Add(20 * stall)
+	// Every slot comes free: as many snapshots as there are slots, at
+	// once, are each served whole (a slot frees only when its stalled
+	// stream ends, and these readers read nothing more, so each ended
+	// cut off).
+	deadline := time.Now().Add(40 * stall)
 	for {
-		rows, err := full()
-		if err == nil && rows == docs {
+		var round sync.WaitGroup
+		var served atomic.Int64
+		var last atomic.Value
+		for range node.MaxSnapshots {
+			round.Go(func() {
+				rows, err := full()
+				if err == nil && rows == docs {
+					served.Add(1)
+					return
+				}
+				if err == nil || !errors.Is(err, node.ErrUnavailable) {
+					last.Store(fmt.Sprintf("%d rows, %v; want %d", rows, err, docs))
+				}
+			})
+		}
+		round.Wait()
+		if v := last.Load(); v != nil {
+			t.Fatalf("a snapshot after %d readers stalled: %s", node.MaxSnapshots, v)
+		}
+		if served.Load() == node.MaxSnapshots {
 			break
 		}
-		if err == nil || !errors.Is(err, node.ErrUnavailable) || time.Now().After(deadline) {
-			t.Fatalf("a snapshot %s after %d readers stalled: %d rows, %v; want %d", 20*stall, node.MaxSnapshots, rows, err, docs)
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after %d readers stalled, %d of %d snapshots at once were served", 40*stall, node.MaxSnapshots, served.Load(), node.MaxSnapshots)
 		}
 		time.Sleep(stall / 10)
 	}
