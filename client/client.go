@@ -69,6 +69,10 @@ type Database struct {
 	Boundaries  []any  `json:"boundaries,omitempty"`
 	Replicas    int    `json:"replicas,omitempty"`
 	Replication string `json:"replication,omitempty"`
+	// MinInSync is how many replicas, the master included, must durably
+	// hold a semi-sync write before it is acknowledged (default 2 with
+	// 2 replicas or more).
+	MinInSync int `json:"minInSync,omitempty"`
 	// Retention bounds the commit logs (docs/change-stream.md).
 	Retention *Retention `json:"retention,omitempty"`
 }
@@ -313,6 +317,9 @@ type Transport interface {
 	RegisterSchema(ctx context.Context, db, table string, body []byte) (int, error)
 	TableInfo(ctx context.Context, db, table string) ([]byte, error)
 	DatabaseInfo(ctx context.Context, db string) ([]byte, error)
+	// Databases is a page of the databases after the one named after,
+	// at most limit (0: the router's default).
+	Databases(ctx context.Context, after string, limit int) ([]byte, error)
 	SetCompatibility(ctx context.Context, db, table string, body []byte) error
 	SchemaVersion(ctx context.Context, db, table string, version int) ([]byte, error)
 	Get(ctx context.Context, db, table string, key []string, o *ReadOptions, avro bool) (*Document, error)
@@ -377,6 +384,43 @@ func (c *Client) RegisterSchema(ctx context.Context, db, table string, s TableSc
 		return 0, err
 	}
 	return c.t.RegisterSchema(ctx, db, table, body)
+}
+
+// DatabaseInfo describes a database: its definition and, from
+// Database, its tables.
+type DatabaseInfo struct {
+	Name string `json:"name"`
+	Database
+	Tables []TableInfo `json:"tables,omitempty"`
+}
+
+// DatabaseList is a page of databases, in name order (Databases); Next,
+// when set, is the after of the next page.
+type DatabaseList struct {
+	Databases []DatabaseInfo `json:"databases"`
+	Next      string         `json:"next,omitempty"`
+}
+
+// Database describes a database and its tables.
+func (c *Client) Database(ctx context.Context, name string) (*DatabaseInfo, error) {
+	b, err := c.t.DatabaseInfo(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	var d DatabaseInfo
+	return &d, json.Unmarshal(b, &d)
+}
+
+// Databases lists the databases whose names follow after (all, from
+// ""), in name order, at most limit of them (0: the router's default,
+// 1,000; at most 10,000), without their tables.
+func (c *Client) Databases(ctx context.Context, after string, limit int) (*DatabaseList, error) {
+	b, err := c.t.Databases(ctx, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	var l DatabaseList
+	return &l, json.Unmarshal(b, &l)
 }
 
 // Table describes a table.

@@ -232,6 +232,21 @@ func (t *httpTransport) TableInfo(ctx context.Context, db, table string) ([]byte
 	return r.body, nil
 }
 
+func (t *httpTransport) Databases(ctx context.Context, after string, limit int) ([]byte, error) {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	r, err := t.do(ctx, http.MethodGet, "/_schemata", q, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.body, nil
+}
+
 func (t *httpTransport) DatabaseInfo(ctx context.Context, db string) ([]byte, error) {
 	r, err := t.do(ctx, http.MethodGet, "/_schemata/"+url.PathEscape(db), nil, nil, nil)
 	if err != nil {

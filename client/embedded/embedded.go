@@ -179,6 +179,10 @@ func (e *embedded) DatabaseInfo(_ context.Context, db string) ([]byte, error) {
 	return b, problemErr(err)
 }
 
+func (e *embedded) Databases(_ context.Context, after string, limit int) ([]byte, error) {
+	return e.r.Databases(after, limit), nil
+}
+
 func (e *embedded) SetCompatibility(ctx context.Context, db, table string, body []byte) error {
 	_, err := e.r.SetCompatibility(ctx, db, table, body)
 	return problemErr(err)

@@ -276,14 +276,33 @@ func runQuery(args []string) error {
 
 func runSchema(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: cortado schema create-db DB [--partitions N] | register DB/TABLE -d DEF | show DB[/TABLE[/VERSION]]")
+		return fmt.Errorf("usage: cortado schema create-db DB [--partitions N] [--replicas N] [--replication semi-sync|async] [--min-in-sync N] | register DB/TABLE -d DEF | show DB[/TABLE[/VERSION]] | list [--after DB] [--limit N]")
 	}
 	fs := flag.NewFlagSet("schema "+args[0], flag.ExitOnError)
 	c := commonFlags(fs)
 	partitions := fs.Int("partitions", 0, "create-db: number of partitions (default 64)")
 	replicas := fs.Int("replicas", 0, "create-db: replicas per partition")
+	replication := fs.String("replication", "", "create-db: semi-sync (default) or async")
+	minInSync := fs.Int("min-in-sync", 0, "create-db: replicas, the master included, that must durably hold a semi-sync write before it is acknowledged (default 2 with 2 replicas or more)")
+	after := fs.String("after", "", "list: the databases after this name")
+	limit := fs.Int("limit", 0, "list: at most this many (default 1,000)")
 	data := fs.String("d", "", "register: table definition {\"key\":[…],\"schema\":{…}}: JSON, @file or - (stdin)")
 	parseArgs(fs, args[1:])
+	if args[0] == "list" {
+		if fs.NArg() != 0 {
+			return fmt.Errorf("schema list takes no argument")
+		}
+		cl, ctx, cancel := c.client()
+		defer cancel()
+		l, err := cl.Databases(ctx, *after, *limit)
+		if err != nil {
+			return err
+		}
+		if l.Next != "" {
+			fmt.Fprintln(os.Stderr, "more: --after", l.Next)
+		}
+		return printJSON(l)
+	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("schema %s takes one path argument", args[0])
 	}
@@ -292,7 +311,8 @@ func runSchema(args []string) error {
 	defer cancel()
 	switch args[0] {
 	case "create-db":
-		if err := cl.CreateDatabase(ctx, parts[0], client.Database{Partitions: *partitions, Replicas: *replicas}); err != nil {
+		def := client.Database{Partitions: *partitions, Replicas: *replicas, Replication: *replication, MinInSync: *minInSync}
+		if err := cl.CreateDatabase(ctx, parts[0], def); err != nil {
 			return err
 		}
 		return printJSON(map[string]string{"database": parts[0]})
@@ -315,6 +335,12 @@ func runSchema(args []string) error {
 		return printJSON(map[string]int{"version": v})
 	case "show":
 		switch len(parts) {
+		case 1:
+			d, err := cl.Database(ctx, parts[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(d)
 		case 2:
 			t, err := cl.Table(ctx, parts[0], parts[1])
 			if err != nil {
@@ -332,7 +358,7 @@ func runSchema(args []string) error {
 			}
 			return printRaw(s)
 		}
-		return fmt.Errorf("show takes DB/TABLE or DB/TABLE/VERSION")
+		return fmt.Errorf("show takes DB, DB/TABLE or DB/TABLE/VERSION")
 	}
 	return fmt.Errorf("unknown schema command %q", args[0])
 }

@@ -122,7 +122,8 @@ func nextHostile(rng *rand.Rand) hostileRequest {
 	case 1:
 		r.path = "/" + pick(rng, hostileDBs) + "/_txn/" + pick(rng, hostileKeys)
 	case 2:
-		r.path = pick(rng, []string{"/", "//", "/demo//Profile/1", "/demo/./Profile/1", "/demo/Profile/../Message/a/1", "/sentinel/T/1/", "/sentinel/T/%2E%2E/", "/demo/Message/alice/", "/healthz", "/metrics", "/_cluster", "/_admin", "/demo", "/_cluster/check?db=nosuch", "/_cluster/check?database=demo&db=a&db=b"})
+		r.path = pick(rng, []string{"/", "//", "/demo//Profile/1", "/demo/./Profile/1", "/demo/Profile/../Message/a/1", "/sentinel/T/1/", "/sentinel/T/%2E%2E/", "/demo/Message/alice/", "/healthz", "/metrics", "/_cluster", "/_admin", "/demo", "/_cluster/check?db=nosuch", "/_cluster/check?database=demo&db=a&db=b",
+			"/_schemata", "/_schemata?limit=1&after=d", "/_schemata?limit=0", "/_schemata?limit=10001", "/_schemata?after=%FF%FE", "/_schemata?after=a&after=b", "/_schemata?next=x"})
 	case 3:
 		r.path = "/" + pick(rng, hostileDBs) + "/_changes" + pick(rng, hostileChangeQueries)
 		r.header.Set("Accept", pick(rng, []string{"text/event-stream", "application/x-ndjson", "*/*"}))

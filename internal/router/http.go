@@ -111,6 +111,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	if raw[0] == "_schemata" {
+		if len(raw) == 1 {
+			r.serveDatabases(w, req)
+			return
+		}
 		if err := Params(req, "a schema request"); err != nil {
 			r.fail(w, err)
 			return
@@ -355,6 +359,33 @@ func (r *Router) serveTxn(w http.ResponseWriter, req *http.Request, raw []string
 	}
 	w.Header().Set(HeaderSCN, res.SCN.String())
 	writeJSON(w, http.StatusOK, res.Body)
+}
+
+// serveDatabases answers GET /_schemata: a page of the databases, in
+// name order, after the one named by after.
+func (r *Router) serveDatabases(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		methodNotAllowed(w, "GET, HEAD")
+		return
+	}
+	q, bad := parseQuery(req)
+	if bad == nil {
+		bad = checkParams(q, "a list of databases", "after", "limit")
+	}
+	if bad != nil {
+		r.fail(w, bad)
+		return
+	}
+	limit := DefaultDatabasesPage
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxDatabasesPage {
+			r.fail(w, malformed("Bad query parameter", fmt.Sprintf("limit must be a whole number from 1 to %d, not %q", MaxDatabasesPage, s)))
+			return
+		}
+		limit = n
+	}
+	writeJSON(w, http.StatusOK, r.Databases(q.Get("after"), limit))
 }
 
 func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []string) {

@@ -5,11 +5,38 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/registry"
 	"github.com/cortado-db/cortado/internal/schema"
 )
+
+// A page of databases (GET /_schemata) holds DefaultDatabasesPage unless
+// its limit asks for fewer or more, and at most MaxDatabasesPage.
+const (
+	DefaultDatabasesPage = 1000
+	MaxDatabasesPage     = 10000
+)
+
+// Databases is a page of the databases' definitions (without their
+// tables: DatabaseInfo has them), in name order, from the first named
+// after after, at most limit; its next names the last one when more
+// follow.
+func (r *Router) Databases(after string, limit int) []byte {
+	limit = min(max(limit, 1), MaxDatabasesPage)
+	all := r.reg.Databases()
+	i := sort.Search(len(all), func(i int) bool { return all[i].Name > after })
+	out := struct {
+		Databases []*schema.Database `json:"databases"`
+		Next      string             `json:"next,omitempty"`
+	}{Databases: all[i:min(len(all), i+limit)]}
+	if i+limit < len(all) {
+		out.Next = out.Databases[len(out.Databases)-1].Name
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
 
 // CreateDatabase creates database name from a JSON definition
 // ({"partitions":64,"replicas":1,"replication":"semi-sync"}; all optional).
