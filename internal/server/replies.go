@@ -12,7 +12,11 @@ import (
 	"github.com/cortado-db/cortado/internal/problem"
 )
 
-// Go's HTTP server answers a request it cannot read (headers over
+// maxHeaderBytes bounds a request's line and headers together.
+const maxHeaderBytes = 1 << 20
+
+// netHTTPErrorHeaders follow the status line of an answer Go's HTTP
+// server makes itself. It answers a request it cannot read (headers over
 // MaxHeaderBytes, a malformed request line or header, an unknown
 // transfer coding) itself, before any handler runs, in plain text. The
 // API answers every error as problem+json, so a port's connections
@@ -29,9 +33,6 @@ import (
 // header before Content-Type, and a handler's own headers before both.
 // Only that first write of each response is looked at, so no bytes of
 // a response (a document's, say) are ever taken for such an answer.
-// maxHeaderBytes bounds a request's line and headers together.
-const maxHeaderBytes = 1 << 20
-
 const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
 // problemReplies returns a listener wrapper for h's connections that

@@ -6,7 +6,8 @@
 // port. It owns their start order and shuts them down in reverse: roles
 // leave the cluster, listeners drain their handlers, then engines close.
 // It puts admission control in front of the document API and each storage
-// node's internal API. `cortado serve` (every role) and the embedded
+// node's internal API, and its HTTP ports answer even the requests Go's
+// HTTP server refuses before any handler runs as problems (replies.go). `cortado serve` (every role) and the embedded
 // client use Open; `cortado storage`, `cortado router` and
 // `cortado controller` use OpenStorage, OpenRouter and OpenController,
 // against an external etcd.
