@@ -90,3 +90,33 @@ func TestOpenTwiceFails(t *testing.T) {
 		t.Fatal("a second open of a directory in use has not returned in 20 s")
 	}
 }
+
+// TestDatabasesInProcess: an embedded client lists and describes the
+// databases as an HTTP one does (the router's answers, in-process).
+func TestDatabasesInProcess(t *testing.T) {
+	ctx := context.Background()
+	c, err := Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, name := range []string{"e", "d"} {
+		if err := c.CreateDatabase(ctx, name, client.Database{Partitions: 1, Replication: "async"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.RegisterSchema(ctx, "d", "T", client.TableSchema{Key: []client.KeyPart{{Name: "k"}},
+		Schema: []byte(`{"type":"record","name":"T","fields":[{"name":"v","type":"long"}]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Databases(ctx, "", 1)
+	if err != nil || len(l.Databases) != 1 || l.Databases[0].Name != "d" || l.Databases[0].Replication != "async" || l.Next != "d" {
+		t.Fatalf("the first database: %+v, %v", l, err)
+	}
+	if l, err = c.Databases(ctx, l.Next, 1); err != nil || len(l.Databases) != 1 || l.Databases[0].Name != "e" || l.Next != "" {
+		t.Fatalf("the databases after d: %+v, %v", l, err)
+	}
+	if d, err := c.Database(ctx, "d"); err != nil || len(d.Tables) != 1 || d.Tables[0].Name != "T" {
+		t.Fatalf("database d: %+v, %v", d, err)
+	}
+}
