@@ -116,6 +116,9 @@ func TestDatabasesInProcess(t *testing.T) {
 	if l, err = c.Databases(ctx, l.Next, 1); err != nil || len(l.Databases) != 1 || l.Databases[0].Name != "e" || l.Next != "" {
 		t.Fatalf("the databases after d: %+v, %v", l, err)
 	}
+	if l, err = c.Databases(ctx, "", 0); err != nil || len(l.Databases) != 2 || l.Next != "" {
+		t.Fatalf("the databases, a page of the default size: %+v, %v; want both", l, err)
+	}
 	if d, err := c.Database(ctx, "d"); err != nil || len(d.Tables) != 1 || d.Tables[0].Name != "T" {
 		t.Fatalf("database d: %+v, %v", d, err)
 	}

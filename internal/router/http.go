@@ -376,7 +376,7 @@ func (r *Router) serveDatabases(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, bad)
 		return
 	}
-	limit := DefaultDatabasesPage
+	limit := 0 // Databases' default
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxDatabasesPage {

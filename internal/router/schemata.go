@@ -21,10 +21,13 @@ const (
 
 // Databases is a page of the databases' definitions (without their
 // tables: DatabaseInfo has them), in name order, from the first named
-// after after, at most limit; its next names the last one when more
-// follow.
+// after after, at most limit (DefaultDatabasesPage if 0 or less); its
+// next names the last one when more follow.
 func (r *Router) Databases(after string, limit int) []byte {
-	limit = min(max(limit, 1), MaxDatabasesPage)
+	if limit <= 0 {
+		limit = DefaultDatabasesPage
+	}
+	limit = min(limit, MaxDatabasesPage)
 	all := r.reg.Databases()
 	i := sort.Search(len(all), func(i int) bool { return all[i].Name > after })
 	out := struct {

@@ -7,10 +7,10 @@
 // leave the cluster, listeners drain their handlers, then engines close.
 // It puts admission control in front of the document API and each storage
 // node's internal API, and its HTTP ports answer even the requests Go's
-// HTTP server refuses before any handler runs as problems (replies.go). `cortado serve` (every role) and the embedded
-// client use Open; `cortado storage`, `cortado router` and
-// `cortado controller` use OpenStorage, OpenRouter and OpenController,
-// against an external etcd.
+// HTTP server refuses before any handler runs as problems (replies.go).
+// `cortado serve` (every role) and the embedded client use Open;
+// `cortado storage`, `cortado router` and `cortado controller` use
+// OpenStorage, OpenRouter and OpenController, against an external etcd.
 package server
 
 import (
