@@ -89,7 +89,7 @@ func TestSnapshotPinsTheLog(t *testing.T) {
 // TestStalledSnapshotReadersLetGo: a snapshot holds one of the node's
 // MaxSnapshots slots, a Pebble snapshot and its log's pin while it
 // streams, and a reader that stops reading holds them only until one
-// Send has waited SnapshotStall. As many readers as there are slots, each
+// Send has waited StreamStall. As many readers as there are slots, each
 // taking the first chunk of a partition larger than a stream's
 // flow-control window and then nothing, take every slot (another
 // snapshot is refused meanwhile); after the stall every slot is free
@@ -98,7 +98,7 @@ func TestSnapshotPinsTheLog(t *testing.T) {
 func TestStalledSnapshotReadersLetGo(t *testing.T) {
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
 	const stall = 500 * time.Millisecond
-	a := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{SnapshotStall: stall})
+	a := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{StreamStall: stall})
 	const docs = 160
 	value := strings.Repeat("x", 64<<10) // 10 MiB in all
 	for i := range docs {
@@ -187,7 +187,7 @@ func TestStalledSnapshotReadersLetGo(t *testing.T) {
 }
 
 // TestSlowSnapshotReadersLetGo: a reader that takes a snapshot's chunks
-// now and then, never waiting SnapshotStall for one, but slower than
+// now and then, never waiting StreamStall for one, but slower than
 // SnapshotMinReadRate over the stream, is cut off for its rate once the
 // stall has passed (its windows kept small, as a hostile reader's would
 // be), before it has the whole snapshot.
@@ -195,7 +195,7 @@ func TestSlowSnapshotReadersLetGo(t *testing.T) {
 	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
 	const docs = 160
 	value := strings.Repeat("x", 64<<10) // 10 MiB in all, in chunks of about 1 MiB
-	n := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{SnapshotStall: time.Second, SnapshotMinReadRate: 8 << 20})
+	n := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{StreamStall: time.Second, SnapshotMinReadRate: 8 << 20})
 	for i := range docs {
 		write(t, n, fmt.Sprint("k", i), value)
 	}
@@ -298,4 +298,87 @@ func dialSmallWindows(t *testing.T, url string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// TestStalledLogStreamsLetGo: a log stream holds one of the process's
+// MaxLogStreams and its answers' share of LogStreamBytes, and a reader
+// that stops reading holds them only until one answer has waited
+// StreamStall for it. As many readers as the bound allows, each taking
+// nothing of a log larger than its flow-control windows, take every
+// stream (another is refused meanwhile); after the stall a reader gets
+// the whole log again, and each stalled stream ends with
+// DeadlineExceeded.
+func TestStalledLogStreamsLetGo(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1})
+	const stall, streams = 500 * time.Millisecond, 4
+	n := newStorageNodeServing(t, reg, node.Options{AllMaster: true}, node.ServeOptions{StreamStall: stall, MaxLogStreams: streams})
+	const docs = 160
+	value := strings.Repeat("x", 64<<10) // 10 MiB of log
+	for i := range docs {
+		write(t, n, fmt.Sprint("k", i), value)
+	}
+	req := &wire.LogRequest{Db: "d", Partition: 0, Max: node.MaxLogBatch}
+	conn := dialSmallWindows(t, n.url)
+	var stalled []wire.Node_StreamLogClient
+	for range streams {
+		s, err := wire.NewNodeClient(conn).StreamLog(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Headers are not flow-controlled: they come with the first
+		// answer, so the node serves the stream.
+		if _, err := s.Header(); err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, s)
+	}
+	// read reads the log through a stream of its own: nil once it has
+	// every commit, or the stream's error.
+	read := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		s, err := wire.NewNodeClient(dialSmallWindows(t, n.url)).StreamLog(ctx, req)
+		if err != nil {
+			return err
+		}
+		for got := 0; got < docs; {
+			m, err := s.Recv()
+			if err != nil {
+				return err
+			}
+			got += len(m.Commits)
+		}
+		return nil
+	}
+	// Every stream is held until the stalled ones are cut off: the
+	// first read is refused unless the stall has passed already.
+	start := time.Now()
+	if err := read(); status.Code(err) != codes.ResourceExhausted && time.Since(start) < stall/2 {
+		t.Fatalf("a log stream while %d stalled readers hold every stream: %v, want ResourceExhausted", streams, err)
+	}
+	for {
+		err := read()
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a log stream after %d readers stalled: %v", streams, err)
+		}
+		if time.Since(start) > 40*stall {
+			t.Fatalf("%s after %d readers stalled, a log stream is still refused: %v", 40*stall, streams, err)
+		}
+		time.Sleep(stall / 10)
+	}
+	for i, s := range stalled {
+		for {
+			_, err := s.Recv()
+			if err == nil {
+				continue
+			}
+			if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "took no answer") {
+				t.Fatalf("stalled stream %d ended with %v, want DeadlineExceeded for taking no answer", i, err)
+			}
+			break
+		}
+	}
 }

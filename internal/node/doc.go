@@ -25,6 +25,7 @@
 // trust from the wire either: documents are checked against their
 // schema, and what callers can make it keep (acknowledgements from
 // replicas that are not its slaves, log streams and long polls, a
-// snapshot whose reader stopped reading or reads too slowly, the bytes
-// of log streams' answers waiting for their readers) is bounded.
+// stream whose reader stopped reading, a snapshot whose reader reads too
+// slowly, the bytes of log streams' answers waiting for their readers)
+// is bounded.
 package node

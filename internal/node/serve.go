@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -41,18 +43,20 @@ type ServeOptions struct {
 	// it is refused (ResourceExhausted, which a reader takes as overload
 	// and tries again after its StreamRetry wait).
 	MaxLogStreams int
-	// SnapshotStall bounds how long one chunk of a snapshot may wait for
-	// its reader to take it (default DefaultSnapshotStall; negative: no
-	// bound). A snapshot holds one of the node's MaxSnapshots slots, a
-	// Pebble snapshot and its partition's log while it streams, so a
-	// reader that stops reading must not hold them for good; one past
-	// the bound ends with DeadlineExceeded.
-	SnapshotStall time.Duration
+	// StreamStall bounds how long one message of a stream (a snapshot's
+	// chunk, a log stream's answer) may wait for its reader to take it
+	// (default DefaultStreamStall; negative: no bound); the stream ends
+	// with DeadlineExceeded past it. A snapshot holds one of the node's
+	// MaxSnapshots slots, a Pebble snapshot and its partition's log while
+	// it streams, a log stream one of MaxLogStreams and its answers'
+	// share of LogStreamBytes, so a reader that stops reading must not
+	// hold them for good.
+	StreamStall time.Duration
 	// SnapshotMinReadRate is the slowest a snapshot's reader may take it,
-	// in bytes a second over the whole stream after a first SnapshotStall
+	// in bytes a second over the whole stream after a first StreamStall
 	// (default DefaultSnapshotMinReadRate, and at most half the rate the
 	// node streams that snapshot at; negative: no floor). A reader that
-	// takes a little now and then, never waiting SnapshotStall for one
+	// takes a little now and then, never waiting StreamStall for one
 	// chunk, would otherwise hold the snapshot for as long as it likes.
 	SnapshotMinReadRate int64
 	// LogStreamBytes bounds the bytes of commits the process's log
@@ -65,6 +69,9 @@ type ServeOptions struct {
 	// held is up to three times the bound. Past the bound a stream's
 	// answers shrink, to logAnswerFloor bytes (and at least one commit).
 	LogStreamBytes int64
+	// Logger is where streams cut off are reported (a node's own logger
+	// when nil; slog.Default for a relay's).
+	Logger *slog.Logger
 }
 
 // DefaultLogStreamBytes is ServeOptions.LogStreamBytes's default;
@@ -75,32 +82,45 @@ const (
 	logAnswerFloor        = 16 << 10
 )
 
-// DefaultSnapshotStall is ServeOptions.SnapshotStall's default: four
-// times a router's write timeout, within which the router itself cuts
-// a client that stopped reading, and so stops reading the snapshot it
-// passes on. DefaultSnapshotMinReadRate is ServeOptions.SnapshotMinReadRate's.
+// DefaultStreamStall is ServeOptions.StreamStall's default: four times
+// a router's write timeout, within which the router itself cuts a
+// client that stopped reading, and so stops reading the snapshot or the
+// change stream it passes on. DefaultSnapshotMinReadRate is
+// ServeOptions.SnapshotMinReadRate's.
 const (
-	DefaultSnapshotStall       = 2 * time.Minute
+	DefaultStreamStall         = 2 * time.Minute
 	DefaultSnapshotMinReadRate = 64 << 10
 )
 
 // Register serves n's internal API on s.
 func Register(s *wire.Server, n *Node, o ServeOptions) {
-	stall, floor := o.SnapshotStall, o.SnapshotMinReadRate
-	if stall == 0 {
-		stall = DefaultSnapshotStall
-	}
+	floor := o.SnapshotMinReadRate
 	if floor == 0 {
 		floor = DefaultSnapshotMinReadRate
 	}
-	wire.RegisterNodeServer(s.GRPC, &service{n: n, log: n.Log, max: o.version(), stopping: s.Stopping(), streams: o.streams(),
-		logBytes: o.logBytes(), detach: s.Go, snapshotStall: stall, snapshotFloor: floor})
+	if o.Logger == nil {
+		o.Logger = n.log
+	}
+	svc := o.service(s, n.Log)
+	svc.n, svc.snapshotFloor = n, floor
+	wire.RegisterNodeServer(s.GRPC, svc)
 }
 
 // RegisterLog serves only the log API (Hello, Log, StreamLog) on s, with
 // log: what a relay serves.
 func RegisterLog(s *wire.Server, log LogFunc, o ServeOptions) {
-	wire.RegisterNodeServer(s.GRPC, &service{log: log, max: o.version(), stopping: s.Stopping(), streams: o.streams(), logBytes: o.logBytes()})
+	wire.RegisterNodeServer(s.GRPC, o.service(s, log))
+}
+
+func (o ServeOptions) service(s *wire.Server, log LogFunc) *service {
+	if o.StreamStall == 0 {
+		o.StreamStall = DefaultStreamStall
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &service{log: log, max: o.version(), stopping: s.Stopping(), streams: o.streams(), logBytes: o.logBytes(),
+		detach: s.Go, stall: o.StreamStall, logger: o.Logger}
 }
 
 func (o ServeOptions) logBytes() *byteGate {
@@ -161,12 +181,14 @@ type service struct {
 	stopping <-chan struct{}
 	streams  *streamGate
 	logBytes *byteGate // the bytes of log streams' answers not yet written
-	// detach runs a snapshot's sender, which may outlive its handler
-	// (wire.Server.Go); snapshotStall bounds one Send of it, and
-	// snapshotFloor the bytes a second its reader takes (none if < 0).
+	// detach runs a stream's sender, which may outlive its handler
+	// (wire.Server.Go); stall bounds one Send of it (none if < 0), and
+	// snapshotFloor the bytes a second a snapshot's reader takes (none
+	// if < 0).
 	detach        func(func())
-	snapshotStall time.Duration
+	stall         time.Duration
 	snapshotFloor int64
+	logger        *slog.Logger
 }
 
 func (s *service) node() (*Node, error) {
@@ -265,8 +287,8 @@ func (s *service) Log(ctx context.Context, w *wire.LogRequest) (*wire.LogResult,
 // last commit sent: the first waits as long as the request says, later
 // ones at most logHeartbeat. Only the first acknowledges (the reader holds
 // the request's SCN; what it applies later it acknowledges with Ack). It
-// ends after telling the reader it diverged, when the reader goes, or
-// when the server stops.
+// ends after telling the reader it diverged, when the reader goes, when
+// one answer has waited stall for its reader, or when the server stops.
 func (s *service) StreamLog(w *wire.LogRequest, stream wire.Node_StreamLogServer) error {
 	if s.max < 2 {
 		return status.Error(codes.Unimplemented, "StreamLog needs protocol version 2")
@@ -274,30 +296,30 @@ func (s *service) StreamLog(w *wire.LogRequest, stream wire.Node_StreamLogServer
 	if !s.streams.enter() {
 		return s.streams.refusal()
 	}
-	defer s.streams.leave()
-	// The stream ends when the server stops (streams would otherwise
-	// hold a graceful stop forever); the watcher is owned by this call.
+	// The answers are sent from a goroutine of its own, and the handler
+	// watches its Sends (watchSends), as a snapshot's are.
 	ctx, cancel := context.WithCancel(stream.Context())
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }()
-	go func() {
-		defer close(done)
-		select {
-		case <-s.stopping:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	// Each answer is built within what the process's bound (logBytes)
-	// grants it, and holds its grant until the Send after it returns:
-	// grpc-go lets a Send return once what came before it on the stream
-	// was written but for 64 KiB (its write quota), so by then this
-	// answer has left the process.
-	var sent, sending int64 // grants: the answer handed to gRPC, and the one being built and sent
-	defer func() { s.logBytes.release(sent + sending) }()
+	defer cancel()
+	var sending atomic.Int64 // when the Send under way began (UnixNano), 0 between Sends
+	result := make(chan error, 1)
+	s.detach(func() {
+		defer s.streams.leave()
+		result <- s.streamLog(ctx, w, stream, &sending)
+	})
+	return s.watchSends(result, &sending, nil, "a log stream", "answer", "db", w.Db, "partition", w.Partition)
+}
+
+// streamLog is StreamLog's sender. Each answer is built within what the
+// process's bound (logBytes) grants it, and holds its grant until the
+// Send after it returns: grpc-go lets a Send return once what came
+// before it on the stream was written but for 64 KiB (its write quota),
+// so by then this answer has left the process.
+func (s *service) streamLog(ctx context.Context, w *wire.LogRequest, stream wire.Node_StreamLogServer, sending *atomic.Int64) error {
+	var sent, building int64 // grants: the answer handed to gRPC, and the one being built and sent
+	defer func() { s.logBytes.release(sent + building) }()
 	budgeted := func(ctx context.Context, req LogRequest) (*LogResult, error) {
-		sending = s.logBytes.share(int64(req.ByteLimit()), logAnswerFloor)
-		req.MaxBytes = int(sending)
+		building = s.logBytes.share(int64(req.ByteLimit()), logAnswerFloor)
+		req.MaxBytes = int(building)
 		res, err := s.log(ctx, req)
 		size := int64(0)
 		if res != nil {
@@ -305,19 +327,22 @@ func (s *service) StreamLog(w *wire.LogRequest, stream wire.Node_StreamLogServer
 				size += int64(res.Commits[i].Size())
 			}
 		}
-		if size > sending { // an answer holds at least one commit, whatever its size
-			sending += s.logBytes.share(size-sending, size-sending)
+		if size > building { // an answer holds at least one commit, whatever its size
+			building += s.logBytes.share(size-building, size-building)
 		} else {
-			s.logBytes.release(sending - size)
-			sending = size
+			s.logBytes.release(building - size)
+			building = size
 		}
 		return res, err
 	}
 	var sendErr error
 	err := pollLog(ctx, LogFunc(budgeted), logFrom(w), func(res *LogResult) error {
-		sendErr = stream.Send(logResultTo(res))
+		m := logResultTo(res)
+		sending.Store(time.Now().UnixNano())
+		sendErr = stream.Send(m)
+		sending.Store(0)
 		s.logBytes.release(sent)
-		sent, sending = sending, 0
+		sent, building = building, 0
 		return sendErr
 	})
 	switch {
@@ -327,6 +352,44 @@ func (s *service) StreamLog(w *wire.LogRequest, stream wire.Node_StreamLogServer
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	return toStatus(err, nil)
+}
+
+// watchSends waits for the result of a stream's sender, run detached,
+// and returns early (so ending the stream) when the server stops or when
+// one of its Sends (sending: when the one under way began, UnixNano, or
+// 0) has waited s.stall for its reader; slow, if not nil, is asked at
+// each look too, and ends the stream with the error it returns. Only the
+// handler's return ends a Send blocked on its reader (grpc-go then ends
+// the stream); the sender, detached, returns once that Send fails and
+// lets go of what it holds. what and message name the stream and its
+// messages in the log and the error; attrs say which partition.
+func (s *service) watchSends(result <-chan error, sending *atomic.Int64, slow func() error, what, message string, attrs ...any) error {
+	var tick <-chan time.Time
+	if s.stall > 0 {
+		t := time.NewTicker(max(s.stall/4, time.Millisecond))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case err := <-result:
+			return err
+		case <-s.stopping:
+			return status.Error(codes.Unavailable, "the node is shutting down")
+		case <-tick:
+			if at := sending.Load(); at != 0 && time.Since(time.Unix(0, at)) > s.stall {
+				s.logger.Warn(what+"'s reader stopped reading: the stream ends", append(attrs, "waited", s.stall)...)
+				return status.Errorf(codes.DeadlineExceeded, "%s's reader took no %s for %s", what, message, s.stall)
+			}
+			if slow == nil {
+				continue
+			}
+			if err := slow(); err != nil {
+				s.logger.Warn(what+"'s reader reads too slowly: the stream ends", append(attrs, "err", err)...)
+				return status.Error(codes.DeadlineExceeded, err.Error())
+			}
+		}
+	}
 }
 
 func (s *service) Ack(ctx context.Context, w *wire.AckRequest) (*wire.AckResult, error) {
@@ -375,11 +438,9 @@ func (s *service) Snapshot(w *wire.SnapshotRequest, stream wire.Node_SnapshotSer
 		return status.Error(codes.Unimplemented, "Snapshot needs protocol version 3")
 	}
 	// The snapshot streams from a goroutine of its own, and the handler
-	// watches its Sends: one that its reader has not taken within
-	// snapshotStall ends the stream. Only the handler's return ends a
-	// Send blocked on the reader (grpc-go then ends the stream), so the
-	// handler returns and the sender, detached, returns once its Send
-	// fails, releasing the slot, the Pebble snapshot and the log's pin.
+	// watches its Sends (watchSends): a reader that stops reading, or
+	// reads too slowly, lets go of the slot, the Pebble snapshot and the
+	// log's pin.
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	req := SnapshotRequest{DB: w.Db, Partition: int(w.Partition), BytesPerSecond: w.BytesPerSecond, Replicated: w.Replicated && s.max >= 7}
@@ -413,30 +474,16 @@ func (s *service) Snapshot(w *wire.SnapshotRequest, stream wire.Node_SnapshotSer
 		}
 		result <- err
 	})
-	var tick <-chan time.Time
-	if s.snapshotStall > 0 {
-		t := time.NewTicker(max(s.snapshotStall/4, time.Millisecond))
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case err := <-result:
-			return err
-		case <-s.stopping:
-			return status.Error(codes.Unavailable, "the node is shutting down")
-		case <-tick:
-			if at := sending.Load(); at != 0 && time.Since(time.Unix(0, at)) > s.snapshotStall {
-				n.log.Warn("a snapshot's reader stopped reading: the snapshot ends", "db", w.Db, "partition", w.Partition, "waited", s.snapshotStall)
-				return status.Errorf(codes.DeadlineExceeded, "the snapshot's reader took no chunk for %s", s.snapshotStall)
-			}
-			if at := started.Load(); at != 0 && floor > 0 {
-				late := time.Since(time.Unix(0, at)) - s.snapshotStall
-				if took := sent.Load(); late > 0 && float64(took) < float64(floor)*late.Seconds() {
-					n.log.Warn("a snapshot's reader reads too slowly: the snapshot ends", "db", w.Db, "partition", w.Partition, "bytes", took, "floor", floor)
-					return status.Errorf(codes.DeadlineExceeded, "the snapshot's reader took %d bytes in %s, below %d bytes a second", took, late+s.snapshotStall, floor)
-				}
-			}
+	slow := func() error {
+		at := started.Load()
+		if at == 0 || floor <= 0 {
+			return nil
 		}
+		late := time.Since(time.Unix(0, at)) - s.stall
+		if took := sent.Load(); late > 0 && float64(took) < float64(floor)*late.Seconds() {
+			return fmt.Errorf("a snapshot's reader took %d bytes in %s, below %d bytes a second", took, late+s.stall, floor)
+		}
+		return nil
 	}
+	return s.watchSends(result, &sending, slow, "a snapshot", "chunk", "db", w.Db, "partition", w.Partition)
 }
