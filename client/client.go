@@ -277,6 +277,11 @@ var (
 	ErrIncompatibleSchema = &Error{Type: "urn:cortado:problem:incompatible-schema"}
 	ErrNoDatabase         = &Error{Type: "urn:cortado:problem:no-such-database"}
 	ErrNoTable            = &Error{Type: "urn:cortado:problem:no-such-table"}
+	// ErrConflict: the request conflicts with what exists, and changed
+	// nothing: a database created again with another definition, a
+	// database setting that cannot change (AlterDatabase), a table's key
+	// changed, auto-increment keys exhausted.
+	ErrConflict = &Error{Type: "urn:cortado:problem:conflict"}
 	// ErrOverloaded: the router or a storage node refused the request
 	// before doing anything (its requests in progress and queue were
 	// full). Safe to retry after Error.RetryAfter.
@@ -314,6 +319,8 @@ var (
 // the X-Cortado-SCN it was read at.
 type Transport interface {
 	CreateDatabase(ctx context.Context, name string, body []byte) error
+	// AlterDatabase sends a JSON merge patch of a database's definition.
+	AlterDatabase(ctx context.Context, name string, patch []byte) error
 	RegisterSchema(ctx context.Context, db, table string, body []byte) (int, error)
 	TableInfo(ctx context.Context, db, table string) ([]byte, error)
 	DatabaseInfo(ctx context.Context, db string) ([]byte, error)
@@ -366,6 +373,18 @@ func (c *Client) Close() error { return c.t.Close() }
 func (c *Client) CreateDatabase(ctx context.Context, name string, def Database) error {
 	body, _ := json.Marshal(def)
 	return c.t.CreateDatabase(ctx, name, body)
+}
+
+// AlterDatabase changes a database's settings: those set in change (its
+// zero fields are left as they are), of which only Replicas and
+// Retention may change once the database exists (another is a 409
+// Error). In a cluster the replicas are then added, or the extra ones
+// dropped once the others hold all they hold, as when nodes come and go;
+// Database shows the new definition at once, `cortado cluster status`
+// the replicas as they move.
+func (c *Client) AlterDatabase(ctx context.Context, name string, change Database) error {
+	body, _ := json.Marshal(change)
+	return c.t.AlterDatabase(ctx, name, body)
 }
 
 // SetCompatibility sets the compatibility level a table's next schema

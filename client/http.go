@@ -215,6 +215,11 @@ func (t *httpTransport) CreateDatabase(ctx context.Context, name string, body []
 	return err
 }
 
+func (t *httpTransport) AlterDatabase(ctx context.Context, name string, patch []byte) error {
+	_, err := t.do(ctx, http.MethodPatch, "/_schemata/"+url.PathEscape(name), nil, nil, patch)
+	return err
+}
+
 func (t *httpTransport) RegisterSchema(ctx context.Context, db, table string, body []byte) (int, error) {
 	r, err := t.do(ctx, http.MethodPut, "/_schemata/"+url.PathEscape(db)+"/"+url.PathEscape(table), nil, nil, body)
 	if err != nil {

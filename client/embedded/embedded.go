@@ -160,6 +160,11 @@ func (e *embedded) CreateDatabase(ctx context.Context, name string, body []byte)
 	return problemErr(err)
 }
 
+func (e *embedded) AlterDatabase(ctx context.Context, name string, patch []byte) error {
+	_, err := e.r.AlterDatabase(ctx, name, patch)
+	return problemErr(err)
+}
+
 func (e *embedded) RegisterSchema(ctx context.Context, db, table string, body []byte) (int, error) {
 	b, _, err := e.r.RegisterSchema(ctx, db, table, body)
 	if err != nil {

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -121,5 +122,15 @@ func TestDatabasesInProcess(t *testing.T) {
 	}
 	if d, err := c.Database(ctx, "d"); err != nil || len(d.Tables) != 1 || d.Tables[0].Name != "T" {
 		t.Fatalf("database d: %+v, %v", d, err)
+	}
+	// A database's retention changes; its partitions cannot.
+	if err := c.AlterDatabase(ctx, "d", client.Database{Retention: &client.Retention{MaxAge: "72h"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AlterDatabase(ctx, "d", client.Database{Partitions: 2}); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("changing a database's partitions: %v, want a conflict", err)
+	}
+	if d, err := c.Database(ctx, "d"); err != nil || d.Retention == nil || d.Retention.MaxAge != "72h0m0s" || d.Partitions != 1 || d.Replication != "async" {
+		t.Fatalf("database d after its retention changed: %+v, %v", d, err)
 	}
 }

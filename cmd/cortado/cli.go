@@ -276,14 +276,18 @@ func runQuery(args []string) error {
 
 func runSchema(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: cortado schema create-db DB [--partitions N] [--replicas N] [--replication semi-sync|async] [--min-in-sync N] | register DB/TABLE -d DEF | show DB[/TABLE[/VERSION]] | list [--after DB] [--limit N]")
+		return fmt.Errorf("usage: cortado schema create-db DB [--partitions N] [--replicas N] [--replication semi-sync|async] [--min-in-sync N] [--retention-max-age D] [--retention-max-bytes N] | alter-db DB [--replicas N] [--retention-max-age D] [--retention-max-bytes N] [--retention-max-slave-lag D] | register DB/TABLE -d DEF | show DB[/TABLE[/VERSION]] | list [--after DB] [--limit N]")
 	}
 	fs := flag.NewFlagSet("schema "+args[0], flag.ExitOnError)
 	c := commonFlags(fs)
 	partitions := fs.Int("partitions", 0, "create-db: number of partitions (default 64)")
-	replicas := fs.Int("replicas", 0, "create-db: replicas per partition")
+	replicas := fs.Int("replicas", 0, "create-db, alter-db: replicas per partition")
 	replication := fs.String("replication", "", "create-db: semi-sync (default) or async")
 	minInSync := fs.Int("min-in-sync", 0, "create-db: replicas, the master included, that must durably hold a semi-sync write before it is acknowledged (default 2 with 2 replicas or more)")
+	var retention client.Retention
+	fs.StringVar(&retention.MaxAge, "retention-max-age", "", "create-db, alter-db: how long the commit logs keep a commit, as a Go duration (default 24h)")
+	fs.Int64Var(&retention.MaxBytes, "retention-max-bytes", 0, "create-db, alter-db: bytes a partition's commit log keeps (default 1 GiB, -1 no limit)")
+	fs.StringVar(&retention.MaxSlaveLag, "retention-max-slave-lag", "", "create-db, alter-db: how far behind a slave may fall and still keep its master's log for itself (default 1h)")
 	after := fs.String("after", "", "list: the databases after this name")
 	limit := fs.Int("limit", 0, "list: at most this many (default 1,000)")
 	data := fs.String("d", "", "register: table definition {\"key\":[…],\"schema\":{…}}: JSON, @file or - (stdin)")
@@ -312,10 +316,32 @@ func runSchema(args []string) error {
 	switch args[0] {
 	case "create-db":
 		def := client.Database{Partitions: *partitions, Replicas: *replicas, Replication: *replication, MinInSync: *minInSync}
+		if retention != (client.Retention{}) {
+			def.Retention = &retention
+		}
 		if err := cl.CreateDatabase(ctx, parts[0], def); err != nil {
 			return err
 		}
 		return printJSON(map[string]string{"database": parts[0]})
+	case "alter-db":
+		if *partitions != 0 || *replication != "" || *minInSync != 0 {
+			return fmt.Errorf("alter-db changes --replicas and the retention only: a database's partitions, replication and minInSync are fixed once it exists")
+		}
+		change := client.Database{Replicas: *replicas}
+		if retention != (client.Retention{}) {
+			change.Retention = &retention
+		}
+		if change.Replicas == 0 && change.Retention == nil {
+			return fmt.Errorf("alter-db: give --replicas or a --retention-… flag")
+		}
+		if err := cl.AlterDatabase(ctx, parts[0], change); err != nil {
+			return err
+		}
+		d, err := cl.Database(ctx, parts[0])
+		if err != nil {
+			return err
+		}
+		return printJSON(d)
 	case "register":
 		if len(parts) != 2 {
 			return fmt.Errorf("register takes DB/TABLE")

@@ -27,7 +27,7 @@ var commands = []struct {
 	{"tail", "follow a database's change stream: tail db [--tables T] [--since TOKEN|now|beginning]", runTail},
 	{"backup", "write a database's backup to a file: backup db -o FILE", runBackup},
 	{"restore", "restore a backup file into a new database: restore FILE [--as NAME]", runRestore},
-	{"schema", "manage schemas: schema create-db|register|show …", runSchema},
+	{"schema", "manage databases and schemas: schema create-db|alter-db|register|show|list …", runSchema},
 	{"bench", "measure GET/PUT throughput and latency against a server", runBench},
 	{"version", "print the commit this binary was built from, and the protocol and storage formats it reads", runVersion},
 }

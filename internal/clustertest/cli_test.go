@@ -79,6 +79,12 @@ func TestCLI(t *testing.T) {
 	if tbl := jsonOf(run("schema", "show", "demo/Message")); tbl["latest"].(float64) != 1 {
 		t.Fatalf("schema show %v", tbl)
 	}
+	// A database made with a retention, and its retention changed.
+	run("schema", "create-db", "kept", "--partitions", "2", "--retention-max-bytes", "4096")
+	db := jsonOf(run("schema", "alter-db", "kept", "--retention-max-age", "72h"))
+	if r, _ := db["retention"].(map[string]any); r["maxAge"] != "72h0m0s" || r["maxBytes"] != float64(4096) || db["partitions"] != float64(2) {
+		t.Fatalf("schema alter-db printed %v", db)
+	}
 	// A path with an empty part ("demo/Message/box/$id" with $id empty)
 	// is refused: trimmed, it named the collection and deleted it.
 	for _, path := range []string{"demo/Message/box/", "demo//Message/box", "demo/Message/box//"} {

@@ -67,7 +67,7 @@ var (
 		"If-Match":          {"", "*", `"x"`, `W/"x"`, "garbage", `"a", b`, strings.Repeat(`"x",`, 500), `"1.1.0"`, `"1.2f.41d912ff+v2"`, `"ffffffff.ffffffffffffffff.ffffffff+v99999999999+f0"`, `"1.1"`},
 		"If-None-Match":     {"", "*", `"x"`, "garbage", `"1.1.0+v1"`, `W/"1.2f.41d912ff+fdeadbeef"`, `"0.0.0"`},
 		"Accept":            {"application/json", "avro/binary; version=0", "avro/binary; version=1", "avro/binary; version=99", "avro/binary; version=-1", "text/html", "*/*", ";;;", "application/x-ndjson", "application/x-ndjson, application/json"},
-		"Content-Type":      {"application/json", "avro/binary; version=1", "avro/binary; version=0", "avro/binary", "text/plain", "application/json; charset=latin1", "application/json; charset=UTF-8"},
+		"Content-Type":      {"application/json", "avro/binary; version=1", "avro/binary; version=0", "avro/binary", "text/plain", "application/json; charset=latin1", "application/json; charset=UTF-8", "application/merge-patch+json"},
 		"Cache-Control":     {"max-stale", "max-stale=abc", "no-cache", "max-stale=-1"},
 		"If-Modified-Since": {"yesterday", "Mon, 01 Jan 3000 00:00:00 GMT"},
 		"Request-Timeout":   {"1", "0.001", "0", "-5", "1e9", "5ms", "never", "NaN", "1e-10"},
@@ -93,6 +93,9 @@ var (
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"B","fields":[{"name":"n","type":"int","default":99999999999}]}}`,
 		`{"key":[{"name":"k"}],"schema":{"type":"record","name":"F","fields":[{"name":"f","type":{"type":"fixed","name":"X","size":2147483647}}]}}`,
 		`{"partitions":0}`, `{"retention":{"maxBytes":0}}`, `{"replicas":5}`, `{"compatibility":"NONE"}`,
+		// Merge patches of a database's definition (PATCH /_schemata/{db}).
+		`{"retention":{"maxAge":null,"maxBytes":2048}}`, `{"retention":null}`, `{"replicas":null}`, `{"name":"other"}`, `{"retention":{"maxAge":"-1h"}}`,
+		`{"partitions":64,"replicas":1,"tables":[]}`, `{"retention":{"maxSlaveLag":"0s","x":1}}`, `{"minInSync":0}`, `{"replicas":1e400}`,
 		`{"lastName":"L","lastName":"M","firstName":{}}`,
 		"{\"lastName\":\"\xff\",\"firstName\":{}}",
 		`{"lastName":"\ud800","firstName":{}}`,

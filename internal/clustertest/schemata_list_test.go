@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -49,6 +50,16 @@ func TestDatabasesListed(t *testing.T) {
 	}
 	if l, err = c.Databases(ctx, "", 0); err != nil || names(l) != "a,b,c,demo" || l.Next != "" {
 		t.Fatalf("every database: %+v, %v", l, err)
+	}
+	// The Go client changes a database's settings with a merge patch.
+	if err := c.AlterDatabase(ctx, "b", client.Database{Retention: &client.Retention{MaxBytes: 4096}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AlterDatabase(ctx, "b", client.Database{Replication: "semi-sync"}); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("changing a database's replication: %v, want a conflict", err)
+	}
+	if b, err := c.Database(ctx, "b"); err != nil || b.Retention == nil || b.Retention.MaxBytes != 4096 || b.Replication != "async" || b.Partitions != 3 {
+		t.Fatalf("database b after its retention changed: %+v, %v", b, err)
 	}
 	d, err := c.Database(ctx, "demo")
 	if err != nil || d.Name != "demo" || len(d.Tables) != 3 || d.Tables[0].Name != "MailboxStats" || d.Tables[0].Latest != 1 {

@@ -5,7 +5,8 @@
 // Versions are immutable and numbered from 1 without gaps; a version is
 // only written after schema.CheckLevel accepted it against the earlier
 // ones under the table's compatibility level, and the write is an etcd transaction that fails if another
-// registrar took the number first.
+// registrar took the number first. A database's definition changes only
+// in its replicas and retention (AlterDatabase); nothing is ever deleted.
 //
 // What it holds is bounded (Limits): creating databases, tables and
 // versions is input like any other, and must never grow every process
@@ -37,6 +38,9 @@ var (
 	ErrNoVersion      = errors.New("no such schema version")
 	ErrDatabaseExists = errors.New("database exists with another definition")
 	ErrKeyChanged     = errors.New("a table's key cannot change")
+	// ErrFixed is a change of a database setting that cannot change
+	// once the database exists (AlterDatabase).
+	ErrFixed = errors.New("cannot change once the database exists")
 	// ErrContention means other registrars kept taking the next version
 	// number; the caller may retry.
 	ErrContention = errors.New("schema registration contended; retry")
@@ -147,6 +151,11 @@ type Registry struct {
 	limits Limits
 	// textBytes is the text of every version in the mirror.
 	textBytes int
+	// revs is the etcd revision of the entries the mirror holds that
+	// change (databases' definitions, tables' configs), by key: the
+	// watch may pass on an older value after a write of this process
+	// applied a newer one.
+	revs map[string]int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -164,7 +173,7 @@ func Open(ctx context.Context, cli *clientv3.Client, o Options) (*Registry, erro
 	r := &Registry{
 		cli: cli, prefix: strings.TrimSuffix(o.Prefix, "/") + "/schemata/", log: o.Logger,
 		dbs: map[string]*schema.Database{}, tables: map[string]map[string]*schema.Table{},
-		compat: map[string]schema.Compatibility{},
+		compat: map[string]schema.Compatibility{}, revs: map[string]int64{},
 		done:   make(chan struct{}),
 		limits: o.Limits,
 	}
@@ -176,7 +185,7 @@ func Open(ctx context.Context, cli *clientv3.Client, o Options) (*Registry, erro
 	select {
 	case c := <-w.Changes():
 		for _, kv := range c.KVs {
-			if err := r.apply(string(kv.Key), kv.Value); err != nil {
+			if err := r.apply(string(kv.Key), kv.Value, kv.ModRevision); err != nil {
 				cancel()
 				<-w.Done()
 				return nil, fmt.Errorf("load schema registry: %s: %w", kv.Key, err)
@@ -198,25 +207,27 @@ func (r *Registry) Close() {
 }
 
 // follow applies the registry's changes until the watcher stops. Entries
-// are only ever added (a new version, database or config), so a Reset
+// are only ever added (a new version, database or config) or changed (a
+// database's definition, a table's config), never deleted, so a Reset
 // applies every entry again.
 func (r *Registry) follow(w *coord.Watcher) {
 	defer close(r.done)
 	w.Each(func(c coord.Change) {
 		for _, kv := range c.Puts() {
-			r.applyLogged(kv.Key, kv.Value)
+			r.applyLogged(kv.Key, kv.Value, kv.ModRevision)
 		}
 	})
 }
 
-func (r *Registry) applyLogged(key, value []byte) {
-	if err := r.apply(string(key), value); err != nil {
+func (r *Registry) applyLogged(key, value []byte, rev int64) {
+	if err := r.apply(string(key), value, rev); err != nil {
 		r.log.Error("schema registry: bad entry", "key", string(key), "err", err)
 	}
 }
 
-// apply adds one etcd entry to the mirror. It is idempotent.
-func (r *Registry) apply(key string, value []byte) error {
+// apply adds one etcd entry, written at revision rev, to the mirror. It
+// is idempotent, and keeps a newer value of an entry that changes.
+func (r *Registry) apply(key string, value []byte, rev int64) error {
 	rest := strings.TrimPrefix(key, r.prefix)
 	parts := strings.Split(rest, "/")
 	if len(parts) == 4 && parts[0] == "table" {
@@ -224,6 +235,9 @@ func (r *Registry) apply(key string, value []byte) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if rev < r.revs[key] {
+		return nil
+	}
 	switch {
 	case len(parts) == 3 && parts[0] == "config":
 		var c tableConfig
@@ -231,6 +245,7 @@ func (r *Registry) apply(key string, value []byte) error {
 			return err
 		}
 		db, name := parts[1], parts[2]
+		r.revs[key] = rev
 		r.compat[db+"/"+name] = c.Compatibility
 		if t := r.tables[db][name]; t != nil {
 			nt := *t
@@ -242,6 +257,10 @@ func (r *Registry) apply(key string, value []byte) error {
 		if err := json.Unmarshal(value, &d); err != nil {
 			return err
 		}
+		if d.Name != parts[1] {
+			return fmt.Errorf("the definition names database %s", schema.ShowName(d.Name))
+		}
+		r.revs[key] = rev
 		r.dbs[d.Name] = &d
 		if r.tables[d.Name] == nil {
 			r.tables[d.Name] = map[string]*schema.Table{}
@@ -316,10 +335,11 @@ func (r *Registry) SetCompatibility(ctx context.Context, db, table string, c sch
 	}
 	val, _ := json.Marshal(tableConfig{Compatibility: c})
 	k := r.configKey(db, table)
-	if _, err := r.cli.Put(ctx, k, string(val)); err != nil {
+	resp, err := r.cli.Put(ctx, k, string(val))
+	if err != nil {
 		return fmt.Errorf("set compatibility of %s.%s: %w", db, table, err)
 	}
-	return r.apply(k, val)
+	return r.apply(k, val, resp.Header.Revision)
 }
 
 func (r *Registry) versionKey(db, table string, n int) string {
@@ -359,10 +379,102 @@ func (r *Registry) CreateDatabase(ctx context.Context, d schema.Database) (db *s
 		}
 		return &existing, false, fmt.Errorf("database %s: %w", d.Name, ErrDatabaseExists)
 	}
-	if err := r.apply(key, val); err != nil {
+	if err := r.apply(key, val, resp.Header.Revision); err != nil {
 		return nil, false, err
 	}
 	return &d, true, nil
+}
+
+// maxAlterAttempts bounds AlterDatabase's compare-and-swap loop: each
+// failed attempt means another alteration of the database came first.
+const maxAlterAttempts = 16
+
+// AlterDatabase changes database name's definition to what change makes
+// of a copy of it (with the defaults of what it leaves out filled in
+// again). Only the replicas and the retention may change: another
+// setting is ErrFixed, since the partitions, their key ranges, the
+// replication and minInSync are what every copy, and every acknowledged
+// write, was placed and counted by. A definition left as it was is not
+// written. The write is an etcd transaction on the definition's
+// revision, tried again when another alteration came first.
+func (r *Registry) AlterDatabase(ctx context.Context, name string, change func(*schema.Database) error) (*schema.Database, error) {
+	if !schema.ValidName(name) {
+		return nil, fmt.Errorf("database %s: %w", schema.ShowName(name), ErrNoDatabase)
+	}
+	key := r.dbKey(name)
+	for range maxAlterAttempts {
+		resp, err := r.cli.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("read database %s: %w", name, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, fmt.Errorf("database %s: %w", name, ErrNoDatabase)
+		}
+		kv := resp.Kvs[0]
+		var cur, next schema.Database
+		if err := json.Unmarshal(kv.Value, &cur); err != nil {
+			return nil, fmt.Errorf("database %s: stored definition: %w", name, err)
+		}
+		json.Unmarshal(kv.Value, &next) // a copy that shares nothing with cur
+		if err := change(&next); err != nil {
+			return nil, err
+		}
+		next.Name = name
+		if next.MinInSync == 0 { // a definition of before the setting, or the setting left out
+			next.MinInSync = cur.InSync()
+		}
+		if next.Replicas > 0 && next.Replicas < cur.InSync() && next.MinInSync == cur.InSync() {
+			return nil, &InvalidError{fmt.Errorf("replicas %d is fewer than the database's minInSync (%d), which cannot change: every write would be refused", next.Replicas, cur.InSync())}
+		}
+		if err := next.Normalize(); err != nil {
+			return nil, &InvalidError{err}
+		}
+		if err := fixedUnchanged(&cur, &next); err != nil {
+			return nil, fmt.Errorf("database %s: %w", name, err)
+		}
+		if sameDatabase(&cur, &next) {
+			if err := r.apply(key, kv.Value, kv.ModRevision); err != nil {
+				return nil, err
+			}
+			return &cur, nil
+		}
+		val, _ := json.Marshal(next)
+		tresp, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(key, string(val))).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("alter database %s: %w", name, err)
+		}
+		if tresp.Succeeded {
+			if err := r.apply(key, val, tresp.Header.Revision); err != nil {
+				return nil, err
+			}
+			return &next, nil
+		}
+	}
+	return nil, fmt.Errorf("alter database %s: %w", name, ErrContention)
+}
+
+// fixedUnchanged reports a setting next changes that AlterDatabase may
+// not (ErrFixed).
+func fixedUnchanged(cur, next *schema.Database) error {
+	cb, _ := json.Marshal(cur.Boundaries)
+	nb, _ := json.Marshal(next.Boundaries)
+	for _, f := range []struct {
+		name     string
+		cur, new any
+	}{
+		{"partitioning", cur.Partitioning, next.Partitioning},
+		{"partitions", cur.Partitions, next.Partitions},
+		{"boundaries", string(cb), string(nb)},
+		{"replication", cur.Replication, next.Replication},
+		{"minInSync", cur.InSync(), next.InSync()},
+	} {
+		if f.cur != f.new {
+			return fmt.Errorf("%s %v (asked: %v) %w", f.name, f.cur, f.new, ErrFixed)
+		}
+	}
+	return nil
 }
 
 // partitions is how many partitions the databases other than except
@@ -574,7 +686,7 @@ func (r *Registry) reload(ctx context.Context, key string, opts ...clientv3.OpOp
 		return fmt.Errorf("read schema registry: %w", err)
 	}
 	for _, kv := range resp.Kvs {
-		if err := r.apply(string(kv.Key), kv.Value); err != nil {
+		if err := r.apply(string(kv.Key), kv.Value, kv.ModRevision); err != nil {
 			return err
 		}
 	}

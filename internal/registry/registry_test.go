@@ -196,3 +196,78 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("a new registry counts %d bytes of schema text, the first %d", r2.schemaTextBytes(), r.schemaTextBytes())
 	}
 }
+
+// Two registries (two routers) alter one database at once, each adding
+// one to its retention's byte limit: no alteration is lost (each is a
+// compare-and-swap on the definition's revision, tried again when the
+// other came first), both mirrors end with the last, and a mirror never
+// goes back to an older definition when the watch passes it on after a
+// newer one was applied. Settings that cannot change are refused and
+// change nothing.
+func TestConcurrentAlterationsAgree(t *testing.T) {
+	cli := coordtest.Start(t)
+	a, b := open(t, cli), open(t, cli)
+	ctx := context.Background()
+	if _, _, err := a.CreateDatabase(ctx, schema.Database{Name: "db", Replicas: 3, Retention: schema.Retention{MaxBytes: 1 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	const each = 10
+	var wg sync.WaitGroup
+	for _, r := range []*Registry{a, b} {
+		wg.Go(func() {
+			for range each {
+				if _, err := r.AlterDatabase(ctx, "db", func(d *schema.Database) error {
+					d.Retention.MaxBytes++
+					return nil
+				}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	want := int64(1<<20 + 2*each)
+	deadline := time.Now().Add(5 * time.Second)
+	for _, r := range []*Registry{a, b} {
+		for {
+			d, err := r.Database("db")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Retention.MaxBytes == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a mirror holds maxBytes %d, want %d", d.Retention.MaxBytes, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// The watch passing on an older definition keeps the newer one.
+	resp, err := cli.Get(ctx, a.dbKey("db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := []byte(`{"name":"db","partitioning":"hash","partitions":64,"replicas":3,"replication":"semi-sync","minInSync":2,"retention":{"maxBytes":1048576}}`)
+	if err := a.apply(a.dbKey("db"), older, resp.Kvs[0].ModRevision-1); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := a.Database("db"); d.Retention.MaxBytes != want {
+		t.Fatalf("an older definition applied after a newer one: maxBytes %d, want %d", d.Retention.MaxBytes, want)
+	}
+	for name, change := range map[string]func(*schema.Database){
+		"partitions":  func(d *schema.Database) { d.Partitions = 8 },
+		"replication": func(d *schema.Database) { d.Replication = "async" },
+		"minInSync":   func(d *schema.Database) { d.MinInSync = 3 },
+	} {
+		if _, err := a.AlterDatabase(ctx, "db", func(d *schema.Database) error { change(d); d.Replicas = 4; return nil }); !errors.Is(err, ErrFixed) {
+			t.Fatalf("changing %s (and replicas): %v, want ErrFixed", name, err)
+		}
+	}
+	if d, _ := a.Database("db"); d.Replicas != 3 || d.Partitions != 64 || d.Replication != "semi-sync" || d.InSync() != 2 {
+		t.Fatalf("refused alterations changed the definition: %+v", d)
+	}
+	if _, err := a.AlterDatabase(ctx, "nodb", func(*schema.Database) error { return nil }); !errors.Is(err, ErrNoDatabase) {
+		t.Fatalf("altering a database that does not exist: %v", err)
+	}
+}

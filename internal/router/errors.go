@@ -186,7 +186,7 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusConflict, problem.TypeLimitExceeded, "Transaction too large", err.Error()+": nothing was written")
 	case errors.Is(err, registry.ErrLimit):
 		return problem.New(http.StatusConflict, problem.TypeLimitExceeded, "Registry limit reached", err.Error())
-	case errors.Is(err, registry.ErrDatabaseExists), errors.Is(err, registry.ErrKeyChanged), errors.Is(err, registry.ErrContention):
+	case errors.Is(err, registry.ErrDatabaseExists), errors.Is(err, registry.ErrKeyChanged), errors.Is(err, registry.ErrFixed), errors.Is(err, registry.ErrContention):
 		return problem.New(http.StatusConflict, problem.TypeConflict, "Conflict", err.Error())
 	case errors.Is(err, errAvroMulti), errors.Is(err, errLinesMulti), errors.Is(err, ErrNotAcceptable):
 		return problem.New(http.StatusNotAcceptable, problem.TypeNotAcceptable, "Not acceptable", err.Error())

@@ -395,8 +395,14 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 		return
 	}
 	ctx := req.Context()
-	if req.Method == http.MethodPut {
+	switch {
+	case req.Method == http.MethodPut:
 		if err := jsonBody(req); err != nil {
+			r.fail(w, Problem(err))
+			return
+		}
+	case req.Method == http.MethodPatch && len(segs) == 1:
+		if err := mergePatchBody(req); err != nil {
 			r.fail(w, Problem(err))
 			return
 		}
@@ -409,6 +415,10 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 	case len(segs) == 1 && req.Method == http.MethodPut:
 		if body, err = r.readBody(w, req); err == nil {
 			body, created, err = r.CreateDatabase(ctx, segs[0], body)
+		}
+	case len(segs) == 1 && req.Method == http.MethodPatch:
+		if body, err = r.readBody(w, req); err == nil {
+			body, err = r.AlterDatabase(ctx, segs[0], body)
 		}
 	case len(segs) == 1 && (req.Method == http.MethodGet || req.Method == http.MethodHead):
 		body, err = r.DatabaseInfo(segs[0])
@@ -434,6 +444,9 @@ func (r *Router) serveSchemata(w http.ResponseWriter, req *http.Request, raw []s
 		body, err = r.SchemaVersion(segs[0], segs[1], v)
 	case len(segs) == 3:
 		methodNotAllowed(w, "GET, HEAD")
+		return
+	case len(segs) == 1:
+		methodNotAllowed(w, "GET, HEAD, PUT, PATCH")
 		return
 	default:
 		methodNotAllowed(w, "GET, HEAD, PUT")
@@ -688,6 +701,16 @@ func jsonBody(req *http.Request) error {
 	mt, _, err := bodyMedia(req)
 	if err == nil && mt != "" && mt != "application/json" {
 		err = fmt.Errorf("%w: %q (this call takes application/json)", ErrUnsupportedMedia, req.Header.Get("Content-Type"))
+	}
+	return err
+}
+
+// mergePatchBody checks that a request body is a JSON merge patch
+// (application/merge-patch+json, RFC 7396) or JSON, or undeclared.
+func mergePatchBody(req *http.Request) error {
+	mt, _, err := bodyMedia(req)
+	if err == nil && mt != "" && mt != "application/json" && mt != "application/merge-patch+json" {
+		err = fmt.Errorf("%w: %q (this call takes application/merge-patch+json or application/json)", ErrUnsupportedMedia, req.Header.Get("Content-Type"))
 	}
 	return err
 }

@@ -93,6 +93,92 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 	return out, created, nil
 }
 
+// AlterDatabase changes database name's definition by a JSON merge patch
+// (RFC 7396) of it: {"replicas":3}, {"retention":{"maxAge":"72h"}}, a
+// member null for its default ({"retention":{"maxBytes":null}}). Only
+// the replicas and the retention may change (registry.AlterDatabase);
+// the other members may be given with their current values, so a
+// definition as read, changed and sent back is a patch too. It returns
+// the stored definition. In a cluster the controller then adds or drops
+// replicas as it does when nodes come and go.
+func (r *Router) AlterDatabase(ctx context.Context, name string, body []byte) ([]byte, error) {
+	if _, err := schema.DecodeJSON(body); err != nil {
+		return nil, err
+	}
+	var patch map[string]json.RawMessage
+	if err := json.Unmarshal(body, &patch); err != nil || patch == nil {
+		return nil, &schema.FieldError{Reason: "a database's change is a JSON object of the settings to change, like {\"replicas\":3}"}
+	}
+	if raw, ok := patch["name"]; ok {
+		var named string
+		if json.Unmarshal(raw, &named) != nil || named != name {
+			return nil, &schema.FieldError{Path: "name", Reason: fmt.Sprintf("body names database %s but the path names %q (a database cannot be renamed)", bytes.TrimSpace(raw), name)}
+		}
+	}
+	for f, v := range patch {
+		v = bytes.TrimSpace(v)
+		switch {
+		case f == "retention":
+		case string(v) == "null":
+			return nil, &registry.InvalidError{Err: fmt.Errorf("%s cannot be unset (give its new value)", f)}
+		case string(v) == "0" && (f == "partitions" || f == "replicas" || f == "minInSync"):
+			return nil, &registry.InvalidError{Err: fmt.Errorf("%s must be at least 1", f)}
+		}
+	}
+	if raw, ok := patch["replicas"]; ok {
+		var want int
+		if json.Unmarshal(raw, &want) == nil {
+			if c, ok := r.backend.(nodeCounter); ok {
+				if n, err := c.StorageNodes(ctx); err == nil && want > n {
+					return nil, &registry.InvalidError{Err: fmt.Errorf("replicas %d is more than the %d storage node(s) available: no two replicas of a partition share a node", want, n)}
+				}
+			}
+		}
+	}
+	d, err := r.reg.AlterDatabase(ctx, name, func(d *schema.Database) error {
+		cur, _ := json.Marshal(d)
+		var merged map[string]json.RawMessage
+		json.Unmarshal(cur, &merged)
+		for f, v := range patch {
+			if f != "retention" {
+				merged[f] = v
+				continue
+			}
+			if string(bytes.TrimSpace(v)) == "null" {
+				delete(merged, f)
+				continue
+			}
+			var old, change map[string]json.RawMessage
+			json.Unmarshal(merged[f], &old)
+			if err := json.Unmarshal(v, &change); err != nil || change == nil {
+				return &schema.FieldError{Path: "retention", Reason: "retention is an object, like {\"maxAge\":\"72h\"}"}
+			}
+			if old == nil {
+				old = map[string]json.RawMessage{}
+			}
+			for k, cv := range change {
+				switch cv := bytes.TrimSpace(cv); {
+				case string(cv) == "null":
+					delete(old, k)
+				case k == "maxBytes" && string(cv) == "0":
+					return &registry.InvalidError{Err: fmt.Errorf("retention.maxBytes must be -1 (no limit) or at least 1024 (null for the default)")}
+				default:
+					old[k] = cv
+				}
+			}
+			merged[f], _ = json.Marshal(old)
+		}
+		b, _ := json.Marshal(merged)
+		*d = schema.Database{}
+		return schema.DecodeInto(b, d, "database definition")
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, _ := json.Marshal(d)
+	return out, nil
+}
+
 // nodeCounter is a Backend that knows how many storage nodes there are.
 type nodeCounter interface {
 	StorageNodes(ctx context.Context) (int, error)
