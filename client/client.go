@@ -75,6 +75,10 @@ type Database struct {
 	MinInSync int `json:"minInSync,omitempty"`
 	// Retention bounds the commit logs (docs/change-stream.md).
 	Retention *Retention `json:"retention,omitempty"`
+	// FailoverInSync, set only by the server, is the minInSync of before
+	// a raise that failovers still count by until it settles
+	// (AlterDatabase). The server ignores it in what it is sent.
+	FailoverInSync int `json:"failoverInSync,omitempty"`
 }
 
 // Retention bounds a database's commit logs; zero fields take the
@@ -376,12 +380,15 @@ func (c *Client) CreateDatabase(ctx context.Context, name string, def Database) 
 }
 
 // AlterDatabase changes a database's settings: those set in change (its
-// zero fields are left as they are), of which only Replicas and
-// Retention may change once the database exists (another is a 409
-// Error). In a cluster the replicas are then added, or the extra ones
-// dropped once the others hold all they hold, as when nodes come and go;
-// Database shows the new definition at once, `cortado cluster status`
-// the replicas as they move.
+// zero fields are left as they are), of which only Replicas, Retention
+// and MinInSync (upwards only) may change once the database exists
+// (another is an ErrConflict). In a cluster the replicas are then added,
+// or the extra ones dropped once the others hold all they hold, as when
+// nodes come and go; a raised MinInSync counts acknowledgements at once,
+// and failovers once every replica set holds the writes of before it
+// (until then Database shows it with FailoverInSync). Database shows the
+// new definition at once, `cortado cluster status` the replicas as they
+// move.
 func (c *Client) AlterDatabase(ctx context.Context, name string, change Database) error {
 	body, _ := json.Marshal(change)
 	return c.t.AlterDatabase(ctx, name, body)

@@ -276,14 +276,14 @@ func runQuery(args []string) error {
 
 func runSchema(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: cortado schema create-db DB [--partitions N] [--replicas N] [--replication semi-sync|async] [--min-in-sync N] [--retention-max-age D] [--retention-max-bytes N] | alter-db DB [--replicas N] [--retention-max-age D] [--retention-max-bytes N] [--retention-max-slave-lag D] | register DB/TABLE -d DEF | show DB[/TABLE[/VERSION]] | list [--after DB] [--limit N]")
+		return fmt.Errorf("usage: cortado schema create-db DB [--partitions N] [--replicas N] [--replication semi-sync|async] [--min-in-sync N] [--retention-max-age D] [--retention-max-bytes N] | alter-db DB [--replicas N] [--min-in-sync N] [--retention-max-age D] [--retention-max-bytes N] [--retention-max-slave-lag D] | register DB/TABLE -d DEF | show DB[/TABLE[/VERSION]] | list [--after DB] [--limit N]")
 	}
 	fs := flag.NewFlagSet("schema "+args[0], flag.ExitOnError)
 	c := commonFlags(fs)
 	partitions := fs.Int("partitions", 0, "create-db: number of partitions (default 64)")
 	replicas := fs.Int("replicas", 0, "create-db, alter-db: replicas per partition")
 	replication := fs.String("replication", "", "create-db: semi-sync (default) or async")
-	minInSync := fs.Int("min-in-sync", 0, "create-db: replicas, the master included, that must durably hold a semi-sync write before it is acknowledged (default 2 with 2 replicas or more)")
+	minInSync := fs.Int("min-in-sync", 0, "create-db, alter-db (only upwards): replicas, the master included, that must durably hold a semi-sync write before it is acknowledged (default 2 with 2 replicas or more)")
 	var retention client.Retention
 	fs.StringVar(&retention.MaxAge, "retention-max-age", "", "create-db, alter-db: how long the commit logs keep a commit, as a Go duration (default 24h)")
 	fs.Int64Var(&retention.MaxBytes, "retention-max-bytes", 0, "create-db, alter-db: bytes a partition's commit log keeps (default 1 GiB, -1 no limit)")
@@ -324,15 +324,15 @@ func runSchema(args []string) error {
 		}
 		return printJSON(map[string]string{"database": parts[0]})
 	case "alter-db":
-		if *partitions != 0 || *replication != "" || *minInSync != 0 {
-			return fmt.Errorf("alter-db changes --replicas and the retention only: a database's partitions, replication and minInSync are fixed once it exists")
+		if *partitions != 0 || *replication != "" {
+			return fmt.Errorf("alter-db changes --replicas, --min-in-sync (upwards) and the retention: a database's partitions and replication are fixed once it exists")
 		}
-		change := client.Database{Replicas: *replicas}
+		change := client.Database{Replicas: *replicas, MinInSync: *minInSync}
 		if retention != (client.Retention{}) {
 			change.Retention = &retention
 		}
-		if change.Replicas == 0 && change.Retention == nil {
-			return fmt.Errorf("alter-db: give --replicas or a --retention-… flag")
+		if change.Replicas == 0 && change.MinInSync == 0 && change.Retention == nil {
+			return fmt.Errorf("alter-db: give --replicas, --min-in-sync or a --retention-… flag")
 		}
 		if err := cl.AlterDatabase(ctx, parts[0], change); err != nil {
 			return err

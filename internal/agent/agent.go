@@ -219,6 +219,9 @@ func (a *Agent) applyJSON(ctx context.Context, b []byte) {
 // may be waiting for this node's step-downs), and a take-over it changes
 // is ended first. One it leaves as it was goes on, with the newest slaves.
 func (a *Agent) apply(ctx context.Context, t *topo.RoutingTable) {
+	if t.MinInSync > 0 {
+		a.Node.SetInSyncFloor(t.DB, t.MinInSync)
+	}
 	var stepDown, takeOver []int
 	for p, r := range t.Partitions {
 		if len(r.Replicas) == 0 || r.Replicas[0] != a.ID {

@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cortado-db/cortado/internal/keys"
+	"github.com/cortado-db/cortado/internal/node"
+	"github.com/cortado-db/cortado/internal/schema"
 	"github.com/cortado-db/cortado/internal/topo"
 )
 
@@ -70,8 +74,8 @@ func TestAlterReplicasUnderLoad(t *testing.T) {
 	const partitions = 8
 	c := startCluster(t, 3, partitions, 2)
 	for _, body := range []string{`{"partitions":16}`, `{"minInSync":1}`, `{"replication":"async"}`} {
-		if status, answer := c.alter(body); status != http.StatusConflict || !strings.Contains(answer, "cannot change") {
-			t.Fatalf("PATCH %s: %d %s, want 409 (cannot change)", body, status, answer)
+		if status, answer := c.alter(body); status != http.StatusConflict || !strings.Contains(answer, "database setting refused") {
+			t.Fatalf("PATCH %s: %d %s, want 409 (database setting refused)", body, status, answer)
 		}
 	}
 	if status, answer := c.alter(`{"replicas":4}`); status != http.StatusBadRequest {
@@ -123,4 +127,115 @@ func TestAlterReplicasUnderLoad(t *testing.T) {
 	t.Logf("%d writes acknowledged while replicas went 2, 3, 2, 3 and %s was killed", len(acked), victim)
 	c.checkAcked(acked)
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+}
+
+// TestRaiseMinInSyncUnderLoad: a database made with one replica (so
+// minInSync 1) is given three replicas and then minInSync 2 while a
+// writer keeps writing. The raise counts in failovers once the
+// controller has seen the writes of before it held by two replicas (it
+// clears failoverInSync); then the busiest master is killed, and its
+// partitions fail over (with minInSync 1 they would have waited for it
+// to come back). Every acknowledged write is read back, and every
+// replica matches its master. Lowering minInSync is refused.
+func TestRaiseMinInSyncUnderLoad(t *testing.T) {
+	const partitions = 8
+	c := startCluster(t, 3, partitions, 1)
+	acked := map[string]string{}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k, v := fmt.Sprintf("w%d", i), fmt.Sprint(i)
+			if c.putPathUnless("T/"+k, `{"v":"`+v+`"}`, "") {
+				acked[k] = v
+			}
+		}
+	}()
+	awaitTable(t, c, func(tb *topo.RoutingTable) bool { return tb != nil })
+	if status, answer := c.alter(`{"replicas":3}`); status != http.StatusOK {
+		t.Fatalf("replicas 3: %d %s", status, answer)
+	}
+	c.awaitReplicas(t, 3)
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+	status, answer := c.alter(`{"minInSync":2}`)
+	if status != http.StatusOK || !strings.Contains(answer, `"minInSync":2`) {
+		t.Fatalf("minInSync 2: %d %s", status, answer)
+	}
+	if d, _ := c.reg.Database("d"); d.FailoverInSync != 0 && d.FailoverQuorum() != 1 {
+		t.Fatalf("a raise not yet settled counts in failovers: %+v", d)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for d, _ := c.reg.Database("d"); d.FailoverInSync != 0; d, _ = c.reg.Database("d") {
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after minInSync was raised to 2, failovers still count by %d", d.FailoverQuorum())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if status, answer := c.alter(`{"minInSync":1}`); status != http.StatusConflict || !strings.Contains(answer, "not lowered") {
+		t.Fatalf("minInSync lowered to 1: %d %s, want 409", status, answer)
+	}
+	victim := busiestMaster(c.view.Table("d"))
+	c.nodes[victim].kill()
+	delete(c.nodes, victim)
+	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
+		for _, r := range tb.Partitions {
+			if r.Replicas[0] == victim {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range partitions * 4 { // every partition writable again
+		c.put(fmt.Sprintf("after%d", i), "x")
+	}
+	close(stop)
+	<-done
+	t.Logf("%d writes acknowledged while replicas went 1 → 3, minInSync 1 → 2, and %s was killed", len(acked), victim)
+	c.checkAcked(acked)
+	awaitReplicasEqual(t, c.view, c.nodes, partitions)
+}
+
+// TestMasterCountsByTheTablesMinInSync: a master whose registry has not
+// seen a raise of minInSync yet counts acknowledgements by the raised
+// value once a routing table says so (node.SetInSyncFloor, which its
+// agent sets from the table), and reports it in its status: a write
+// that would need no slave by the registry's minInSync of 1 waits for
+// one, and with none live is refused. A table's lower value changes
+// nothing.
+func TestMasterCountsByTheTablesMinInSync(t *testing.T) {
+	reg := newTestRegistry(t, schema.Database{Name: "d", Partitions: 1, Replicas: 3, MinInSync: 1})
+	n := newStorageNodeWith(t, reg, node.Options{SemiSyncTimeout: 300 * time.Millisecond})
+	if err := n.SetRole("d", 0, node.Master, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	n.SetSlaves("d", 0, []string{"b", "c"})
+	inSync := func() int {
+		st, err := n.Status(t.Context(), node.StatusRequest{DB: "d"})
+		if err != nil || len(st) != 1 {
+			t.Fatalf("status: %+v, %v", st, err)
+		}
+		return st[0].InSync
+	}
+	write(t, n, "k1", "v") // minInSync 1: the master alone
+	if k := inSync(); k != 1 {
+		t.Fatalf("status reports minInSync %d, want 1", k)
+	}
+	n.SetInSyncFloor("d", 2)
+	n.SetInSyncFloor("d", 1)
+	if k := inSync(); k != 2 {
+		t.Fatalf("after a table's minInSync of 2: status reports %d", k)
+	}
+	tree, _ := schema.DecodeJSON([]byte(`{"v":"w"}`))
+	s, _ := schema.Parse(`{"type":"record","name":"T","fields":[{"name":"v","type":"string"}]}`)
+	val, _ := schema.EncodeJSON(nil, s, tree)
+	_, err := n.Write(t.Context(), node.WriteRequest{DB: "d", Partition: 0,
+		Ops: []node.Op{{Kind: node.OpPut, Table: "T", Key: []keys.Part{keys.S("k2")}, Version: 1, Value: val}}})
+	if !errors.Is(err, node.ErrNotEnoughReplicas) && !errors.Is(err, node.ErrNotReplicated) {
+		t.Fatalf("a write with no slave live, by a table's minInSync of 2: %v, want it refused or not replicated", err)
+	}
 }

@@ -65,7 +65,7 @@ func joinClusterNode(t testing.TB, ctx context.Context, cli *clientv3.Client, re
 	if advertise != nil {
 		url = advertise(url)
 	}
-	m, err := topo.Join(ctx, cli, "/c", topo.NodeInfo{ID: id, URL: url}, 2, nil)
+	m, err := topo.Join(ctx, cli, "/c", topo.NodeInfo{ID: id, URL: url, Protocol: wire.Version}, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

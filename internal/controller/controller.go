@@ -59,6 +59,9 @@ type Controller struct {
 	// Both belong to the leading loop only.
 	stuckSince map[string]time.Time
 	fenced     map[string]fencedNode
+	// raising follows the raises of minInSync under way, by database
+	// (settleRaise); it belongs to the leading loop only.
+	raising map[string]*raise
 }
 
 // fencedNode is a node the controller expelled (revoked its lease) and
@@ -173,8 +176,13 @@ func (c *Controller) reconcileAll(ctx context.Context, e *concurrency.Election) 
 		if t.table != nil {
 			st = statuses[db.Name]
 		}
-		if err := c.reconcile(ctx, e, db.Name, db.Partitions, db.Replicas, db.InSync(), nodes, t.table, st); err != nil {
+		published, err := c.reconcile(ctx, e, db, nodes, t.table, st)
+		if err != nil {
 			c.Log.Warn("controller: reconcile", "db", db.Name, "err", err)
+			continue
+		}
+		if db.FailoverInSync > 0 && published == t.table {
+			c.settleRaise(ctx, db, t.table, st)
 		}
 	}
 }
@@ -210,9 +218,14 @@ func (c *Controller) routingTables(ctx context.Context) (map[string]routingTable
 // gets the next generation. The write is fenced on this controller still
 // leading. statuses are the database's replicas and copies by node, as
 // the live nodes that answered reported them this round (nil before the
-// first table).
-func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db string, partitions, replicas, minInSync int, live []topo.NodeInfo,
-	cur *topo.RoutingTable, statuses map[string]map[int]node.PartitionStatus) error {
+// first table). It returns the table in force after it: cur, or the one
+// it published.
+func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, def *schema.Database, live []topo.NodeInfo,
+	cur *topo.RoutingTable, statuses map[string]map[int]node.PartitionStatus) (*topo.RoutingTable, error) {
+	db, partitions, replicas := def.Name, def.Partitions, def.Replicas
+	// A failover counts answers by the minInSync of before a raise until
+	// the raise is settled; masters count acknowledgements by the new one.
+	minInSync := def.FailoverQuorum()
 	in := placement.Input{Partitions: partitions, Replicas: replicas, Current: placement.Assignment{}}
 	urls, incs := map[string]string{}, map[string]int64{}
 	for _, n := range live {
@@ -220,16 +233,16 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		urls[n.ID], incs[n.ID] = n.URL, n.Incarnation
 	}
 	if len(in.Nodes) == 0 {
-		return nil
+		return cur, nil
 	}
-	next := &topo.RoutingTable{DB: db, Version: 1, Partitions: make([]topo.PartitionRoute, partitions), Nodes: urls, Incarnations: incs}
+	next := &topo.RoutingTable{DB: db, Version: 1, Partitions: make([]topo.PartitionRoute, partitions), Nodes: urls, Incarnations: incs, MinInSync: def.InSync()}
 	changed := cur == nil
 	if cur != nil {
 		next.Version = cur.Version + 1
 		for p, r := range cur.Partitions {
 			in.Current[p] = r.Replicas
 		}
-		changed = len(cur.Partitions) != partitions || !maps.Equal(cur.Nodes, urls) || !maps.Equal(cur.Incarnations, incs)
+		changed = len(cur.Partitions) != partitions || !maps.Equal(cur.Nodes, urls) || !maps.Equal(cur.Incarnations, incs) || cur.MinInSync != next.MinInSync
 	}
 	ideal := placement.IdealState(in)
 	status := func(p int) func(id string) (node.PartitionStatus, bool) {
@@ -299,12 +312,18 @@ func (c *Controller) reconcile(ctx context.Context, e *concurrency.Election, db 
 		next.Partitions[p] = route
 	}
 	if !changed {
-		return nil
+		return cur, nil
 	}
+	var err error
 	if c.OneByOne && cur != nil {
-		return c.publishOneByOne(ctx, e, cur, next)
+		err = c.publishOneByOne(ctx, e, cur, next)
+	} else {
+		err = c.publish(ctx, e, next)
 	}
-	return c.publish(ctx, e, next)
+	if err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 // publish writes a routing table, if this controller still leads: every

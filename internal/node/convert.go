@@ -260,7 +260,8 @@ func logResultFrom(w *wire.LogResult) *LogResult {
 func statusTo(ps []PartitionStatus) *wire.StatusResult {
 	w := &wire.StatusResult{Partitions: make([]*wire.PartitionStatus, len(ps))}
 	for i, p := range ps {
-		w.Partitions[i] = &wire.PartitionStatus{Db: p.DB, Partition: int32(p.Partition), Role: int32(p.Role), Scn: scnTo(p.SCN), Generation: p.Generation, LogStart: scnTo(p.LogStart), LogBytes: p.LogBytes, IndexBuilding: p.IndexBuilding}
+		w.Partitions[i] = &wire.PartitionStatus{Db: p.DB, Partition: int32(p.Partition), Role: int32(p.Role), Scn: scnTo(p.SCN), Generation: p.Generation, LogStart: scnTo(p.LogStart), LogBytes: p.LogBytes, IndexBuilding: p.IndexBuilding,
+			InSync: uint32(p.InSync)}
 	}
 	return w
 }
@@ -268,7 +269,8 @@ func statusTo(ps []PartitionStatus) *wire.StatusResult {
 func statusFrom(w *wire.StatusResult) []PartitionStatus {
 	var out []PartitionStatus
 	for _, p := range w.Partitions {
-		out = append(out, PartitionStatus{DB: p.Db, Partition: int(p.Partition), Role: Role(p.Role), SCN: scnFrom(p.Scn), Generation: p.Generation, LogStart: scnFrom(p.LogStart), LogBytes: p.LogBytes, IndexBuilding: p.IndexBuilding})
+		out = append(out, PartitionStatus{DB: p.Db, Partition: int(p.Partition), Role: Role(p.Role), SCN: scnFrom(p.Scn), Generation: p.Generation, LogStart: scnFrom(p.LogStart), LogBytes: p.LogBytes, IndexBuilding: p.IndexBuilding,
+			InSync: int(min(p.InSync, 7))})
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cortado-db/cortado/internal/index"
@@ -29,6 +30,9 @@ type Node struct {
 	// pins keeps the logs of the partitions this node snapshots from
 	// being trimmed past the snapshots' SCNs.
 	pins snapshotPins
+	// inSyncFloor is, by database, the least minInSync its masters here
+	// count acknowledgements by (SetInSyncFloor): the routing tables'.
+	inSyncFloor sync.Map // string → int
 }
 
 // Options configures a Node.
@@ -317,7 +321,38 @@ func (n *Node) syncSlaves(db string) int {
 	if err != nil || d.Replication == "async" {
 		return 0
 	}
-	return d.InSync() - 1
+	return n.inSync(db, d) - 1
+}
+
+// inSync is the minInSync this node counts db's acknowledgements by: the
+// registry's, or the routing table's when that is larger (a raise this
+// node's registry has not seen yet).
+func (n *Node) inSync(db string, d *schema.Database) int {
+	k := d.InSync()
+	if f, ok := n.inSyncFloor.Load(db); ok {
+		k = max(k, f.(int))
+	}
+	return k
+}
+
+// SetInSyncFloor makes this node count the acknowledgements of db's
+// writes by k replicas at least (a routing table's minInSync, which only
+// grows). Its agent sets it before it applies the table's roles.
+func (n *Node) SetInSyncFloor(db string, k int) {
+	for {
+		old, ok := n.inSyncFloor.Load(db)
+		if ok && old.(int) >= k {
+			return
+		}
+		if ok && n.inSyncFloor.CompareAndSwap(db, old, k) {
+			return
+		}
+		if !ok {
+			if _, loaded := n.inSyncFloor.LoadOrStore(db, k); !loaded {
+				return
+			}
+		}
+	}
 }
 
 // Scan reads one page of a collection.
@@ -426,6 +461,12 @@ func (n *Node) Write(ctx context.Context, req WriteRequest) (*WriteResult, error
 	if err != nil {
 		return nil, err
 	}
+	// The count is taken again now that the commit is durable: once
+	// this node's status has reported a raised minInSync (read before
+	// its SCN), every commit made durable after that SCN waits for the
+	// raised count, which is what the controller counts on before a
+	// failover does (schema.Database.FailoverInSync).
+	need = max(need, n.syncSlaves(req.DB))
 	if need > 0 {
 		// Semi-sync: acknowledge once need slaves durably hold the
 		// commit. The role is not held meanwhile: the commit is made,

@@ -25,6 +25,11 @@ type PartitionStatus struct {
 	// IndexBuilding is, per table, how many documents the indexes of its
 	// latest schema version still lack here (an index being built).
 	IndexBuilding map[string]uint64 `json:"indexBuilding,omitempty"`
+	// InSync is the database's minInSync as this node's registry holds
+	// it, read before SCN: a master counts the acknowledgements of every
+	// write it commits after SCN by InSync or more (0 from a node of
+	// protocol 7 or older).
+	InSync int `json:"inSync,omitempty"`
 }
 
 // StatusRequest asks for a node's partitions, of one database or all.
@@ -51,7 +56,11 @@ func (n *Node) Status(_ context.Context, req StatusRequest) ([]PartitionStatus, 
 		if err != nil {
 			continue // a database dropped meanwhile
 		}
-		out = append(out, PartitionStatus{DB: k.db, Partition: k.id, Role: n.Role(k.db, k.id), SCN: p.SCN(), Generation: p.Generation(), LogStart: p.LogStart(), LogBytes: p.LogBytes(),
+		inSync := 0
+		if d, err := n.reg.Database(k.db); err == nil {
+			inSync = n.inSync(k.db, d) // before the SCN (Node.Write takes it after its commit)
+		}
+		out = append(out, PartitionStatus{DB: k.db, Partition: k.id, Role: n.Role(k.db, k.id), InSync: inSync, SCN: p.SCN(), Generation: p.Generation(), LogStart: p.LogStart(), LogBytes: p.LogBytes(),
 			IndexBuilding: n.indexBuildLeft(k.db, p)})
 	}
 	return out, nil

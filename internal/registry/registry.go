@@ -6,7 +6,9 @@
 // only written after schema.CheckLevel accepted it against the earlier
 // ones under the table's compatibility level, and the write is an etcd transaction that fails if another
 // registrar took the number first. A database's definition changes only
-// in its replicas and retention (AlterDatabase); nothing is ever deleted.
+// in its replicas, retention and minInSync, which only rises and counts
+// in failovers once the controller settles it (AlterDatabase,
+// SettleInSync); nothing is ever deleted.
 //
 // What it holds is bounded (Limits): creating databases, tables and
 // versions is input like any other, and must never grow every process
@@ -40,7 +42,7 @@ var (
 	ErrKeyChanged     = errors.New("a table's key cannot change")
 	// ErrFixed is a change of a database setting that cannot change
 	// once the database exists (AlterDatabase).
-	ErrFixed = errors.New("cannot change once the database exists")
+	ErrFixed = errors.New("database setting refused")
 	// ErrContention means other registrars kept taking the next version
 	// number; the caller may retry.
 	ErrContention = errors.New("schema registration contended; retry")
@@ -350,6 +352,7 @@ func (r *Registry) versionKey(db, table string, n int) string {
 // definition is not an error (created is false); another definition is
 // ErrDatabaseExists.
 func (r *Registry) CreateDatabase(ctx context.Context, d schema.Database) (db *schema.Database, created bool, err error) {
+	d.FailoverInSync = 0 // a new database has no raise under way
 	if err := d.Normalize(); err != nil {
 		return nil, false, &InvalidError{err}
 	}
@@ -391,10 +394,11 @@ const maxAlterAttempts = 16
 
 // AlterDatabase changes database name's definition to what change makes
 // of a copy of it (with the defaults of what it leaves out filled in
-// again). Only the replicas and the retention may change: another
-// setting is ErrFixed, since the partitions, their key ranges, the
-// replication and minInSync are what every copy, and every acknowledged
-// write, was placed and counted by. A definition left as it was is not
+// again). Only the replicas, the retention and minInSync may change,
+// minInSync only upwards (a raise is settled later: SettleInSync): another
+// change is ErrFixed, since the partitions, their key ranges and the
+// replication are what every copy was placed and every write replicated
+// by. A definition left as it was is not
 // written. The write is an etcd transaction on the definition's
 // revision, tried again when another alteration came first.
 func (r *Registry) AlterDatabase(ctx context.Context, name string, change func(*schema.Database) error) (*schema.Database, error) {
@@ -424,7 +428,15 @@ func (r *Registry) AlterDatabase(ctx context.Context, name string, change func(*
 			next.MinInSync = cur.InSync()
 		}
 		if next.Replicas > 0 && next.Replicas < cur.InSync() && next.MinInSync == cur.InSync() {
-			return nil, &InvalidError{fmt.Errorf("replicas %d is fewer than the database's minInSync (%d), which cannot change: every write would be refused", next.Replicas, cur.InSync())}
+			return nil, &InvalidError{fmt.Errorf("replicas %d is fewer than the database's minInSync (%d), which can be raised but not lowered: every write would be refused", next.Replicas, cur.InSync())}
+		}
+		// A raise of minInSync counts in failovers only once the
+		// controller has seen the writes of before it held by as many
+		// replicas (SettleInSync); until then they count by the least
+		// minInSync of before.
+		next.FailoverInSync = cur.FailoverInSync
+		if next.MinInSync > cur.InSync() {
+			next.FailoverInSync = cur.FailoverQuorum()
 		}
 		if err := next.Normalize(); err != nil {
 			return nil, &InvalidError{err}
@@ -468,13 +480,55 @@ func fixedUnchanged(cur, next *schema.Database) error {
 		{"partitions", cur.Partitions, next.Partitions},
 		{"boundaries", string(cb), string(nb)},
 		{"replication", cur.Replication, next.Replication},
-		{"minInSync", cur.InSync(), next.InSync()},
 	} {
 		if f.cur != f.new {
-			return fmt.Errorf("%s %v (asked: %v) %w", f.name, f.cur, f.new, ErrFixed)
+			return fmt.Errorf("%w: %s is fixed once the database exists (it is %v, asked: %v)", ErrFixed, f.name, f.cur, f.new)
 		}
 	}
+	if next.InSync() < cur.InSync() {
+		// Masters and the controller's failovers each count by their own
+		// mirror of the registry: for a while after a change one would
+		// count by the lower value and the other by the higher, and a
+		// failover could choose a replica lacking an acknowledged write.
+		return fmt.Errorf("%w: minInSync can be raised, not lowered (it is %d, asked: %d)", ErrFixed, cur.InSync(), next.InSync())
+	}
 	return nil
+}
+
+// SettleInSync ends a raise of database name's minInSync to k: failovers
+// count replicas' answers by k from now on (schema.Database.FailoverInSync
+// cleared). The controller calls it once every partition's writes of
+// before the raise are held by k replicas. A definition whose minInSync
+// is no longer k, or with no raise under way, is left as it is.
+func (r *Registry) SettleInSync(ctx context.Context, name string, k int) error {
+	key := r.dbKey(name)
+	resp, err := r.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("read database %s: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("database %s: %w", name, ErrNoDatabase)
+	}
+	kv := resp.Kvs[0]
+	var d schema.Database
+	if err := json.Unmarshal(kv.Value, &d); err != nil {
+		return fmt.Errorf("database %s: stored definition: %w", name, err)
+	}
+	if d.InSync() != k || d.FailoverInSync == 0 {
+		return nil
+	}
+	d.FailoverInSync = 0
+	val, _ := json.Marshal(d)
+	tresp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(key, string(val))).Commit()
+	if err != nil {
+		return fmt.Errorf("settle minInSync of %s: %w", name, err)
+	}
+	if !tresp.Succeeded {
+		return fmt.Errorf("settle minInSync of %s: %w", name, ErrContention)
+	}
+	return r.apply(key, val, tresp.Header.Revision)
 }
 
 // partitions is how many partitions the databases other than except

@@ -258,7 +258,7 @@ func TestConcurrentAlterationsAgree(t *testing.T) {
 	for name, change := range map[string]func(*schema.Database){
 		"partitions":  func(d *schema.Database) { d.Partitions = 8 },
 		"replication": func(d *schema.Database) { d.Replication = "async" },
-		"minInSync":   func(d *schema.Database) { d.MinInSync = 3 },
+		"minInSync":   func(d *schema.Database) { d.MinInSync = 1 }, // lowered
 	} {
 		if _, err := a.AlterDatabase(ctx, "db", func(d *schema.Database) error { change(d); d.Replicas = 4; return nil }); !errors.Is(err, ErrFixed) {
 			t.Fatalf("changing %s (and replicas): %v, want ErrFixed", name, err)
@@ -269,5 +269,33 @@ func TestConcurrentAlterationsAgree(t *testing.T) {
 	}
 	if _, err := a.AlterDatabase(ctx, "nodb", func(*schema.Database) error { return nil }); !errors.Is(err, ErrNoDatabase) {
 		t.Fatalf("altering a database that does not exist: %v", err)
+	}
+	// A raise of minInSync keeps the value of before for failovers
+	// until it is settled; another raise meanwhile keeps the least.
+	raise := func(k int) *schema.Database {
+		t.Helper()
+		d, err := a.AlterDatabase(ctx, "db", func(d *schema.Database) error { d.Replicas, d.MinInSync = 5, k; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := raise(3); d.InSync() != 3 || d.FailoverInSync != 2 || d.FailoverQuorum() != 2 {
+		t.Fatalf("minInSync raised from 2 to 3: %+v, want failovers to count by 2", d)
+	}
+	if d := raise(4); d.InSync() != 4 || d.FailoverQuorum() != 2 {
+		t.Fatalf("minInSync raised again to 4 before the first raise settled: %+v, want failovers to count by 2", d)
+	}
+	if err := a.SettleInSync(ctx, "db", 3); err != nil { // a settle of a value no longer asked leaves it
+		t.Fatal(err)
+	}
+	if d, _ := a.Database("db"); d.FailoverQuorum() != 2 {
+		t.Fatalf("a settle of 3 after a raise to 4: %+v", d)
+	}
+	if err := a.SettleInSync(ctx, "db", 4); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := a.Database("db"); d.FailoverInSync != 0 || d.FailoverQuorum() != 4 {
+		t.Fatalf("after the raise to 4 settled: %+v", d)
 	}
 }

@@ -96,7 +96,8 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 // AlterDatabase changes database name's definition by a JSON merge patch
 // (RFC 7396) of it: {"replicas":3}, {"retention":{"maxAge":"72h"}}, a
 // member null for its default ({"retention":{"maxBytes":null}}). Only
-// the replicas and the retention may change (registry.AlterDatabase);
+// the replicas, the retention and minInSync (upwards, once every node
+// and controller speaks protocol 8) may change (registry.AlterDatabase);
 // the other members may be given with their current values, so a
 // definition as read, changed and sent back is a patch too. It returns
 // the stored definition. In a cluster the controller then adds or drops
@@ -123,6 +124,17 @@ func (r *Router) AlterDatabase(ctx context.Context, name string, body []byte) ([
 			return nil, &registry.InvalidError{Err: fmt.Errorf("%s cannot be unset (give its new value)", f)}
 		case string(v) == "0" && (f == "partitions" || f == "replicas" || f == "minInSync"):
 			return nil, &registry.InvalidError{Err: fmt.Errorf("%s must be at least 1", f)}
+		}
+	}
+	// The controller's to set and clear: a definition as read, sent back,
+	// may hold it.
+	delete(patch, "failoverInSync")
+	if raw, ok := patch["minInSync"]; ok {
+		var want int
+		if d, err := r.reg.Database(name); err == nil && json.Unmarshal(raw, &want) == nil && want > d.InSync() {
+			if err := r.raisable(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if raw, ok := patch["replicas"]; ok {
@@ -177,6 +189,35 @@ func (r *Router) AlterDatabase(ctx context.Context, name string, body []byte) ([
 	}
 	out, _ := json.Marshal(d)
 	return out, nil
+}
+
+// raisable refuses a raise of minInSync while a storage node or a
+// controller of protocol 7 or older is registered: such a node would
+// not report the minInSync it counts by, nor such a controller go on
+// counting failovers by the old value until the raise is settled.
+func (r *Router) raisable(ctx context.Context) error {
+	l, ok := r.backend.(protocolLister)
+	if !ok {
+		return nil
+	}
+	oldest, who, err := l.OldestProtocol(ctx)
+	if err != nil {
+		return err
+	}
+	if who != "" && oldest < raiseProtocol {
+		return fmt.Errorf("%w: minInSync can be raised once every storage node and controller speaks protocol %d or later; %s speaks %d (0: a release that does not say)", registry.ErrFixed, raiseProtocol, who, oldest)
+	}
+	return nil
+}
+
+// raiseProtocol is the first protocol version whose nodes report the
+// minInSync they count by and whose controllers settle a raise.
+const raiseProtocol = 8
+
+// protocolLister is a Backend that knows the oldest protocol the cluster's
+// storage nodes and controllers speak.
+type protocolLister interface {
+	OldestProtocol(ctx context.Context) (uint32, string, error)
 }
 
 // nodeCounter is a Backend that knows how many storage nodes there are.

@@ -87,6 +87,35 @@ func (v *RoutingView) StorageNodes(ctx context.Context) (int, error) {
 	return len(nodes), err
 }
 
+// OldestProtocol is the oldest internal protocol version a live storage
+// node or a registered controller says it speaks, and which process that
+// is (0 and "" when there is none; 0 for a process that does not say).
+func (v *RoutingView) OldestProtocol(ctx context.Context) (uint32, string, error) {
+	nodes, err := topo.LiveNodes(ctx, v.cli, v.prefix)
+	if err != nil {
+		return 0, "", err
+	}
+	procs, err := topo.Processes(ctx, v.cli, v.prefix)
+	if err != nil {
+		return 0, "", err
+	}
+	oldest, who := uint32(0), ""
+	see := func(p uint32, name string) {
+		if who == "" || p < oldest {
+			oldest, who = p, name
+		}
+	}
+	for _, n := range nodes {
+		see(n.Protocol, "storage node "+n.ID)
+	}
+	for _, p := range procs {
+		if p.Role == topo.RoleController {
+			see(p.Protocol, "controller "+p.ID)
+		}
+	}
+	return oldest, who, nil
+}
+
 // Done is closed when the watch has ended.
 func (v *RoutingView) Done() <-chan struct{} { return v.done }
 

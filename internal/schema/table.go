@@ -38,6 +38,12 @@ type Database struct {
 	// acknowledged; with fewer live replicas writes are refused (503).
 	// Default: 2 when there are two or more replicas, else 1.
 	MinInSync int `json:"minInSync"`
+	// FailoverInSync, while set, is the smaller minInSync the database
+	// had before it was raised (registry.AlterDatabase): a failover goes
+	// on counting replicas' answers by it until the controller has seen
+	// every partition's writes of before the raise held by MinInSync
+	// replicas, and then clears it. Set only by the registry.
+	FailoverInSync int `json:"failoverInSync,omitempty"`
 	// Retention bounds each partition's commit log.
 	Retention Retention `json:"retention"`
 }
@@ -110,6 +116,15 @@ func (d *Database) InSync() int {
 		return d.MinInSync
 	}
 	return min(2, max(d.Replicas, 1))
+}
+
+// FailoverQuorum is the minInSync a failover counts replicas' answers by:
+// FailoverInSync while a raise of minInSync is under way, else InSync.
+func (d *Database) FailoverQuorum() int {
+	if d.FailoverInSync > 0 {
+		return min(d.FailoverInSync, d.InSync())
+	}
+	return d.InSync()
 }
 
 // KeyPart is one part of a table's primary key. The first part of every
@@ -205,6 +220,9 @@ func (d *Database) Normalize() error {
 	}
 	if d.MinInSync < 1 || d.MinInSync > d.Replicas {
 		return fmt.Errorf("minInSync must be between 1 and replicas (%d), got %d", d.Replicas, d.MinInSync)
+	}
+	if d.FailoverInSync < 0 || d.FailoverInSync >= d.MinInSync {
+		d.FailoverInSync = 0
 	}
 	return d.Retention.normalize()
 }

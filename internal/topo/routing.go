@@ -90,6 +90,11 @@ type RoutingTable struct {
 	Nodes      map[string]string `json:"nodes"` // id → internal API URL
 	// Incarnations are the nodes' leases when the table was computed.
 	Incarnations map[string]int64 `json:"incarnations,omitempty"`
+	// MinInSync is the database's minInSync when the table was
+	// computed: its masters count acknowledgements by it at least,
+	// whatever their registry holds yet (0 from controllers of protocol
+	// 7 and older).
+	MinInSync int `json:"minInSync,omitempty"`
 }
 
 // Master returns the URL of a partition's master, or "".

@@ -16,7 +16,11 @@ import "fmt"
 // refuse it as unknown, so a router sends it only to a node that speaks
 // 6); version 7 adds a snapshot that waits until its commits are
 // replicated, as a read does (a backup's: an older node streams at once,
-// and says it did not wait). MultiGetRequest's and ScanRequest's
+// and says it did not wait); version 8 reports in a partition's status
+// the minInSync its node counts acknowledgements by, which the
+// controller waits for before a raised minInSync counts in a failover
+// (a router raises minInSync only when every storage node and
+// controller registered speaks 8). MultiGetRequest's and ScanRequest's
 // max_stale_nanos came without a version: an older slave ignores them
 // and refuses the read as not master, which a router takes as a slave
 // that cannot answer, and an older master answers as it always did;
@@ -27,7 +31,7 @@ import "fmt"
 // upgrade.
 const (
 	MinVersion uint32 = 1
-	Version    uint32 = 7
+	Version    uint32 = 8
 )
 
 // Negotiate returns the highest version in both ranges, or an error when

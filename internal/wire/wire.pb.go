@@ -1800,6 +1800,10 @@ type PartitionStatus struct {
 	LogBytes   int64                  `protobuf:"varint,7,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`
 	// Documents each table's latest indexes still lack (an index build).
 	IndexBuilding map[string]uint64 `protobuf:"bytes,8,rep,name=index_building,json=indexBuilding,proto3" json:"index_building,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The minInSync the node's registry holds for the database (protocol
+	// 8 on; 0 from older nodes): a master reporting a raised value counts
+	// the acknowledgements of every write it commits later by it.
+	InSync        uint32 `protobuf:"varint,9,opt,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1888,6 +1892,13 @@ func (x *PartitionStatus) GetIndexBuilding() map[string]uint64 {
 		return x.IndexBuilding
 	}
 	return nil
+}
+
+func (x *PartitionStatus) GetInSync() uint32 {
+	if x != nil {
+		return x.InSync
+	}
+	return 0
 }
 
 type StatusResult struct {
@@ -2665,7 +2676,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x04head\x18\x03 \x01(\v2\x14.cortado.wire.v1.SCNR\x04head\x128\n" +
 	"\facknowledged\x18\x04 \x01(\v2\x14.cortado.wire.v1.SCNR\facknowledged\"\x1f\n" +
 	"\rStatusRequest\x12\x0e\n" +
-	"\x02db\x18\x01 \x01(\tR\x02db\"\x89\x03\n" +
+	"\x02db\x18\x01 \x01(\tR\x02db\"\xa2\x03\n" +
 	"\x0fPartitionStatus\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -2676,7 +2687,8 @@ const file_wire_proto_rawDesc = "" +
 	"generation\x121\n" +
 	"\tlog_start\x18\x06 \x01(\v2\x14.cortado.wire.v1.SCNR\blogStart\x12\x1b\n" +
 	"\tlog_bytes\x18\a \x01(\x03R\blogBytes\x12Z\n" +
-	"\x0eindex_building\x18\b \x03(\v23.cortado.wire.v1.PartitionStatus.IndexBuildingEntryR\rindexBuilding\x1a@\n" +
+	"\x0eindex_building\x18\b \x03(\v23.cortado.wire.v1.PartitionStatus.IndexBuildingEntryR\rindexBuilding\x12\x17\n" +
+	"\ain_sync\x18\t \x01(\rR\x06inSync\x1a@\n" +
 	"\x12IndexBuildingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"P\n" +
