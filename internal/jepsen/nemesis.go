@@ -54,6 +54,7 @@ var Faults = []string{
 	"stall-disk",      // freeze a storage node's file system past its disk stall timeout, thaw it, restart the node
 	"join-node",       // a fourth storage node joins and takes replicas and masters (online expansion), then stops cleanly for good and its replicas are rebuilt on the others
 	"join-kill",       // join-node, with the busiest master killed -9 (and restarted) while replicas move to the fourth node
+	"shrink-kill",     // the database's replicas go from 3 to 2 (PATCH /_schemata/d) with the busiest master killed -9 while the third copies are deleted, then back to 3
 }
 
 // Nemesis injects faults into a cluster.
@@ -127,6 +128,63 @@ func (n *Nemesis) Run(kind string) error {
 		began = time.Now()
 		rt = n.awaitTable(2*time.Minute, func(rt *topo.RoutingTable) bool { return replicasOf(rt, joiner) == 0 })
 		f.Note += fmt.Sprintf("; its replicas were placed elsewhere %s after it stopped (%d left on it)", time.Since(began).Round(100*time.Millisecond), replicasOf(rt, joiner))
+	case "shrink-kill":
+		// A database's replicas changed online, under writes and a
+		// failover: each partition's third copy goes once the other two
+		// hold all of it, while the busiest master dies, so failovers
+		// count answers over lists that are shrinking; then the
+		// replicas come back to three, rebuilt from snapshots. Nothing
+		// acknowledged may be lost on the way, and every replica must
+		// end equal.
+		h := newHTTP(c.Routers[0].URL, c.Routers[1].URL)
+		alter := func(replicas int) error {
+			var last response
+			for range 20 { // a router restarting, or the registry busy
+				if last = h.send("PATCH", "/_schemata/d", fmt.Sprintf(`{"replicas":%d}`, replicas), ""); last.err == nil && last.status != 503 {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if last.status != 200 {
+				return fmt.Errorf("shrink-kill: replicas %d: %d %s %v", replicas, last.status, last.body, last.err)
+			}
+			return nil
+		}
+		every := func(k int) func(*topo.RoutingTable) bool {
+			return func(rt *topo.RoutingTable) bool {
+				for _, r := range rt.Partitions {
+					if len(r.Replicas) != k {
+						return false
+					}
+				}
+				return true
+			}
+		}
+		if c.opts.MinInSync > 2 {
+			return errSkipped // two replicas would refuse every write
+		}
+		if err := alter(2); err != nil {
+			return err
+		}
+		began := time.Now()
+		f.Target = n.busiestMaster()
+		c.KillNode(f.Target)
+		time.Sleep(hold)
+		c.RestartNode(f.Target)
+		rt := n.awaitTable(3*time.Minute, every(2))
+		if !every(2)(rt) {
+			return fmt.Errorf("shrink-kill: 3 minutes after replicas became 2, the table still has partitions of other replica counts")
+		}
+		f.Note = fmt.Sprintf("two replicas a partition %s after the change", time.Since(began).Round(100*time.Millisecond))
+		f.Heal = time.Now()
+		if err := alter(3); err != nil {
+			return err
+		}
+		began = time.Now()
+		if rt := n.awaitTable(3*time.Minute, every(3)); !every(3)(rt) {
+			return fmt.Errorf("shrink-kill: 3 minutes after replicas became 3 again, the table still has partitions of other replica counts")
+		}
+		f.Note += fmt.Sprintf("; three listed again %s after it was undone (the final check finds them equal)", time.Since(began).Round(100*time.Millisecond))
 	case "pause-master":
 		f.Target = n.busiestMaster()
 		c.Storage[f.Target].Pause()
