@@ -62,6 +62,54 @@ func (c *testCluster) awaitReplicas(t *testing.T, n int) {
 	}
 }
 
+// writer writes keys w0, w1, … of table T through the router until the
+// stop it returns is called; stop returns the writes acknowledged.
+func (c *testCluster) writer() (stop func() map[string]string) {
+	acked := map[string]string{}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			k, v := fmt.Sprintf("w%d", i), fmt.Sprint(i)
+			if c.putPathUnless("T/"+k, `{"v":"`+v+`"}`, "") {
+				acked[k] = v
+			}
+		}
+	}()
+	return func() map[string]string {
+		close(quit)
+		<-done
+		return acked
+	}
+}
+
+// failOverBusiest kills the node that masters the most partitions, waits
+// until no partition names it master, writes to every partition (each
+// takes writes again), and returns the node's ID.
+func (c *testCluster) failOverBusiest(t *testing.T, partitions int) string {
+	t.Helper()
+	victim := busiestMaster(c.view.Table("d"))
+	c.nodes[victim].kill()
+	delete(c.nodes, victim)
+	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
+		for _, r := range tb.Partitions {
+			if r.Replicas[0] == victim {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range partitions * 4 { // spread over every partition
+		c.put(fmt.Sprintf("after%d", i), "x")
+	}
+	return victim
+}
+
 // TestAlterReplicasUnderLoad: a database's replicas change while a writer
 // keeps writing (PATCH /_schemata/{db}): from 2 to 3 (every partition
 // gains a replica, which catches up), to 2 again (each partition's third
@@ -84,22 +132,7 @@ func TestAlterReplicasUnderLoad(t *testing.T) {
 	if d, _ := c.reg.Database("d"); d.Partitions != partitions || d.Replicas != 2 || d.InSync() != 2 || d.Replication != "semi-sync" {
 		t.Fatalf("refused changes changed the definition: %+v", d)
 	}
-	acked := map[string]string{}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			k, v := fmt.Sprintf("w%d", i), fmt.Sprint(i)
-			if c.putPathUnless("T/"+k, `{"v":"`+v+`"}`, "") {
-				acked[k] = v
-			}
-		}
-	}()
+	stopWriter := c.writer()
 	awaitTable(t, c, func(tb *topo.RoutingTable) bool { return tb != nil })
 	for _, replicas := range []int{3, 2, 3} {
 		if status, answer := c.alter(fmt.Sprintf(`{"replicas":%d}`, replicas)); status != http.StatusOK || !strings.Contains(answer, fmt.Sprintf(`"replicas":%d`, replicas)) {
@@ -108,22 +141,8 @@ func TestAlterReplicasUnderLoad(t *testing.T) {
 		c.awaitReplicas(t, replicas)
 		awaitReplicasEqual(t, c.view, c.nodes, partitions)
 	}
-	victim := busiestMaster(c.view.Table("d"))
-	c.nodes[victim].kill()
-	delete(c.nodes, victim)
-	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
-		for _, r := range tb.Partitions {
-			if r.Replicas[0] == victim {
-				return false
-			}
-		}
-		return true
-	})
-	for i := range partitions * 4 { // every partition writable again
-		c.put(fmt.Sprintf("after%d", i), "x")
-	}
-	close(stop)
-	<-done
+	victim := c.failOverBusiest(t, partitions)
+	acked := stopWriter()
 	t.Logf("%d writes acknowledged while replicas went 2, 3, 2, 3 and %s was killed", len(acked), victim)
 	c.checkAcked(acked)
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
@@ -140,22 +159,7 @@ func TestAlterReplicasUnderLoad(t *testing.T) {
 func TestRaiseMinInSyncUnderLoad(t *testing.T) {
 	const partitions = 8
 	c := startCluster(t, 3, partitions, 1)
-	acked := map[string]string{}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			k, v := fmt.Sprintf("w%d", i), fmt.Sprint(i)
-			if c.putPathUnless("T/"+k, `{"v":"`+v+`"}`, "") {
-				acked[k] = v
-			}
-		}
-	}()
+	stopWriter := c.writer()
 	awaitTable(t, c, func(tb *topo.RoutingTable) bool { return tb != nil })
 	if status, answer := c.alter(`{"replicas":3}`); status != http.StatusOK {
 		t.Fatalf("replicas 3: %d %s", status, answer)
@@ -179,22 +183,8 @@ func TestRaiseMinInSyncUnderLoad(t *testing.T) {
 	if status, answer := c.alter(`{"minInSync":1}`); status != http.StatusConflict || !strings.Contains(answer, "not lowered") {
 		t.Fatalf("minInSync lowered to 1: %d %s, want 409", status, answer)
 	}
-	victim := busiestMaster(c.view.Table("d"))
-	c.nodes[victim].kill()
-	delete(c.nodes, victim)
-	awaitTable(t, c, func(tb *topo.RoutingTable) bool {
-		for _, r := range tb.Partitions {
-			if r.Replicas[0] == victim {
-				return false
-			}
-		}
-		return true
-	})
-	for i := range partitions * 4 { // every partition writable again
-		c.put(fmt.Sprintf("after%d", i), "x")
-	}
-	close(stop)
-	<-done
+	victim := c.failOverBusiest(t, partitions)
+	acked := stopWriter()
 	t.Logf("%d writes acknowledged while replicas went 1 → 3, minInSync 1 → 2, and %s was killed", len(acked), victim)
 	c.checkAcked(acked)
 	awaitReplicasEqual(t, c.view, c.nodes, partitions)
