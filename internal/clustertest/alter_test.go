@@ -132,6 +132,17 @@ func TestAlterReplicasUnderLoad(t *testing.T) {
 	if d, _ := c.reg.Database("d"); d.Partitions != partitions || d.Replicas != 2 || d.InSync() != 2 || d.Replication != "semi-sync" {
 		t.Fatalf("refused changes changed the definition: %+v", d)
 	}
+	// A definition as read, tables and all, sent back is a patch that
+	// changes nothing.
+	resp, err := http.Get(c.url + "/_schemata/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if status, answer := c.alter(string(read)); status != http.StatusOK || !strings.Contains(string(read), `"tables"`) || !strings.Contains(answer, `"replicas":2`) {
+		t.Fatalf("the definition as read (%s), sent back: %d %s", read, status, answer)
+	}
 	stopWriter := c.writer()
 	awaitTable(t, c, func(tb *topo.RoutingTable) bool { return tb != nil })
 	for _, replicas := range []int{3, 2, 3} {

@@ -126,12 +126,15 @@ func (r *Router) AlterDatabase(ctx context.Context, name string, body []byte) ([
 			return nil, &registry.InvalidError{Err: fmt.Errorf("%s must be at least 1", f)}
 		}
 	}
-	// The controller's to set and clear: a definition as read, sent back,
-	// may hold it.
+	// What a definition as read (GET /_schemata/{db}), sent back, holds
+	// besides its settings: the tables, and what the controller sets and
+	// clears.
+	delete(patch, "tables")
 	delete(patch, "failoverInSync")
 	if raw, ok := patch["minInSync"]; ok {
 		var want int
-		if d, err := r.reg.Database(name); err == nil && json.Unmarshal(raw, &want) == nil && want > d.InSync() {
+		d, err := r.reg.Database(name)
+		if err != nil || (json.Unmarshal(raw, &want) == nil && want > d.InSync()) {
 			if err := r.raisable(ctx); err != nil {
 				return nil, err
 			}
