@@ -132,7 +132,14 @@ func printStatus(st *controller.Status) {
 		}
 	}
 	for _, d := range st.Databases {
-		fmt.Fprintf(w, "\ndatabase %s (routing table v%d)\nPART\tGEN\tMASTER\tSCN\tLOG (after, bytes)\tSLAVES (scn, lag in commits)\n", d.Name, d.Version)
+		settings := ""
+		if d.Replicas > 0 {
+			settings = fmt.Sprintf("; replicas %d, minInSync %d", d.Replicas, d.MinInSync)
+			if d.FailoverInSync > 0 {
+				settings += fmt.Sprintf(" (failovers count by %d until the raise settles)", d.FailoverInSync)
+			}
+		}
+		fmt.Fprintf(w, "\ndatabase %s (routing table v%d%s)\nPART\tGEN\tMASTER\tSCN\tLOG (after, bytes)\tSLAVES (scn, lag in commits)\n", d.Name, d.Version, settings)
 		for _, p := range d.Partitions {
 			if len(p.Replicas) == 0 {
 				fmt.Fprintf(w, "%d\t%d\t-\t\t\n", p.Partition, p.Generation)

@@ -129,6 +129,9 @@ func TestServeNodes(t *testing.T) {
 	if err != nil || len(st.Nodes) != 3 || len(st.Databases) != 1 {
 		t.Fatalf("status: %+v %v", st, err)
 	}
+	if d := st.Databases[0]; d.Replicas != 3 || d.MinInSync != 2 || d.FailoverInSync != 0 {
+		t.Fatalf("status of the demo database: replicas %d, minInSync %d, failoverInSync %d; want 3, 2, 0", d.Replicas, d.MinInSync, d.FailoverInSync)
+	}
 	for _, p := range st.Databases[0].Partitions {
 		if len(p.Replicas) != 3 || p.Replicas[0].Role != "MASTER" {
 			t.Fatalf("partition %d: %+v", p.Partition, p.Replicas)

@@ -50,9 +50,16 @@ type NodeStatus struct {
 
 // DatabaseStatus is one database's routing table and replicas.
 type DatabaseStatus struct {
-	Name       string            `json:"name"`
-	Version    int64             `json:"routingVersion"`
-	Partitions []PartitionStatus `json:"partitions"`
+	Name    string `json:"name"`
+	Version int64  `json:"routingVersion"`
+	// Replicas, MinInSync and FailoverInSync are the database's
+	// definition's (schema.Database), filled in by an asker that holds
+	// the registry (a router or serve): FailoverInSync, set while a raise
+	// of minInSync is under way, is what failovers still count by.
+	Replicas       int               `json:"replicas,omitempty"`
+	MinInSync      int               `json:"minInSync,omitempty"`
+	FailoverInSync int               `json:"failoverInSync,omitempty"`
+	Partitions     []PartitionStatus `json:"partitions"`
 }
 
 // PartitionStatus is one partition: the generation its master writes in,

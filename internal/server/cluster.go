@@ -391,6 +391,11 @@ func (s *Server) clusterStatus(ctx context.Context) (*controller.Status, error) 
 	st, err := controller.ClusterStatus(ctx, s.cli, s.opts.Prefix)
 	if st != nil {
 		st.Single = s.engine != nil
+		for i := range st.Databases {
+			if d, err := s.reg.Database(st.Databases[i].Name); err == nil {
+				st.Databases[i].Replicas, st.Databases[i].MinInSync, st.Databases[i].FailoverInSync = d.Replicas, d.InSync(), d.FailoverInSync
+			}
+		}
 	}
 	return st, err
 }
