@@ -321,15 +321,15 @@ func (n *Node) syncSlaves(db string) int {
 	if err != nil || d.Replication == "async" {
 		return 0
 	}
-	return n.inSync(db, d) - 1
+	return n.inSync(d) - 1
 }
 
 // inSync is the minInSync this node counts db's acknowledgements by: the
 // registry's, or the routing table's when that is larger (a raise this
 // node's registry has not seen yet).
-func (n *Node) inSync(db string, d *schema.Database) int {
+func (n *Node) inSync(d *schema.Database) int {
 	k := d.InSync()
-	if f, ok := n.inSyncFloor.Load(db); ok {
+	if f, ok := n.inSyncFloor.Load(d.Name); ok {
 		k = max(k, f.(int))
 	}
 	return k
@@ -340,17 +340,9 @@ func (n *Node) inSync(db string, d *schema.Database) int {
 // grows). Its agent sets it before it applies the table's roles.
 func (n *Node) SetInSyncFloor(db string, k int) {
 	for {
-		old, ok := n.inSyncFloor.Load(db)
-		if ok && old.(int) >= k {
+		old, loaded := n.inSyncFloor.LoadOrStore(db, k)
+		if !loaded || old.(int) >= k || n.inSyncFloor.CompareAndSwap(db, old, k) {
 			return
-		}
-		if ok && n.inSyncFloor.CompareAndSwap(db, old, k) {
-			return
-		}
-		if !ok {
-			if _, loaded := n.inSyncFloor.LoadOrStore(db, k); !loaded {
-				return
-			}
 		}
 	}
 }

@@ -94,15 +94,11 @@ const (
 
 // Register serves n's internal API on s.
 func Register(s *wire.Server, n *Node, o ServeOptions) {
-	floor := o.SnapshotMinReadRate
-	if floor == 0 {
-		floor = DefaultSnapshotMinReadRate
-	}
 	if o.Logger == nil {
 		o.Logger = n.log
 	}
 	svc := o.service(s, n.Log)
-	svc.n, svc.snapshotFloor = n, floor
+	svc.n = n
 	wire.RegisterNodeServer(s.GRPC, svc)
 }
 
@@ -112,15 +108,20 @@ func RegisterLog(s *wire.Server, log LogFunc, o ServeOptions) {
 	wire.RegisterNodeServer(s.GRPC, o.service(s, log))
 }
 
+// service is the internal API's service with o's defaults filled in,
+// serving log; a node's sets n too.
 func (o ServeOptions) service(s *wire.Server, log LogFunc) *service {
 	if o.StreamStall == 0 {
 		o.StreamStall = DefaultStreamStall
+	}
+	if o.SnapshotMinReadRate == 0 {
+		o.SnapshotMinReadRate = DefaultSnapshotMinReadRate
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	return &service{log: log, max: o.version(), stopping: s.Stopping(), streams: o.streams(), logBytes: o.logBytes(),
-		detach: s.Go, stall: o.StreamStall, logger: o.Logger}
+		detach: s.Go, stall: o.StreamStall, snapshotFloor: o.SnapshotMinReadRate, logger: o.Logger}
 }
 
 func (o ServeOptions) logBytes() *byteGate {

@@ -58,7 +58,7 @@ func (n *Node) Status(_ context.Context, req StatusRequest) ([]PartitionStatus, 
 		}
 		inSync := 0
 		if d, err := n.reg.Database(k.db); err == nil {
-			inSync = n.inSync(k.db, d) // before the SCN (Node.Write takes it after its commit)
+			inSync = n.inSync(d) // before the SCN (Node.Write takes it after its commit)
 		}
 		out = append(out, PartitionStatus{DB: k.db, Partition: k.id, Role: n.Role(k.db, k.id), InSync: inSync, SCN: p.SCN(), Generation: p.Generation(), LogStart: p.LogStart(), LogBytes: p.LogBytes(),
 			IndexBuilding: n.indexBuildLeft(k.db, p)})

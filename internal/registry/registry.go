@@ -405,66 +405,83 @@ func (r *Registry) AlterDatabase(ctx context.Context, name string, change func(*
 	if !schema.ValidName(name) {
 		return nil, fmt.Errorf("database %s: %w", schema.ShowName(name), ErrNoDatabase)
 	}
-	key := r.dbKey(name)
 	for range maxAlterAttempts {
-		resp, err := r.cli.Get(ctx, key)
-		if err != nil {
-			return nil, fmt.Errorf("read database %s: %w", name, err)
-		}
-		if len(resp.Kvs) == 0 {
-			return nil, fmt.Errorf("database %s: %w", name, ErrNoDatabase)
-		}
-		kv := resp.Kvs[0]
-		var cur, next schema.Database
-		if err := json.Unmarshal(kv.Value, &cur); err != nil {
-			return nil, fmt.Errorf("database %s: stored definition: %w", name, err)
-		}
-		json.Unmarshal(kv.Value, &next) // a copy that shares nothing with cur
-		if err := change(&next); err != nil {
-			return nil, err
-		}
-		next.Name = name
-		if next.MinInSync == 0 { // a definition of before the setting, or the setting left out
-			next.MinInSync = cur.InSync()
-		}
-		if next.Replicas > 0 && next.Replicas < cur.InSync() && next.MinInSync == cur.InSync() {
-			return nil, &InvalidError{fmt.Errorf("replicas %d is fewer than the database's minInSync (%d), which can be raised but not lowered: every write would be refused", next.Replicas, cur.InSync())}
-		}
-		// A raise of minInSync counts in failovers only once the
-		// controller has seen the writes of before it held by as many
-		// replicas (SettleInSync); until then they count by the least
-		// minInSync of before.
-		next.FailoverInSync = cur.FailoverInSync
-		if next.MinInSync > cur.InSync() {
-			next.FailoverInSync = cur.FailoverQuorum()
-		}
-		if err := next.Normalize(); err != nil {
-			return nil, &InvalidError{err}
-		}
-		if err := fixedUnchanged(&cur, &next); err != nil {
-			return nil, fmt.Errorf("database %s: %w", name, err)
-		}
-		if sameDatabase(&cur, &next) {
-			if err := r.apply(key, kv.Value, kv.ModRevision); err != nil {
-				return nil, err
+		d, err := r.swapDatabase(ctx, name, func(cur, next *schema.Database) (bool, error) {
+			if err := change(next); err != nil {
+				return false, err
 			}
-			return &cur, nil
-		}
-		val, _ := json.Marshal(next)
-		tresp, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(key, string(val))).Commit()
-		if err != nil {
-			return nil, fmt.Errorf("alter database %s: %w", name, err)
-		}
-		if tresp.Succeeded {
-			if err := r.apply(key, val, tresp.Header.Revision); err != nil {
-				return nil, err
+			next.Name = name
+			if next.MinInSync == 0 { // a definition of before the setting, or the setting left out
+				next.MinInSync = cur.InSync()
 			}
-			return &next, nil
+			if next.Replicas > 0 && next.Replicas < cur.InSync() && next.MinInSync == cur.InSync() {
+				return false, &InvalidError{fmt.Errorf("replicas %d is fewer than the database's minInSync (%d), which can be raised but not lowered: every write would be refused", next.Replicas, cur.InSync())}
+			}
+			// A raise of minInSync counts in failovers only once the
+			// controller has seen the writes of before it held by as
+			// many replicas (SettleInSync); until then they count by the
+			// least minInSync of before.
+			next.FailoverInSync = cur.FailoverInSync
+			if next.MinInSync > cur.InSync() {
+				next.FailoverInSync = cur.FailoverQuorum()
+			}
+			if err := next.Normalize(); err != nil {
+				return false, &InvalidError{err}
+			}
+			if err := fixedUnchanged(cur, next); err != nil {
+				return false, fmt.Errorf("database %s: %w", name, err)
+			}
+			return !sameDatabase(cur, next), nil
+		})
+		if !errors.Is(err, errOvertaken) {
+			return d, err
 		}
 	}
 	return nil, fmt.Errorf("alter database %s: %w", name, ErrContention)
+}
+
+// errOvertaken is swapDatabase's: another write of the definition came
+// between its read and its write.
+var errOvertaken = errors.New("the definition changed meanwhile")
+
+// swapDatabase reads database name's stored definition and has change
+// make the next one of a copy of it; when change says so, it writes the
+// copy if the definition is still as read (a transaction on its etcd
+// revision; errOvertaken if not). It returns the definition in force,
+// and has the mirror hold it.
+func (r *Registry) swapDatabase(ctx context.Context, name string, change func(cur, next *schema.Database) (write bool, err error)) (*schema.Database, error) {
+	key := r.dbKey(name)
+	resp, err := r.cli.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("read database %s: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("database %s: %w", name, ErrNoDatabase)
+	}
+	kv := resp.Kvs[0]
+	var cur, next schema.Database
+	if err := json.Unmarshal(kv.Value, &cur); err != nil {
+		return nil, fmt.Errorf("database %s: stored definition: %w", name, err)
+	}
+	json.Unmarshal(kv.Value, &next) // a copy that shares nothing with cur
+	write, err := change(&cur, &next)
+	if err != nil {
+		return nil, err
+	}
+	if !write {
+		return &cur, r.apply(key, kv.Value, kv.ModRevision)
+	}
+	val, _ := json.Marshal(next)
+	tresp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(key, string(val))).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("write database %s: %w", name, err)
+	}
+	if !tresp.Succeeded {
+		return nil, errOvertaken
+	}
+	return &next, r.apply(key, val, tresp.Header.Revision)
 }
 
 // fixedUnchanged reports a setting next changes that AlterDatabase may
@@ -501,34 +518,17 @@ func fixedUnchanged(cur, next *schema.Database) error {
 // before the raise are held by k replicas. A definition whose minInSync
 // is no longer k, or with no raise under way, is left as it is.
 func (r *Registry) SettleInSync(ctx context.Context, name string, k int) error {
-	key := r.dbKey(name)
-	resp, err := r.cli.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("read database %s: %w", name, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return fmt.Errorf("database %s: %w", name, ErrNoDatabase)
-	}
-	kv := resp.Kvs[0]
-	var d schema.Database
-	if err := json.Unmarshal(kv.Value, &d); err != nil {
-		return fmt.Errorf("database %s: stored definition: %w", name, err)
-	}
-	if d.InSync() != k || d.FailoverInSync == 0 {
-		return nil
-	}
-	d.FailoverInSync = 0
-	val, _ := json.Marshal(d)
-	tresp, err := r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-		Then(clientv3.OpPut(key, string(val))).Commit()
-	if err != nil {
-		return fmt.Errorf("settle minInSync of %s: %w", name, err)
-	}
-	if !tresp.Succeeded {
+	_, err := r.swapDatabase(ctx, name, func(_, d *schema.Database) (bool, error) {
+		if d.InSync() != k || d.FailoverInSync == 0 {
+			return false, nil
+		}
+		d.FailoverInSync = 0
+		return true, nil
+	})
+	if errors.Is(err, errOvertaken) {
 		return fmt.Errorf("settle minInSync of %s: %w", name, ErrContention)
 	}
-	return r.apply(key, val, tresp.Header.Revision)
+	return err
 }
 
 // partitions is how many partitions the databases other than except

@@ -697,20 +697,20 @@ func bodyFormat(req *http.Request) (int, error) {
 
 // jsonBody checks the body of a call that takes only JSON (a patch, a
 // transaction, a schema call): declared as JSON, or not declared.
-func jsonBody(req *http.Request) error {
-	mt, _, err := bodyMedia(req)
-	if err == nil && mt != "" && mt != "application/json" {
-		err = fmt.Errorf("%w: %q (this call takes application/json)", ErrUnsupportedMedia, req.Header.Get("Content-Type"))
-	}
-	return err
-}
+func jsonBody(req *http.Request) error { return bodyOneOf(req, "application/json") }
 
 // mergePatchBody checks that a request body is a JSON merge patch
 // (application/merge-patch+json, RFC 7396) or JSON, or undeclared.
 func mergePatchBody(req *http.Request) error {
+	return bodyOneOf(req, "application/merge-patch+json", "application/json")
+}
+
+// bodyOneOf checks that a request body is of one of the media types
+// given, or undeclared.
+func bodyOneOf(req *http.Request, types ...string) error {
 	mt, _, err := bodyMedia(req)
-	if err == nil && mt != "" && mt != "application/json" && mt != "application/merge-patch+json" {
-		err = fmt.Errorf("%w: %q (this call takes application/merge-patch+json or application/json)", ErrUnsupportedMedia, req.Header.Get("Content-Type"))
+	if err == nil && mt != "" && !slices.Contains(types, mt) {
+		err = fmt.Errorf("%w: %q (this call takes %s)", ErrUnsupportedMedia, req.Header.Get("Content-Type"), strings.Join(types, " or "))
 	}
 	return err
 }

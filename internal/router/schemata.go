@@ -67,11 +67,8 @@ func (r *Router) CreateDatabase(ctx context.Context, name string, body []byte) (
 			}
 		}
 	}
-	if c, ok := r.backend.(nodeCounter); ok {
-		want := max(d.Replicas, 1)
-		if n, err := c.StorageNodes(ctx); err == nil && want > n {
-			return nil, false, &registry.InvalidError{Err: fmt.Errorf("replicas %d is more than the %d storage node(s) available: no two replicas of a partition share a node", want, n)}
-		}
+	if err := r.fitsNodes(ctx, max(d.Replicas, 1)); err != nil {
+		return nil, false, err
 	}
 	if d.Name != "" && d.Name != name {
 		return nil, false, &schema.FieldError{Path: "name", Reason: fmt.Sprintf("body names database %q but the path names %q", d.Name, name)}
@@ -143,10 +140,8 @@ func (r *Router) AlterDatabase(ctx context.Context, name string, body []byte) ([
 	if raw, ok := patch["replicas"]; ok {
 		var want int
 		if json.Unmarshal(raw, &want) == nil {
-			if c, ok := r.backend.(nodeCounter); ok {
-				if n, err := c.StorageNodes(ctx); err == nil && want > n {
-					return nil, &registry.InvalidError{Err: fmt.Errorf("replicas %d is more than the %d storage node(s) available: no two replicas of a partition share a node", want, n)}
-				}
+			if err := r.fitsNodes(ctx, want); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -221,6 +216,19 @@ const raiseProtocol = 8
 // storage nodes and controllers speak.
 type protocolLister interface {
 	OldestProtocol(ctx context.Context) (uint32, string, error)
+}
+
+// fitsNodes refuses replicas beyond the storage nodes there are, when the
+// backend knows how many (no two replicas of a partition share a node).
+func (r *Router) fitsNodes(ctx context.Context, replicas int) error {
+	c, ok := r.backend.(nodeCounter)
+	if !ok {
+		return nil
+	}
+	if n, err := c.StorageNodes(ctx); err == nil && replicas > n {
+		return &registry.InvalidError{Err: fmt.Errorf("replicas %d is more than the %d storage node(s) available: no two replicas of a partition share a node", replicas, n)}
+	}
+	return nil
 }
 
 // nodeCounter is a Backend that knows how many storage nodes there are.
